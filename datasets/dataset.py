@@ -1,0 +1,140 @@
+"""`Dataset`: a prepared dataset loaded for training, and `load_dataset`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import DatasetError
+from .features_file import DTYPES, open_rows
+from .writer import FORMAT, SPLITS
+
+
+class Dataset:
+    """A node-classification graph: CSC tensors, features, labels, splits.
+
+    indptr (int64) and indices (int32/int64) hold the in-neighbour lists;
+    `features` supports `features[ids]` (exact stored values) and is a
+    `gnnsys.storage.UnifiedTensor` over a FeatureSource; `labels` is int64 with
+    -1 for unlabelled nodes; `split(name)` gives the ids of train/valid/test.
+    """
+
+    def __init__(self, *, name, indptr, indices, features, labels, splits, num_classes,
+                 meta=None, path=None, order=None):
+        from gnnsys.storage.base import UnifiedTensor
+
+        self.name = name
+        self.indptr = indptr
+        self.indices = indices
+        self.features = features if isinstance(features, UnifiedTensor) else UnifiedTensor(features)
+        self.labels = labels
+        self.splits = splits
+        self.num_classes = int(num_classes)
+        self.meta = meta or {}
+        self.path = path
+        self.order = order
+
+    @property
+    def num_nodes(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    @property
+    def num_features(self) -> int:
+        return self.features.shape[1]
+
+    def split(self, name: str) -> torch.Tensor:
+        """Node ids of split `name` ("train", "valid" or "test")."""
+        if name not in self.splits:
+            raise KeyError(f"unknown split {name!r}; have {sorted(self.splits)}")
+        return self.splits[name]
+
+    def edge_index(self) -> torch.Tensor:
+        """[2, E] int64 (src, dst) of the stored edges."""
+        dst = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff())
+        return torch.stack([self.indices.long(), dst])
+
+    def __repr__(self):
+        return (f"Dataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
+                f"features={self.num_features}, classes={self.num_classes})")
+
+    @classmethod
+    def from_pyg(cls, data, name: str = "pyg") -> "Dataset":
+        """An in-memory Dataset from a torch_geometric `Data` with x, y,
+        edge_index and train/val/test masks (or *_idx tensors)."""
+        from gnnsys.storage.mmap_features import RowTable
+
+        from .csc import build_csc
+        from .source import array_edge_chunks
+
+        n = int(data.num_nodes)
+        ei = data.edge_index.cpu().numpy()
+        indptr, indices = build_csc(array_edge_chunks(ei[0], ei[1]), n, file="data.edge_index")
+        y = data.y.cpu().long().view(-1)
+        splits = {}
+        for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test")):
+            mask = getattr(data, f"{theirs}_mask", None)
+            idx = getattr(data, f"{theirs}_idx", getattr(data, f"{ours}_idx", None))
+            if mask is not None:
+                splits[ours] = mask.cpu().nonzero().view(-1)
+            elif idx is not None:
+                splits[ours] = idx.cpu().long().view(-1)
+            else:
+                raise ValueError(f"data has neither {theirs}_mask nor {theirs}_idx")
+        return cls(name=name, indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
+                   features=RowTable.from_tensor(data.x.float()), labels=y, splits=splits,
+                   num_classes=int(y.max()) + 1)
+
+
+def read_meta(path) -> dict:
+    """meta.json of a prepared dataset; DatasetError if missing or not ours."""
+    path = Path(path)
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise DatasetError(path, "not a prepared gnnsys dataset (no meta.json)")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except json.JSONDecodeError as e:
+        raise DatasetError(meta_file, f"not valid JSON ({e.msg})", row=e.lineno)
+    if meta.get("format") != FORMAT:
+        raise DatasetError(meta_file, f"format is {meta.get('format')!r}, expected {FORMAT!r}")
+    return meta
+
+
+def _load_array(path: Path, name: str):
+    try:
+        return np.load(path / name)
+    except (OSError, ValueError) as e:
+        raise DatasetError(path / name, f"cannot read ({e})")
+
+
+def open_features(path, meta):
+    """The memory-mapped feature rows of a prepared dataset as a RowTable."""
+    from gnnsys.storage.mmap_features import RowTable
+
+    f = meta["features"]
+    file = Path(path) / f["file"]
+    size = file.stat().st_size if file.is_file() else -1
+    if size != meta["num_nodes"] * f["row_stride"]:
+        raise DatasetError(file, f"size {size} bytes, expected {meta['num_nodes']} rows x {f['row_stride']}")
+    return RowTable(open_rows(file, meta["num_nodes"], f["row_stride"]), f["dim"], DTYPES[f["dtype"]])
+
+
+def load_dataset(path) -> Dataset:
+    """Open a prepared dataset directory. Features stay memory-mapped from
+    features.bin (`dataset.features[ids]` reads just those rows); the graph,
+    labels and splits are read into memory."""
+    path = Path(path)
+    meta = read_meta(path)
+    tensor = lambda name: torch.from_numpy(_load_array(path, name))  # noqa: E731
+    return Dataset(name=meta["name"], indptr=tensor(meta["graph"]["indptr"]),
+                   indices=tensor(meta["graph"]["indices"]), features=open_features(path, meta),
+                   labels=tensor(meta["labels"]["file"]),
+                   splits={name: tensor(meta["splits"][name]) for name in SPLITS},
+                   order=tensor(meta["order"]) if meta.get("order") else None,
+                   num_classes=meta["labels"]["num_classes"], meta=meta, path=path)

@@ -1,0 +1,35 @@
+"""The aligned row layout of `features.bin` (DESIGN.md, on-disk format)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .errors import DatasetError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def row_stride(dim: int, dtype: str, align: int) -> int:
+    """Bytes per row: dim * itemsize rounded up to a multiple of `align`."""
+    if align <= 0 or align & (align - 1):
+        raise DatasetError("--align", f"must be a positive power of two, got {align}")
+    nbytes = dim * DTYPES[dtype].itemsize
+    return max(align, -(-nbytes // align) * align)
+
+
+def open_rows(path, num_nodes: int, stride: int, mode: str = "r") -> np.memmap:
+    """The file as a [num_nodes, stride] uint8 memmap (one row per node)."""
+    return np.memmap(path, dtype=np.uint8, mode=mode, shape=(num_nodes, stride))
+
+
+def encode_rows(chunk: np.ndarray, dtype: str) -> np.ndarray:
+    """Float rows -> their bytes in `dtype`, as a [rows, dim * itemsize] uint8 array."""
+    t = torch.from_numpy(np.ascontiguousarray(chunk, dtype=np.float32)).to(DTYPES[dtype])
+    return t.view(torch.uint8).numpy().reshape(chunk.shape[0], -1)
+
+
+def decode_rows(raw: np.ndarray, dim: int, dtype: str) -> torch.Tensor:
+    """[rows, stride] uint8 rows -> a [rows, dim] tensor of `dtype` (exact values)."""
+    torch_dtype = DTYPES[dtype]
+    body = np.ascontiguousarray(raw[:, :dim * torch_dtype.itemsize])
+    return torch.from_numpy(body).view(torch_dtype).reshape(raw.shape[0], dim)

@@ -1,0 +1,66 @@
+"""`GraphSource`: what every reader produces and the writer consumes.
+
+A reader parses one input kind (OGB raw, Planetoid, npz, user arrays,
+synthetic) into a `GraphSource`: counts, labels and splits in memory, and the
+two big parts, edges and feature rows, as re-iterable streams of chunks so that
+memory is bounded by the chunk size and not by the input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+EdgeChunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
+FeatureChunks = Callable[[], Iterator[np.ndarray]]
+
+
+@dataclass
+class GraphSource:
+    """A graph to be written in the gnnsys format.
+
+    edge_chunks() yields (src, dst) integer arrays, messages flowing src -> dst;
+    it is called more than once (the CSC build makes two passes).
+    feature_chunks() yields float arrays of shape [rows, feature_dim] covering
+    nodes 0..num_nodes-1 in order. labels is int64 [num_nodes] with -1 for
+    unlabelled nodes; splits maps "train"/"valid"/"test" to int64 node ids.
+    edge_file / feature_file name the inputs in error messages.
+    """
+
+    name: str
+    kind: str
+    num_nodes: int
+    feature_dim: int
+    edge_chunks: EdgeChunks
+    feature_chunks: FeatureChunks
+    labels: np.ndarray
+    splits: dict
+    num_classes: int | None = None
+    edge_file: str = "edges"
+    feature_file: str = "features"
+    label_file: str = "labels"
+    split_files: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    expected_num_edges: int | None = None
+
+
+def array_edge_chunks(src: np.ndarray, dst: np.ndarray, chunk: int = 1 << 22) -> EdgeChunks:
+    """Edge chunks over two in-memory arrays."""
+
+    def chunks():
+        for start in range(0, len(src), chunk):
+            yield src[start:start + chunk], dst[start:start + chunk]
+
+    return chunks
+
+
+def array_feature_chunks(x: np.ndarray, chunk: int = 1 << 16) -> FeatureChunks:
+    """Feature chunks over an in-memory (or memory-mapped) [N, F] array."""
+
+    def chunks():
+        for start in range(0, x.shape[0], chunk):
+            yield np.asarray(x[start:start + chunk])
+
+    return chunks

@@ -1,0 +1,209 @@
+"""Write a `GraphSource` in the gnnsys on-disk format, atomically."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import csc
+from .atomic import atomic_directory, sha256_file
+from .errors import DatasetError
+from .features_file import DTYPES, encode_rows, open_rows, row_stride
+from .source import GraphSource
+
+FORMAT = "gnnsys-dataset"
+VERSION = 1
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class PrepareOptions:
+    """Options shared by every `gnnsys prepare` input kind."""
+
+    to_undirected: bool = False
+    self_loops: str = "keep"
+    dedup: bool = False
+    reorder: str = "none"
+    align: int = 128
+    dtype: str = "float32"
+    overwrite: bool = False
+    nan_to_zero: bool = False
+    progress: bool = True
+
+    def check(self):
+        if self.self_loops not in ("keep", "drop"):
+            raise DatasetError("--self-loops", f"must be keep or drop, got {self.self_loops!r}")
+        if self.reorder not in ("none", "degree"):
+            raise DatasetError("--reorder", f"must be none or degree, got {self.reorder!r}")
+        if self.dtype not in DTYPES:
+            raise DatasetError("--dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        row_stride(1, self.dtype, self.align)
+
+
+def _bar(opts, total, desc, unit):
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=not opts.progress,
+                dynamic_ncols=True, leave=False)
+
+
+def check_labels(src: GraphSource) -> tuple[np.ndarray, int]:
+    """Labels as int64 [N] and the class count; raises on bad values."""
+    labels = np.asarray(src.labels)
+    if labels.shape != (src.num_nodes,):
+        raise DatasetError(src.label_file, f"expected {src.num_nodes} labels, got shape {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DatasetError(src.label_file, f"labels must be integers, got {labels.dtype}")
+    labels = labels.astype(np.int64)
+    known = labels[labels >= 0]
+    num_classes = src.num_classes if src.num_classes is not None else (int(known.max()) + 1 if known.size else 0)
+    bad = np.flatnonzero((labels < -1) | (labels >= num_classes))
+    if bad.size:
+        raise DatasetError(src.label_file, f"label {labels[bad[0]]} out of range [0, {num_classes})",
+                           row=int(bad[0]))
+    return labels, num_classes
+
+
+def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
+    """Split ids as int64 arrays; raises if empty, out of range, repeated,
+    overlapping or unlabelled."""
+    seen = np.full(src.num_nodes, -1, np.int8)
+    out = {}
+    for i, name in enumerate(SPLITS):
+        file = src.split_files.get(name, f"split {name}")
+        if name not in src.splits:
+            raise DatasetError(file, f"split {name!r} is missing")
+        ids = np.asarray(src.splits[name])
+        if ids.ndim != 1 or ids.size == 0:
+            raise DatasetError(file, f"split {name!r} is empty")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise DatasetError(file, f"split ids must be integers, got {ids.dtype}")
+        ids = ids.astype(np.int64)
+        bad = np.flatnonzero((ids < 0) | (ids >= src.num_nodes))
+        if bad.size:
+            raise DatasetError(file, f"node id {ids[bad[0]]} out of range [0, {src.num_nodes})", row=int(bad[0]))
+        taken = seen[ids]
+        if (taken >= 0).any():
+            j = int(np.flatnonzero(taken >= 0)[0])
+            other = SPLITS[taken[j]]
+            what = f"repeats node {ids[j]}" if other == name else f"overlaps split {other!r} at node {ids[j]}"
+            raise DatasetError(file, f"split {name!r} {what}", row=j)
+        if np.unique(ids).size != ids.size:
+            raise DatasetError(file, f"split {name!r} repeats a node id")
+        unlabelled = np.flatnonzero(labels[ids] < 0)
+        if unlabelled.size:
+            raise DatasetError(file, f"split {name!r} holds unlabelled node {ids[unlabelled[0]]}",
+                               row=int(unlabelled[0]))
+        seen[ids] = i
+        out[name] = ids
+    return out
+
+
+def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order):
+    stride = row_stride(src.feature_dim, opts.dtype, opts.align)
+    target = path if order is None else path.with_name("features.unordered.bin")
+    rows = open_rows(target, src.num_nodes, stride, mode="w+")
+    start = 0
+    body = src.feature_dim * DTYPES[opts.dtype].itemsize
+    with _bar(opts, src.num_nodes, "features", "rows") as bar:
+        for chunk in src.feature_chunks():
+            chunk = np.asarray(chunk)
+            if chunk.ndim != 2 or chunk.shape[1] != src.feature_dim:
+                raise DatasetError(src.feature_file, f"expected {src.feature_dim} feature columns, "
+                                   f"got shape {chunk.shape}", row=start)
+            if start + chunk.shape[0] > src.num_nodes:
+                raise DatasetError(src.feature_file, f"more feature rows than the {src.num_nodes} nodes")
+            finite = np.isfinite(chunk)
+            if not finite.all():
+                if not opts.nan_to_zero:
+                    r = int(np.flatnonzero(~finite.all(axis=1))[0])
+                    raise DatasetError(src.feature_file, "NaN or inf in features (use --nan-to-zero to "
+                                       "replace them with 0)", row=start + r)
+                chunk = np.where(finite, chunk, 0)
+            rows[start:start + chunk.shape[0], :body] = encode_rows(chunk, opts.dtype)
+            start += chunk.shape[0]
+            bar.update(chunk.shape[0])
+    if start != src.num_nodes:
+        raise DatasetError(src.feature_file, f"{start} feature rows for {src.num_nodes} nodes")
+    rows.flush()
+    if order is None:
+        return stride
+    out = open_rows(path, src.num_nodes, stride, mode="w+")
+    step = max(1, (1 << 26) // stride)
+    with _bar(opts, src.num_nodes, "reorder features", "rows") as bar:
+        for v in range(0, src.num_nodes, step):
+            wanted = order[v:v + step]
+            by_position = np.argsort(wanted)
+            out[v + by_position] = rows[wanted[by_position]]
+            bar.update(min(step, src.num_nodes - v))
+    out.flush()
+    del rows
+    target.unlink()
+    return stride
+
+
+def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None) -> Path:
+    """Write `src` to `out_dir` (via a temporary sibling renamed into place)
+    and return the path. Raises DatasetError on bad input; writes nothing then."""
+    opts = opts or PrepareOptions()
+    opts.check()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not opts.overwrite:
+        raise DatasetError(out_dir, "output already exists (use --overwrite to replace it)")
+    labels, num_classes = check_labels(src)
+    splits = check_splits(src, labels)
+    with atomic_directory(out_dir, overwrite=opts.overwrite) as tmp:
+        with _bar(opts, None, "edges", "edges") as bar:
+            indptr, indices = csc.build_csc(src.edge_chunks, src.num_nodes, file=src.edge_file,
+                                            to_undirected=opts.to_undirected,
+                                            drop_self_loops=opts.self_loops == "drop",
+                                            progress=bar.update)
+        if opts.dedup:
+            indptr, indices = csc.dedup(indptr, indices)
+        order = None
+        if opts.reorder == "degree":
+            order = csc.degree_order(indptr)
+            indptr, indices = csc.relabel(indptr, indices, order)
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(src.num_nodes)
+            labels = labels[order]
+            splits = {k: np.sort(inverse[v]) for k, v in splits.items()}
+            np.save(tmp / "order.npy", order.astype(np.int64))
+        np.save(tmp / "indptr.npy", indptr)
+        np.save(tmp / "indices.npy", indices)
+        del indices
+        stride = _write_features(src, tmp / "features.bin", opts, order)
+        np.save(tmp / "labels.npy", labels)
+        for name, ids in splits.items():
+            np.save(tmp / f"{name}_idx.npy", ids)
+        files = sorted(p.name for p in tmp.iterdir())
+        with _bar(opts, len(files), "checksums", "files") as bar:
+            checksums = {}
+            for f in files:
+                checksums[f] = sha256_file(tmp / f)
+                bar.update()
+        meta = {
+            "format": FORMAT, "version": VERSION, "name": src.name,
+            "num_nodes": int(src.num_nodes), "num_edges": int(indptr[-1]),
+            "graph": {"layout": "csc", "indptr": "indptr.npy", "indices": "indices.npy"},
+            "features": {"file": "features.bin", "dtype": opts.dtype, "dim": int(src.feature_dim),
+                         "row_stride": int(stride), "align": int(opts.align)},
+            "labels": {"file": "labels.npy", "num_classes": int(num_classes)},
+            "splits": {name: f"{name}_idx.npy" for name in SPLITS},
+            "order": "order.npy" if order is not None else None,
+            "checksums": checksums,
+            "source": {"kind": src.kind, "inputs": [Path(p).name for p in src.inputs],
+                       "options": {k: v for k, v in asdict(opts).items() if k != "progress"},
+                       "tool": f"gnnsys {_version()}", **src.extra},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out_dir
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("gnnsys")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,5 @@
+import sys
+
+from gnnsys.cli import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""The `gnnsys` command line: one module per subcommand, each with
+`add_parser(subparsers)` and `run(args) -> int`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ("prepare", "info")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(prog="gnnsys", description="Train GNNs on graphs too large for GPU memory.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"gnnsys.cli.{name}")
+        module.add_parser(sub).set_defaults(run=module.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    from gnnsys.datasets.errors import DatasetError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except DatasetError as e:
+        print(f"gnnsys {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gnnsys {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

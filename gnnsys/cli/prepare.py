@@ -1,0 +1,65 @@
+"""`gnnsys prepare KIND ... OUT`: one subcommand per input kind.
+
+Each reader module in gnnsys.datasets registers its own arguments with
+`add_arguments(parser)` and turns them into a GraphSource with
+`source_from_args(args)`; the options shared by all kinds live here.
+"""
+from __future__ import annotations
+
+import importlib
+
+from gnnsys.datasets.features_file import DTYPES
+
+READERS = {
+    "ogb": ("gnnsys.datasets.ogb", "an OGB node-property raw directory (CSV or npz layout)"),
+    "planetoid": ("gnnsys.datasets.planetoid", "Planetoid ind.<name>.* files (Cora, CiteSeer, PubMed)"),
+    "npz": ("gnnsys.datasets.npz", "an npz with the heterophilous-benchmark keys"),
+    "arrays": ("gnnsys.datasets.arrays", "your own edges, features, labels and split"),
+    "synthetic": ("gnnsys.datasets.synthetic", "a synthetic graph shaped like an OGB graph"),
+}
+
+
+def add_common(p):
+    """The options every input kind shares."""
+    p.add_argument("--to-undirected", action="store_true", help="add the reverse of every edge")
+    p.add_argument("--self-loops", choices=["keep", "drop"], default="keep")
+    p.add_argument("--dedup", action="store_true", help="remove repeated edges")
+    p.add_argument("--reorder", choices=["none", "degree"], default="none",
+                   help="relabel nodes by in-degree, hottest first (keeps order.npy)")
+    p.add_argument("--align", type=int, default=128, help="feature row alignment in bytes (512 for SSD)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="stored feature type")
+    p.add_argument("--nan-to-zero", action="store_true", help="replace NaN/inf features with 0 instead of failing")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def add_parser(sub):
+    p = sub.add_parser("prepare", help="convert raw data into the gnnsys dataset format")
+    kinds = p.add_subparsers(dest="kind", required=True)
+    for kind, (module, help_text) in READERS.items():
+        k = kinds.add_parser(kind, help=help_text)
+        importlib.import_module(module).add_arguments(k)
+        add_common(k)
+        k.add_argument("--out", "-o", required=True, help="output dataset directory")
+    return p
+
+
+def options_from_args(args):
+    """PrepareOptions from parsed common options."""
+    from gnnsys.datasets.writer import PrepareOptions
+
+    return PrepareOptions(to_undirected=args.to_undirected, self_loops=args.self_loops, dedup=args.dedup,
+                          reorder=args.reorder, align=args.align, dtype=args.dtype,
+                          overwrite=args.overwrite, nan_to_zero=args.nan_to_zero,
+                          progress=not args.no_progress)
+
+
+def run(args) -> int:
+    from gnnsys.datasets.inspect import format_summary, summarize
+    from gnnsys.datasets.writer import write_dataset
+
+    source = importlib.import_module(READERS[args.kind][0]).source_from_args(args)
+    out = write_dataset(source, args.out, options_from_args(args))
+    print(format_summary(summarize(out)))
+    print(f"written to {out}")
+    return 0

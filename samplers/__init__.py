@@ -1,0 +1,1 @@
+"""gnnsys.samplers: neighbour samplers and the MiniBatch/Block structures."""

@@ -1,0 +1,51 @@
+"""Feature rows in memory or memory-mapped from the aligned `features.bin`."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import Ready, check_ids
+from .gather_cpu import gather_rows
+
+
+class RowTable:
+    """A FeatureSource over a [num_rows, row_stride] uint8 table (a memmap of
+    features.bin or an in-memory array) holding `dim` values of `dtype` per row.
+
+    gather copies the requested rows in parallel into a reusable buffer, so a
+    steady-state gather allocates nothing when `out` is passed.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, table: np.ndarray, dim: int, dtype: torch.dtype):
+        if table.dtype != np.uint8 or table.ndim != 2:
+            raise TypeError("table must be a 2-D uint8 array of rows")
+        self.table = np.asarray(table)
+        self.dtype = dtype
+        self.shape = (table.shape[0], dim)
+        self.row_bytes = dim * dtype.itemsize
+        if self.row_bytes > table.shape[1]:
+            raise ValueError(f"rows of {table.shape[1]} bytes cannot hold {dim} x {dtype}")
+
+    @classmethod
+    def from_tensor(cls, x: torch.Tensor) -> "RowTable":
+        """An in-memory table holding a copy of the 2-D tensor `x`."""
+        x = x.detach().contiguous().cpu()
+        raw = x.view(torch.uint8).reshape(x.shape[0], -1).numpy()
+        return cls(raw, x.shape[1], x.dtype)
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        n = ids.shape[0]
+        if out is None:
+            out = torch.empty((n, self.shape[1]), dtype=self.dtype)
+        elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {(n, self.shape[1])}")
+        if n:
+            raw = out.view(torch.uint8).reshape(n, self.row_bytes).numpy()
+            gather_rows(self.table, ids.numpy(), raw)
+        return out
+
+    def gather_async(self, ids, out=None):
+        return Ready(self.gather(ids, out))
