@@ -1,0 +1,107 @@
+"""`Block` (one bipartite layer of a sampled computation graph) and `MiniBatch`.
+
+Layout (DGL's "blocks"): the destination nodes of a block are the first
+`num_dst` of its source nodes, so `x_dst = x_src[:num_dst]`. blocks[0]
+consumes the features of `input_nodes`; blocks[-1] produces the seeds' rows.
+A block stores its edges as CSR over destination rows with local source ids,
+sorted within each row: the `adj_t` of shape [num_dst, num_src] that PyG conv
+layers aggregate with a sparse-dense matmul (their fast path on the CPU).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Block:
+    """Edges from `num_src` source nodes into the first `num_dst` of them.
+
+    indptr: int64 [num_dst + 1]; indices: int64 local source ids, sorted per row.
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    num_src: int
+    num_dst: int
+    _adj_cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def full_graph(cls, indptr: torch.Tensor, indices: torch.Tensor) -> "Block":
+        """The whole graph (CSC of in-neighbours) as one square block."""
+        n = indptr.shape[0] - 1
+        return cls(indptr.long(), indices.long(), n, n)
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.shape[0]
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(num_src, num_dst), the `size` argument of PyG's message passing."""
+        return self.num_src, self.num_dst
+
+    def in_degree(self) -> torch.Tensor:
+        """Number of sampled in-edges of each destination node."""
+        return self.indptr.diff()
+
+    def edge_index(self) -> torch.Tensor:
+        """[2, E] local (src, dst) ids, PyG's bipartite edge_index."""
+        dst = torch.repeat_interleave(torch.arange(self.num_dst, device=self.indptr.device), self.in_degree())
+        return torch.stack([self.indices, dst])
+
+    def adj_t(self, weight: str = "ones") -> torch.Tensor:
+        """Sparse CSR [num_dst, num_src] adjacency for PyG convs; cached.
+
+        weight "ones" (SAGE mean/sum, GAT) or "gcn": 1/sqrt(deg_dst * deg_src)
+        with degrees counted inside the block, as DGL's GraphConv(norm="both").
+        """
+        if weight not in self._adj_cache:
+            if weight == "ones":
+                values = torch.ones(self.num_edges, device=self.indices.device)
+            elif weight == "gcn":
+                deg_dst = self.in_degree().clamp(min=1).float()
+                deg_src = torch.bincount(self.indices, minlength=self.num_src).clamp(min=1).float()
+                dst = torch.repeat_interleave(torch.arange(self.num_dst, device=self.indptr.device),
+                                              self.in_degree())
+                values = (deg_dst[dst] * deg_src[self.indices]).rsqrt()
+            else:
+                raise ValueError(f"weight must be 'ones' or 'gcn', got {weight!r}")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
+                self._adj_cache[weight] = torch.sparse_csr_tensor(
+                    self.indptr, self.indices, values, size=(self.num_dst, self.num_src))
+        return self._adj_cache[weight]
+
+    def to(self, device, non_blocking: bool = False) -> "Block":
+        """This block on `device`."""
+        return Block(self.indptr.to(device, non_blocking=non_blocking),
+                     self.indices.to(device, non_blocking=non_blocking), self.num_src, self.num_dst)
+
+
+@dataclass
+class MiniBatch:
+    """One sampled minibatch.
+
+    seeds: global ids of the nodes whose outputs are trained on;
+    input_nodes: global ids of every node whose features are needed, seeds first;
+    blocks: one per layer, input layer first; x / y: gathered features of
+    input_nodes and labels of seeds once the loader has filled them in;
+    timings: seconds spent on this batch per stage ("sample_s", "gather_s", ...).
+    """
+
+    seeds: torch.Tensor
+    input_nodes: torch.Tensor
+    blocks: list
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    timings: dict = field(default_factory=dict)
+
+    def to(self, device, non_blocking: bool = False) -> "MiniBatch":
+        """This minibatch (blocks, x, y) on `device`."""
+        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return MiniBatch(move(self.seeds), move(self.input_nodes),
+                         [b.to(device, non_blocking) for b in self.blocks], move(self.x), move(self.y),
+                         dict(self.timings))
