@@ -1,0 +1,153 @@
+"""GNN models over sampled blocks: GraphSAGE (mean), GCN and GAT.
+
+Every layer is a PyG conv used bipartitely: it reads the features of a
+block's `num_src` source nodes and writes rows for its first `num_dst` of them
+(DGL's block layout, see `gnnsys.samplers.block`). SAGE and GCN aggregate with
+a sparse CSR `adj_t` (PyG's sparse-dense matmul, its fast CPU path); GAT needs
+per-edge attention and takes the block's edge_index. The same model runs on the
+whole graph with `[Block.full_graph(indptr, indices)] * num_layers`.
+
+`GNNLayer` is the reusable unit (the full-graph pipelined trainer stacks
+layers itself); `GNN` stacks them for minibatch training.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+
+CONVS = ("sage", "gcn", "gat")
+NORMS = (None, "batch", "layer")
+
+
+def gcn_adj_t(block) -> torch.Tensor:
+    """Kipf & Welling's D^-1/2 (A + I) D^-1/2 of a block as sparse CSR
+    [num_dst, num_src]: each destination also receives its own row (dst i is
+    src i), degrees are counted inside the block plus the self-loop. Cached on
+    the block like its other adjacencies."""
+    key = "gcn_self_loops"
+    cache = block._adj_cache
+    if key not in cache:
+        cache[key] = _gcn_adj_t(block.indptr, block.indices, block.num_src, block.num_dst)
+    return cache[key]
+
+
+def _gcn_adj_t(indptr, indices, num_src, num_dst):
+    device = indptr.device
+    deg = indptr.diff()
+    dst = torch.arange(num_dst, device=device)
+    rows = torch.cat([torch.repeat_interleave(dst, deg), dst])
+    cols = torch.cat([indices, dst])
+    keep = torch.ones_like(rows, dtype=torch.bool)
+    keep[: indices.shape[0]] = rows[: indices.shape[0]] != indices  # an existing self-loop counts once
+    rows, cols = rows[keep], cols[keep]
+    order = torch.argsort(rows * num_src + cols)
+    rows, cols = rows[order], cols[order]
+    deg_dst = torch.bincount(rows, minlength=num_dst).float()
+    deg_src = torch.bincount(cols, minlength=num_src).float().clamp(min=1)
+    values = (deg_dst[rows] * deg_src[cols]).rsqrt()
+    crow = torch.zeros(num_dst + 1, dtype=torch.long, device=device)
+    crow[1:] = torch.cumsum(deg_dst.long(), 0)
+    return torch.sparse_csr_tensor(crow, cols, values, size=(num_dst, num_src))
+
+
+class GNNLayer(nn.Module):
+    """One bipartite graph layer: conv -> (+ residual) -> norm -> ReLU -> dropout.
+
+    conv: "sage" (mean aggregation plus a root weight), "gcn" (symmetric
+    normalisation with self-loops) or "gat" (`heads` attention heads,
+    concatenated to `out_dim` in hidden layers, averaged when
+    `activation=False`). norm: None, "batch" or "layer". residual adds a
+    linear projection of the destination rows (identity when the sizes match).
+    forward(x_src, block) -> [block.num_dst, out_dim].
+    """
+
+    def __init__(self, conv: str, in_dim: int, out_dim: int, *, heads: int = 1, norm: str | None = None,
+                 residual: bool = False, dropout: float = 0.0, activation: bool = True):
+        super().__init__()
+        if conv not in CONVS:
+            raise ValueError(f"conv must be one of {CONVS}, got {conv!r}")
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        self.kind = conv
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.conv = self._make_conv(conv, in_dim, out_dim, heads, activation)
+        self.residual = None
+        if residual:
+            self.residual = nn.Identity() if in_dim == out_dim else nn.Linear(in_dim, out_dim, bias=False)
+        self.norm = {None: None, "batch": nn.BatchNorm1d, "layer": nn.LayerNorm}[norm]
+        self.norm = self.norm(out_dim) if self.norm else None
+        self.activation = activation
+        self.dropout = nn.Dropout(dropout)
+
+    @staticmethod
+    def _make_conv(conv, in_dim, out_dim, heads, activation):
+        if conv == "sage":
+            return SAGEConv(in_dim, out_dim, aggr="mean")
+        if conv == "gcn":
+            return GCNConv(in_dim, out_dim, normalize=False)
+        if activation and out_dim % heads:
+            raise ValueError(f"gat: out_dim {out_dim} is not a multiple of heads {heads}")
+        per_head = out_dim // heads if activation else out_dim
+        return GATConv(in_dim, per_head, heads=heads, concat=activation, add_self_loops=True)
+
+    def forward(self, x_src: torch.Tensor, block) -> torch.Tensor:
+        """Rows of the block's destination nodes computed from its sources."""
+        if x_src.shape[0] != block.num_src:
+            raise ValueError(f"x_src has {x_src.shape[0]} rows, block has {block.num_src} source nodes")
+        x_dst = x_src[: block.num_dst]
+        h = self._conv(x_src, x_dst, block)
+        if self.residual is not None:
+            h = h + self.residual(x_dst)
+        if self.norm is not None:
+            h = self.norm(h)
+        if self.activation:
+            h = torch.relu(h)
+        return self.dropout(h)
+
+    def _conv(self, x_src, x_dst, block):
+        if self.kind == "sage":
+            return self.conv((x_src, x_dst), block.adj_t("ones"))
+        if self.kind == "gcn":
+            return self.conv(x_src, gcn_adj_t(block))
+        return self.conv((x_src, x_dst), block.edge_index(), size=block.size)
+
+
+class GNN(nn.Module):
+    """`num_layers` GNNLayers: in_dim -> hidden -> ... -> out_dim.
+
+    forward(x, blocks): x holds the features of blocks[0]'s source nodes and
+    the result the rows of blocks[-1]'s destination nodes (the seeds).
+    Dropout `input_dropout` on the input features, `dropout` after every
+    hidden layer; the last layer has no norm, activation or dropout.
+    """
+
+    def __init__(self, conv: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
+                 dropout: float = 0.5, norm: str | None = None, residual: bool = False, heads: int = 4,
+                 input_dropout: float = 0.0):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        self.input_dropout = nn.Dropout(input_dropout)
+        self.layers = nn.ModuleList(
+            GNNLayer(conv, dims[i], dims[i + 1], heads=heads if conv == "gat" else 1,
+                     norm=norm if i < num_layers - 1 else None,
+                     residual=residual and i < num_layers - 1,
+                     dropout=dropout if i < num_layers - 1 else 0.0,
+                     activation=i < num_layers - 1)
+            for i in range(num_layers))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def forward(self, x: torch.Tensor, blocks) -> torch.Tensor:
+        """Logits of the last block's destination nodes."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"got {len(blocks)} blocks for a {len(self.layers)}-layer model")
+        h = self.input_dropout(x)
+        for layer, block in zip(self.layers, blocks):
+            h = layer(h, block)
+        return h
+
