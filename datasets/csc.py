@@ -28,7 +28,9 @@ def _transformed(src, dst, to_undirected: bool, drop_self_loops: bool):
     return src, dst
 
 
-def _checked(src, dst, num_nodes: int, file: str, first_row: int):
+def check_edge_ids(src, dst, num_nodes: int, file: str, first_row: int):
+    """(src, dst) as int64 after checking every id is an integer in [0, num_nodes);
+    a bad id raises DatasetError naming `file` and its row (first_row + position)."""
     for ids in (src, dst):
         if ids.size == 0:
             continue
@@ -100,7 +102,7 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, *, file: str = "edges",
     in_degree = np.zeros(num_nodes, np.int64)
     row = 0
     for src, dst in edge_chunks():
-        src, dst = _checked(np.asarray(src), np.asarray(dst), num_nodes, file, row)
+        src, dst = check_edge_ids(np.asarray(src), np.asarray(dst), num_nodes, file, row)
         row += src.shape[0]
         src, dst = _transformed(src, dst, to_undirected, drop_self_loops)
         in_degree += np.bincount(dst, minlength=num_nodes)

@@ -1,0 +1,230 @@
+"""`gnnsys prepare npz`: one .npz with the heterophilous-benchmark keys, and
+the sliced .npy/.npz reading that the ogb and arrays readers share.
+
+The npz kind (Platonov et al. 2023, yandex-research/heterophilous-graphs)
+holds node_features [N, F], node_labels [N], edges [E, 2] and
+train_masks / val_masks / test_masks, either [S, N] (S splits; `--split-index`
+picks one) or [N].
+
+`NpyArray` reads one array in .npy format, a .npy file or a member of an .npz
+(compressed or not), in slices: it parses the header with numpy.lib.format
+and reads rows from the file or zip member handle, so memory is bounded by the
+slice and not by the array.
+"""
+from __future__ import annotations
+
+import contextlib
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .csv_reader import CHUNK_BYTES
+from .errors import DatasetError
+from .source import GraphSource
+
+KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
+_SPLIT_KEYS = {"train": "train_masks", "valid": "val_masks", "test": "test_masks"}
+
+
+def npz_keys(path) -> list[str]:
+    """The array names in an .npz archive."""
+    path = Path(path)
+    with _guard(path):
+        with zipfile.ZipFile(path) as zf:
+            return [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+
+
+@contextlib.contextmanager
+def _guard(label):
+    """Turn a failure to read a file or archive member into a DatasetError."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise DatasetError(label, "file not found") from None
+    except IsADirectoryError:
+        raise DatasetError(label, "is a directory, expected a file") from None
+    except zipfile.BadZipFile as e:
+        raise DatasetError(label, f"not a valid npz/zip archive or corrupt ({e})") from None
+    except (zlib.error, EOFError) as e:
+        raise DatasetError(label, f"corrupt or truncated compressed data ({e})") from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(label, f"cannot read ({e})") from None
+
+
+class NpyArray:
+    """One array in .npy format (a .npy file, or the member `key` of an .npz),
+    read whole or in slices without loading the rest.
+
+    `label` names it in errors ("data.npz[edge_index]"); `shape`, `dtype` and
+    `fortran_order` come from the header.
+    """
+
+    def __init__(self, path, key: str | None = None):
+        self.path = Path(path)
+        self.key = key
+        self.label = str(self.path) if key is None else f"{self.path}[{key}]"
+        if key is not None and key not in npz_keys(self.path):
+            raise DatasetError(self.label, f"no array {key!r} in the archive (has {', '.join(npz_keys(self.path))})")
+        with self._open() as f:
+            self.offset = f.tell()
+        if self.dtype.hasobject:
+            raise DatasetError(self.label, "holds Python objects; expected a numeric array")
+
+    def __len__(self):
+        return self.shape[0] if self.shape else 1
+
+    @contextlib.contextmanager
+    def _open(self):
+        """A binary handle positioned at the start of the data."""
+        with _guard(self.label), contextlib.ExitStack() as stack:
+            if self.key is None:
+                f = stack.enter_context(open(self.path, "rb"))
+            else:
+                zf = stack.enter_context(zipfile.ZipFile(self.path))
+                f = stack.enter_context(zf.open(self.key + ".npy"))
+            version = np.lib.format.read_magic(f)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read_header is None:
+                raise DatasetError(self.label, f"unsupported .npy format version {version}")
+            self.shape, self.fortran_order, self.dtype = read_header(f)
+            yield f
+
+    def _read(self, f, count: int) -> np.ndarray:
+        want = count * self.dtype.itemsize
+        data = f.read(want)
+        if len(data) != want:
+            raise DatasetError(self.label, f"truncated: {len(data)} of {want} bytes of data")
+        return np.frombuffer(data, self.dtype, count)
+
+    def read(self) -> np.ndarray:
+        """The whole array (for the small ones: labels, masks, counts)."""
+        with self._open() as f:
+            flat = self._read(f, int(np.prod(self.shape)))
+        return flat.reshape(self.shape, order="F" if self.fortran_order else "C")
+
+    def row_chunks(self, rows: int | None = None) -> Iterator[np.ndarray]:
+        """Slices [k, *shape[1:]] along the first axis, in order."""
+        row_items = int(np.prod(self.shape[1:]))
+        if self.fortran_order and len(self.shape) > 1 and row_items > 1:
+            raise DatasetError(self.label, "is stored in Fortran order; save it in C order "
+                               "(numpy.ascontiguousarray) to read it in row slices")
+        rows = rows or max(1, CHUNK_BYTES // max(1, row_items * self.dtype.itemsize))
+        with self._open() as f:
+            for start in range(0, len(self), rows):
+                k = min(rows, len(self) - start)
+                yield self._read(f, k * row_items).reshape((k,) + tuple(self.shape[1:]))
+
+    def pair_layout(self, prefer: str = "rows") -> str:
+        """pair_layout of this array's shape."""
+        return pair_layout(self.shape, self.label, prefer)
+
+    def pair_chunks(self, layout: str, count: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(a, b) slices of a 2-column ("rows", [E, 2]) or 2-row ("columns", [2, E])
+        array, `count` pairs at a time; in C or Fortran order."""
+        n = self.shape[0] if layout == "rows" else self.shape[1]
+        count = count or max(1, CHUNK_BYTES // (2 * self.dtype.itemsize))
+        interleaved = (layout == "rows") != self.fortran_order
+        if interleaved:
+            with self._open() as f:
+                for start in range(0, n, count):
+                    pairs = self._read(f, 2 * min(count, n - start)).reshape(-1, 2)
+                    yield pairs[:, 0], pairs[:, 1]
+            return
+        with self._open() as first, self._open() as second:
+            _skip(second, n * self.dtype.itemsize)
+            for start in range(0, n, count):
+                k = min(count, n - start)
+                yield self._read(first, k), self._read(second, k)
+
+
+def pair_layout(shape, label: str, prefer: str = "rows") -> str:
+    """"rows" for an [E, 2] edge array, "columns" for [2, E]; `prefer` settles [2, 2]."""
+    if len(shape) != 2 or 2 not in shape:
+        raise DatasetError(label, f"shape {tuple(shape)}, expected [E, 2] or [2, E]")
+    if shape[0] == shape[1] == 2:
+        return prefer
+    return "rows" if shape[1] == 2 else "columns"
+
+
+def _skip(f, nbytes: int):
+    """Advance a handle by `nbytes` (a zip member decompresses through them)."""
+    f.seek(nbytes, 1)
+
+
+def integer_labels(values: np.ndarray, label: str, num_nodes: int) -> np.ndarray:
+    """Labels as int64 [num_nodes]: [N] or [N, 1], integers or integral floats,
+    NaN (OGB's mark for no label) becoming -1."""
+    values = np.asarray(values)
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.shape != (num_nodes,):
+        raise DatasetError(label, f"shape {values.shape}, expected [{num_nodes}] (one label per node)")
+    if values.dtype.kind == "f":
+        known = ~np.isnan(values)
+        bad = np.flatnonzero(known & ((values != np.round(values)) | ~np.isfinite(values)))
+        if bad.size:
+            raise DatasetError(label, f"label {values[bad[0]]:g} is not an integer", row=int(bad[0]))
+        return np.where(known, values, -1).astype(np.int64)
+    if values.dtype.kind not in "iu":
+        raise DatasetError(label, f"labels must be integers, got {values.dtype}")
+    return values.astype(np.int64)
+
+
+def mask_ids(mask: np.ndarray, label: str, num_nodes: int) -> np.ndarray:
+    """Node ids where a boolean (or 0/1) mask of length num_nodes is set."""
+    mask = np.asarray(mask)
+    if mask.shape != (num_nodes,):
+        raise DatasetError(label, f"mask shape {mask.shape}, expected [{num_nodes}]")
+    if mask.dtype != bool:
+        if mask.dtype.kind not in "iu" or not np.isin(mask, (0, 1)).all():
+            raise DatasetError(label, f"expected a boolean mask, got {mask.dtype} values")
+    return np.flatnonzero(mask).astype(np.int64)
+
+
+def _split_mask(arr: NpyArray, split_index: int, num_nodes: int) -> np.ndarray:
+    masks = arr.read()
+    if masks.ndim == 1:
+        return mask_ids(masks, arr.label, num_nodes)
+    if masks.ndim != 2:
+        raise DatasetError(arr.label, f"shape {masks.shape}, expected [splits, {num_nodes}] or [{num_nodes}]")
+    if not 0 <= split_index < masks.shape[0]:
+        raise DatasetError("--split-index", f"{split_index} out of range: {arr.label} holds {masks.shape[0]} splits")
+    return mask_ids(masks[split_index], arr.label, num_nodes)
+
+
+def read_npz(path, *, split_index: int = 0, name: str | None = None) -> GraphSource:
+    """A GraphSource over a heterophilous-benchmark .npz (keys in KEYS)."""
+    path = Path(path)
+    arrays = {key: NpyArray(path, key) for key in KEYS}
+    feats, edges = arrays["node_features"], arrays["edges"]
+    if len(feats.shape) != 2 or feats.dtype.kind not in "fiub":
+        raise DatasetError(feats.label, f"shape {feats.shape} of {feats.dtype}, expected a numeric [N, F] array")
+    n = feats.shape[0]
+    layout = edges.pair_layout("rows")
+    labels = integer_labels(arrays["node_labels"].read(), arrays["node_labels"].label, n)
+    splits = {s: _split_mask(arrays[key], split_index, n) for s, key in _SPLIT_KEYS.items()}
+    return GraphSource(
+        name=name or path.stem, kind="npz", num_nodes=n, feature_dim=feats.shape[1],
+        edge_chunks=lambda: edges.pair_chunks(layout),
+        feature_chunks=lambda: (c.astype(np.float32, copy=False) for c in feats.row_chunks()),
+        labels=labels, splits=splits,
+        edge_file=edges.label, feature_file=feats.label, label_file=arrays["node_labels"].label,
+        split_files={s: arrays[key].label for s, key in _SPLIT_KEYS.items()},
+        inputs=[path], extra={"split_index": split_index},
+        expected_num_edges=edges.shape[0] if layout == "rows" else edges.shape[1])
+
+
+def add_arguments(parser):
+    """The npz kind's arguments."""
+    parser.add_argument("path", help=".npz with node_features, node_labels, edges, train/val/test_masks")
+    parser.add_argument("--split-index", type=int, default=0, help="which of the stored splits to use (default 0)")
+    parser.add_argument("--name", help="dataset name (default: the file's stem)")
+
+
+def source_from_args(args) -> GraphSource:
+    """read_npz from parsed arguments."""
+    return read_npz(args.path, split_index=args.split_index, name=args.name)
