@@ -21,10 +21,16 @@ NORMS = (None, "batch", "layer")
 
 
 def gcn_adj_t(block) -> torch.Tensor:
-    """Kipf & Welling's D^-1/2 (A + I) D^-1/2 of a block as sparse CSR
-    [num_dst, num_src]: each destination also receives its own row (dst i is
-    src i), degrees are counted inside the block plus the self-loop. Cached on
-    the block like its other adjacencies."""
+    """GCN's propagation matrix of a block, D^-1 (A + I), as sparse CSR
+    [num_dst, num_src]: each destination averages its in-neighbours and itself
+    (dst i is src i), the GCN aggregator of GraphSAGE (Hamilton et al. 2017).
+
+    Kipf & Welling's symmetric D^-1/2 (A + I) D^-1/2 would need each source's
+    degree in the whole graph, which a block does not carry; counting it inside
+    the block instead makes a node's output depend on which other nodes share
+    its batch, so layer-wise inference would not be exact. Cached on the block
+    like its other adjacencies.
+    """
     key = "gcn_self_loops"
     cache = block._adj_cache
     if key not in cache:
@@ -34,28 +40,26 @@ def gcn_adj_t(block) -> torch.Tensor:
 
 def _gcn_adj_t(indptr, indices, num_src, num_dst):
     device = indptr.device
-    deg = indptr.diff()
     dst = torch.arange(num_dst, device=device)
-    rows = torch.cat([torch.repeat_interleave(dst, deg), dst])
+    rows = torch.cat([torch.repeat_interleave(dst, indptr.diff()), dst])
     cols = torch.cat([indices, dst])
     keep = torch.ones_like(rows, dtype=torch.bool)
     keep[: indices.shape[0]] = rows[: indices.shape[0]] != indices  # an existing self-loop counts once
     rows, cols = rows[keep], cols[keep]
     order = torch.argsort(rows * num_src + cols)
     rows, cols = rows[order], cols[order]
-    deg_dst = torch.bincount(rows, minlength=num_dst).float()
-    deg_src = torch.bincount(cols, minlength=num_src).float().clamp(min=1)
-    values = (deg_dst[rows] * deg_src[cols]).rsqrt()
+    deg = torch.bincount(rows, minlength=num_dst)
     crow = torch.zeros(num_dst + 1, dtype=torch.long, device=device)
-    crow[1:] = torch.cumsum(deg_dst.long(), 0)
+    crow[1:] = torch.cumsum(deg, 0)
+    values = 1.0 / deg[rows].float()
     return torch.sparse_csr_tensor(crow, cols, values, size=(num_dst, num_src))
 
 
 class GNNLayer(nn.Module):
     """One bipartite graph layer: conv -> (+ residual) -> norm -> ReLU -> dropout.
 
-    conv: "sage" (mean aggregation plus a root weight), "gcn" (symmetric
-    normalisation with self-loops) or "gat" (`heads` attention heads,
+    conv: "sage" (mean aggregation plus a root weight), "gcn" (one weight
+    on the mean of the in-neighbours and the node itself, see `gcn_adj_t`) or "gat" (`heads` attention heads,
     concatenated to `out_dim` in hidden layers, averaged when
     `activation=False`). norm: None, "batch" or "layer". residual adds a
     linear projection of the destination rows (identity when the sizes match).
