@@ -1,0 +1,138 @@
+"""What the peer baselines share: reading a gnnsys dataset directory without
+gnnsys (the peers run in their own environments), the benchmark's arguments,
+the timed epoch loops and the JSON line a run prints.
+
+The on-disk format is the contract in DESIGN.md: meta.json, CSC indptr.npy /
+indices.npy (sources of node v's in-edges are indices[indptr[v]:indptr[v+1]]),
+features.bin with rows row_stride bytes apart, labels.npy and the *_idx.npy
+splits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FEATURE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class PeerDataset:
+    """A gnnsys dataset in memory as plain tensors: CSC graph, float32 features,
+    labels, splits."""
+
+    def __init__(self, path):
+        path = Path(path)
+        meta_file = path / "meta.json"
+        if not meta_file.is_file():
+            raise SystemExit(f"{path}: not a prepared gnnsys dataset (no meta.json)")
+        meta = json.loads(meta_file.read_text())
+        if meta.get("format") != "gnnsys-dataset":
+            raise SystemExit(f"{meta_file}: format is {meta.get('format')!r}, expected 'gnnsys-dataset'")
+        self.path, self.meta, self.name = path, meta, meta["name"]
+        self.num_nodes = int(meta["num_nodes"])
+        self.indptr = torch.from_numpy(np.load(path / meta["graph"]["indptr"])).long()
+        self.indices = torch.from_numpy(np.load(path / meta["graph"]["indices"])).long()
+        self.features = read_features(path, meta)
+        self.labels = torch.from_numpy(np.load(path / meta["labels"]["file"])).long()
+        self.num_classes = int(meta["labels"]["num_classes"])
+        self.splits = {name: torch.from_numpy(np.load(path / file)).long()
+                       for name, file in meta["splits"].items()}
+
+    def src_dst(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(src, dst) of every stored edge, from the CSC arrays."""
+        dst = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff())
+        return self.indices, dst
+
+
+def read_features(path: Path, meta: dict) -> torch.Tensor:
+    """features.bin as a contiguous float32 [num_nodes, dim] tensor (the row
+    padding dropped)."""
+    f = meta["features"]
+    dtype = FEATURE_DTYPES[f["dtype"]]
+    rows = np.memmap(path / f["file"], dtype=np.uint8, mode="r", shape=(int(meta["num_nodes"]), int(f["row_stride"])))
+    body = np.array(rows[:, :f["dim"] * dtype.itemsize])  # a copy in memory, as the peers keep features
+    return torch.from_numpy(body).view(dtype).reshape(-1, f["dim"]).float()
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    """The arguments every system's run takes (same names for all)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("dataset", help="prepared gnnsys dataset directory")
+    p.add_argument("--fanouts", default="15,10,5", help="neighbours per layer, seeds outwards (PyG order)")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--epochs", type=int, default=1, help="training epochs (0: sampling epoch only)")
+    p.add_argument("--eval", action="store_true", help="validation/test accuracy after the last epoch")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    args.fanouts = [int(v) for v in args.fanouts.split(",")]
+    return args
+
+
+def seed_everything(seed: int):
+    """Seed torch and numpy."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def machine(**versions) -> dict:
+    """The machine and versions a run ran on."""
+    return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(), "platform": platform.platform(), "loadavg": list(os.getloadavg()), **versions}
+
+
+def timed_epoch(batches, gather, step=None) -> dict:
+    """Run one epoch and time its stages.
+
+    batches: the sampler, an iterable of minibatches; gather(batch) -> the
+    input features; step(batch, x) -> loss, one model update (None: sampling
+    and gathering only).
+    Returns {time_s, batches, loss, breakdown: {sample_s, gather_s, compute_s}}.
+    """
+    sample_s = gather_s = compute_s = 0.0
+    losses, n = [], 0
+    start = time.perf_counter()
+    it = iter(batches)
+    while True:
+        t0 = time.perf_counter()
+        batch = next(it, None)
+        t1 = time.perf_counter()
+        sample_s += t1 - t0
+        if batch is None:
+            break
+        x = gather(batch)
+        t2 = time.perf_counter()
+        gather_s += t2 - t1
+        if step is not None:
+            losses.append(float(step(batch, x)))
+            compute_s += time.perf_counter() - t2
+        n += 1
+    out = {"time_s": time.perf_counter() - start, "batches": n,
+           "breakdown": {"sample_s": sample_s, "gather_s": gather_s, "compute_s": compute_s}}
+    if losses:
+        out["loss"] = float(np.mean(losses))
+    return out
+
+
+def accuracy(logits_and_labels) -> float:
+    """Accuracy over an iterable of (logits, labels) pairs."""
+    correct = total = 0
+    for logits, y in logits_and_labels:
+        correct += int((logits.argmax(-1) == y).sum())
+        total += int(y.numel())
+    return correct / max(total, 1)
+
+
+def emit(record: dict):
+    """Print one run's result as a JSON line on stdout."""
+    print(json.dumps(record), flush=True)
+    sys.stdout.flush()

@@ -1,0 +1,88 @@
+"""PyG baseline: one sampling + feature-slicing epoch with NeighborLoader, then
+GraphSAGE training epochs, on a gnnsys dataset directory. Prints one JSON line.
+
+Runs in the PyG peer environment (benchmarks/setup_peers.sh: torch-sparse
+built from source), never imports gnnsys. The loader is given the graph
+without features and the rows of each batch's n_id are sliced here, exactly
+what NeighborLoader's own filtering does, so sampling and slicing are timed
+apart. The model is PyG's usual NeighborLoader GraphSAGE: every layer runs on
+every sampled node and the first batch_size outputs are the seeds'.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import torch_geometric
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import SAGEConv
+
+from common import PeerDataset, accuracy, emit, machine, parse_args, seed_everything, timed_epoch
+
+
+class SAGE(torch.nn.Module):
+    """GraphSAGE (mean) over a sampled subgraph: len(dims) - 1 layers."""
+
+    def __init__(self, dims: list[int], dropout: float):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(SAGEConv(a, b, aggr="mean") for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = dropout
+
+    def forward(self, x, edge_index):
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = layer(h, edge_index)
+            if i < len(self.layers) - 1:
+                h = F.dropout(F.relu(h), self.dropout, self.training)
+        return h
+
+
+def loader(graph, ids, fanouts, batch_size, shuffle):
+    """PyG's NeighborLoader over `ids` (0 workers)."""
+    return NeighborLoader(graph, num_neighbors=fanouts, input_nodes=ids, batch_size=batch_size, shuffle=shuffle)
+
+
+def main():
+    import torch_sparse
+
+    args = parse_args(__doc__)
+    seed_everything(args.seed)
+    data = PeerDataset(args.dataset)
+    src, dst = data.src_dst()
+    graph = Data(edge_index=torch.stack([src, dst]), num_nodes=data.num_nodes)
+    x_all, y_all = data.features, data.labels
+    gather = lambda batch: x_all[batch.n_id]  # noqa: E731
+    train = loader(graph, data.splits["train"], args.fanouts, args.batch_size, shuffle=True)
+
+    record = {"system": "pyg", "dataset": data.name, "config": vars(args),
+              "machine": machine(torch_geometric=torch_geometric.__version__, torch_sparse=torch_sparse.__version__)}
+    record["sampling"] = timed_epoch(train, gather)
+
+    model = SAGE([x_all.shape[1]] + [args.hidden] * (len(args.fanouts) - 1) + [data.num_classes], args.dropout)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+
+    def step(batch, x):
+        opt.zero_grad()
+        out = model(x, batch.edge_index)[:batch.batch_size]
+        loss = F.cross_entropy(out, y_all[batch.n_id[:batch.batch_size]])
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    epochs = []
+    for epoch in range(args.epochs):
+        model.train()
+        epochs.append({"epoch": epoch, **timed_epoch(train, gather, step)})
+    record["epochs"] = epochs
+    if args.eval:
+        model.eval()
+        with torch.no_grad():
+            for split in ("valid", "test"):
+                batches = loader(graph, data.splits[split], args.fanouts, args.batch_size, shuffle=False)
+                record[split] = accuracy((model(x_all[b.n_id], b.edge_index)[:b.batch_size],
+                                          y_all[b.n_id[:b.batch_size]]) for b in batches)
+    emit(record)
+
+
+if __name__ == "__main__":
+    main()
