@@ -1,0 +1,50 @@
+"""What this machine can run, in one place: Triton, CUDA, Triton's interpreter.
+
+Nothing here imports triton at module import: `triton.jit` decides at the
+kernel module's import whether kernels are compiled or interpreted, and the
+standard library of `triton.language` is built the same way when triton is
+first imported. Importing triton early (before a test sets TRITON_INTERPRET=1)
+would fix the mode for the whole process, so the kernel modules are imported
+only when a kernel is about to run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from gnnsys.datasets.errors import DatasetError
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+HAS_CUDA = torch.cuda.is_available()
+TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as set when gnnsys was imported
+
+
+def triton_interpreting() -> bool:
+    """True when triton (imported now if needed) runs kernels in its CPU interpreter."""
+    if not HAS_TRITON:
+        return False
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.standard.cdiv, InterpretedFunction)
+
+
+def require_cuda(what: str) -> None:
+    """Raise a one-line DatasetError naming `what` when CUDA is not available."""
+    if not HAS_CUDA:
+        raise DatasetError(what, "needs a CUDA GPU, but torch.cuda.is_available() is False on this machine")
+
+
+def require_triton(what: str, device: torch.device) -> None:
+    """Raise a one-line DatasetError unless a Triton kernel can run for `device`:
+    compiled on a CUDA device, or interpreted (TRITON_INTERPRET=1) on the CPU."""
+    if not HAS_TRITON:
+        raise DatasetError(what, "needs triton, which is not installed (pip install 'gnnsys[gpu]')")
+    if device.type == "cuda":
+        require_cuda(what)  # compiled, or interpreted with copies to the host and back
+        return
+    if not triton_interpreting():
+        raise DatasetError(what, f"runs Triton kernels on a CUDA device, got device {device} "
+                                 "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)")

@@ -1,0 +1,187 @@
+"""Uniform neighbour sampling on the GPU: a Triton kernel over a CSC in GPU or
+pinned host memory (read zero-copy), with torch ops for relabelling.
+
+The kernel draws exactly what the CPU `NeighborSampler` draws: the same
+splitmix64 counter-based hash (samplers/random_hash.py) keyed by (seed, epoch,
+batch, layer, node, draw index), the same Floyd's algorithm for samples
+without replacement. Relabelling keeps the destination nodes first and
+appends new sources in order of first appearance, and rows are sorted, so the
+MiniBatch equals the CPU sampler's bit for bit.
+
+Import this module only when a kernel is about to run (see gnnsys._capabilities);
+`gnnsys.samplers.factory.make_sampler` does.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from gnnsys._capabilities import require_triton
+from gnnsys.storage.base import check_ids
+
+from .block import Block, MiniBatch
+from .random_hash import stream_key
+
+_BLOCK_S = 64  # destination nodes per program step
+
+
+@triton.jit
+def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_ptr, out_ptr, counts_ptr, n_nodes, fanout,
+                   REPLACE: tl.constexpr, BLOCK_S: tl.constexpr, KP: tl.constexpr):
+    """out[i, m] = global source m of nodes[i] (m < counts[i]); counts[i] = its sample size."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    s_ar = tl.arange(0, BLOCK_S)
+    k_ar = tl.arange(0, KP)
+    stream = tl.load(stream_ptr).to(tl.uint64, bitcast=True)
+    num_tiles = (n_nodes + BLOCK_S - 1) // BLOCK_S
+    for tile in range(pid, num_tiles, nprog):
+        pos = (tile * BLOCK_S + s_ar).to(tl.int64)
+        live = pos < n_nodes
+        v = tl.load(nodes_ptr + pos, mask=live, other=0).to(tl.int64)
+        start = tl.load(indptr_ptr + v, mask=live, other=0)
+        deg = tl.load(indptr_ptr + v + 1, mask=live, other=0) - start
+        if REPLACE:
+            k = tl.where(deg > 0, fanout, 0)
+        else:
+            k = tl.minimum(deg, fanout)
+        # node_key(stream, v) = mix64(stream ^ mix64(v + GOLDEN)): two rounds of the splitmix64 finaliser
+        z = v.to(tl.uint64) + 0x9E3779B97F4A7C15
+        for r in tl.static_range(2):
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+            z = z ^ (z >> 31)
+            if r == 0:
+                z = stream ^ z
+        key = z
+        sel = tl.full((BLOCK_S, KP), -1, tl.int64)
+        draw = tl.zeros((BLOCK_S,), tl.uint64)
+        for m in range(0, fanout):
+            j = deg - k + m  # Floyd: draw from [0, j], keep j itself if the draw was taken
+            if REPLACE:
+                n_draw = deg
+            else:
+                n_draw = j + 1
+            draw += 1
+            h = key + draw * 0x9E3779B97F4A7C15  # draw_below(key, m, n_draw)
+            h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9
+            h = (h ^ (h >> 27)) * 0x94D049BB133111EB
+            h = h ^ (h >> 31)
+            t = (((h >> 32) * tl.maximum(n_draw, 1).to(tl.uint64)) >> 32).to(tl.int64)
+            if not REPLACE:
+                taken = tl.max(tl.where(sel == t[:, None], 1, 0), axis=1) > 0
+                t = tl.where(k == deg, m, tl.where(taken, j, t))
+            sel = tl.where(k_ar[None, :] == m, t[:, None], sel)
+        keep = live[:, None] & (k_ar[None, :] < k[:, None])
+        src = tl.load(indices_ptr + start[:, None] + sel, mask=keep, other=0)
+        tl.store(out_ptr + pos[:, None] * fanout + k_ar[None, :], src.to(tl.int64),
+                 mask=keep & (k_ar[None, :] < fanout))
+        tl.store(counts_ptr + pos, k, mask=live)
+
+
+class GPUNeighborSampler:
+    """NeighborSampler's contract on a GPU: `sample(seeds, epoch, batch) -> MiniBatch`
+    with every tensor on `device`, equal to the CPU sampler's for the same seed.
+
+    indptr/indices: the CSC of in-neighbours; `csc` "gpu" copies them to the
+    device, "pinned" pins them in host memory and the kernel reads them over
+    PCIe (for graphs larger than GPU memory). fanouts as in NeighborSampler
+    (-1: all neighbours, without replacement only). `max_programs` caps the kernel's grid.
+    """
+
+    def __init__(self, indptr, indices, fanouts, replace: bool = False, seed: int = 0, device="cuda",
+                 csc: str = "gpu", max_programs: int | None = None):
+        self.device = torch.device(device)
+        require_triton("the GPU sampler", self.device)
+        indptr, indices = torch.as_tensor(indptr), torch.as_tensor(indices)
+        if indptr.dtype != torch.int64 or indices.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"indptr must be int64 and indices int32/int64, got {indptr.dtype}, {indices.dtype}")
+        if indptr.dim() != 1 or indptr.shape[0] < 1 or int(indptr[0]) != 0 or int(indptr[-1]) != indices.shape[0]:
+            raise ValueError(f"indptr must start at 0 and end at len(indices) = {indices.shape[0]}")
+        fanouts = [int(f) for f in fanouts]
+        if not fanouts or any(f < -1 for f in fanouts):
+            raise ValueError(f"fanouts must be a non-empty list of counts >= 0 or -1 (all), got {fanouts}")
+        if replace and -1 in fanouts:
+            raise ValueError("fanout -1 (all neighbours) with replace=True is not supported by the GPU sampler")
+        if seed < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
+        if csc not in ("gpu", "pinned"):
+            raise ValueError(f"csc must be 'gpu' or 'pinned', got {csc!r}")
+        if csc == "pinned" and self.device.type == "cuda":
+            self.indptr, self.indices = indptr.pin_memory(), indices.pin_memory()
+        else:
+            self.indptr, self.indices = indptr.to(self.device), indices.to(self.device)
+        self.fanouts, self.replace, self.seed, self.csc = fanouts, bool(replace), int(seed), csc
+        self.num_nodes = indptr.shape[0] - 1
+        self.max_programs = max_programs
+
+    def __repr__(self):
+        return (f"GPUNeighborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, replace={self.replace}, "
+                f"seed={self.seed}, device={self.device}, csc={self.csc!r})")
+
+    def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
+        """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
+        seeds = torch.as_tensor(seeds).view(-1)
+        seeds = check_ids(seeds.long() if seeds.numel() == 0 else seeds, self.num_nodes, "seeds")
+        seeds = seeds.to(self.device, torch.int64)
+        if torch.unique(seeds).shape[0] != seeds.shape[0]:
+            raise ValueError("seeds: a node appears more than once")
+        frontier, blocks = seeds, []
+        for layer, fanout in enumerate(self.fanouts):
+            counts, sources = self._sample_layer(frontier, fanout, stream_key(self.seed, epoch, batch, layer))
+            frontier, local = _relabel(frontier, sources)
+            indptr = torch.zeros(counts.shape[0] + 1, dtype=torch.int64, device=self.device)
+            torch.cumsum(counts, 0, out=indptr[1:])
+            blocks.append(Block(indptr, _sort_rows(counts, local, frontier.shape[0]), frontier.shape[0],
+                                counts.shape[0]))
+        blocks.reverse()
+        return MiniBatch(seeds=seeds, input_nodes=frontier, blocks=blocks)
+
+    def _sample_layer(self, nodes, fanout, stream):
+        """(counts [len(nodes)], flat global sources in node order) of one layer."""
+        if fanout == -1:
+            return self._all_neighbours(nodes)
+        n = nodes.shape[0]
+        out = torch.empty((n, fanout), dtype=torch.int64, device=self.device)
+        counts = torch.empty(n, dtype=torch.int64, device=self.device)
+        if n and fanout:
+            key = torch.tensor([np.uint64(stream).astype(np.int64)], dtype=torch.int64, device=self.device)
+            grid = (min(triton.cdiv(n, _BLOCK_S), self.max_programs or 4 * _sm_count(self.device)),)
+            _sample_kernel[grid](self.indptr, self.indices, nodes, key, out, counts, n, fanout,
+                                 REPLACE=self.replace, BLOCK_S=_BLOCK_S, KP=triton.next_power_of_2(fanout))
+        else:
+            counts.zero_()
+        return counts, out[torch.arange(fanout, device=self.device)[None, :] < counts[:, None]]
+
+    def _all_neighbours(self, nodes):
+        host = lambda t: t.to(self.indptr.device)  # noqa: E731  (pinned CSC: index on the host)
+        starts = self.indptr[host(nodes)].to(self.device)
+        counts = self.indptr[host(nodes) + 1].to(self.device) - starts
+        first = torch.cumsum(counts, 0) - counts
+        offsets = torch.arange(int(counts.sum()), device=self.device) + torch.repeat_interleave(starts - first, counts)
+        return counts, self.indices[host(offsets)].to(self.device, torch.int64)
+
+
+def _relabel(frontier: torch.Tensor, sources: torch.Tensor):
+    """(grown frontier, local ids of sources): frontier nodes keep their positions,
+    new sources are appended in order of first appearance."""
+    seq = torch.cat([frontier, sources])
+    uniq, inverse = torch.unique(seq, return_inverse=True)
+    first = torch.full((uniq.shape[0],), seq.shape[0], dtype=torch.int64, device=seq.device)
+    first.scatter_reduce_(0, inverse, torch.arange(seq.shape[0], device=seq.device), "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.shape[0], device=seq.device)
+    return uniq[order], rank[inverse[frontier.shape[0]:]]
+
+
+def _sort_rows(counts: torch.Tensor, local: torch.Tensor, num_src: int) -> torch.Tensor:
+    """Local source ids sorted within each destination row."""
+    row = torch.repeat_interleave(torch.arange(counts.shape[0], device=local.device), counts)
+    return torch.sort(row * num_src + local).values - row * num_src
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1

@@ -1,0 +1,134 @@
+"""Feature tables gathered by the Triton kernel, and the GPU-resident placement.
+
+`TableFeatures` is the FeatureSource over a [num_rows, row_stride] uint8
+table tensor that the GPU can address (GPU memory, or pinned host memory read
+zero-copy); rows come back as dense [n, dim] tensors on `device`.
+`GPUFeatures` copies the whole padded table into GPU memory.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from gnnsys._capabilities import require_cuda, require_triton
+
+from .mmap_features import RowTable
+
+COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
+
+
+class PendingGather:
+    """A launched gather: wait() returns the rows without a host sync (the
+    kernel runs in stream order); check() synchronises and raises IndexError
+    if an id was outside the table (those rows are zero, never foreign bytes)."""
+
+    def __init__(self, value: torch.Tensor, err: torch.Tensor, ids: torch.Tensor, num_rows: int):
+        self.value, self.err, self.ids, self.num_rows = value, err, ids, num_rows
+
+    def wait(self) -> torch.Tensor:
+        return self.value
+
+    def check(self) -> torch.Tensor:
+        """The rows, after verifying every id was inside the table (synchronises)."""
+        pos = int(self.err.item())
+        if pos < self.ids.shape[0]:
+            raise IndexError(f"ids: id {int(self.ids[pos])} at position {pos} out of range [0, {self.num_rows})")
+        return self.value
+
+
+class TableFeatures:
+    """A FeatureSource over a contiguous [num_rows, row_stride] uint8 `table`
+    holding `dim` values of `dtype` per row, gathered by the Triton kernel into
+    tensors on `device`. `max_programs` caps the kernel's grid (None: 2 per SM)."""
+
+    placement = "table"
+
+    def __init__(self, table: torch.Tensor, dim: int, dtype: torch.dtype, device=None,
+                 max_programs: int | None = None):
+        if table.dtype != torch.uint8 or table.dim() != 2 or not table.is_contiguous():
+            raise TypeError("table must be a contiguous 2-D uint8 tensor of rows")
+        if dim * dtype.itemsize > table.shape[1]:
+            raise ValueError(f"rows of {table.shape[1]} bytes cannot hold {dim} x {dtype}")
+        self.table = table
+        self.dtype = dtype
+        self.shape = (table.shape[0], dim)
+        self.device = torch.device(device) if device is not None else table.device
+        self.max_programs = max_programs
+        require_triton(f"{type(self).__name__} on {self.device}", self.device)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the (padded) table."""
+        return self.table.numel()
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids` as a [len(ids), dim] tensor on `device`; IndexError for an
+        id outside the table (checking synchronises with the device)."""
+        return self.gather_async(ids, out).check()
+
+    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> PendingGather:
+        """Launch the gather; the handle's wait() gives the rows with no host sync."""
+        from .triton_gather import gather_rows
+
+        ids = torch.as_tensor(ids)
+        n = ids.shape[0]
+        if out is None:
+            out = torch.empty((n, self.shape[1]), dtype=self.dtype, device=self.device)
+        elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or out.device != self.device:
+            raise ValueError(f"out must be a {self.dtype} tensor of shape {(n, self.shape[1])} on {self.device}")
+        err = gather_rows(self.table, ids, out, self.max_programs)
+        return PendingGather(out, err, ids, self.shape[0])
+
+    def __repr__(self):
+        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+
+def as_row_table(features) -> RowTable:
+    """A RowTable for a RowTable, a UnifiedTensor over one, or a 2-D tensor (copied)."""
+    source = getattr(features, "source", features)
+    if isinstance(source, RowTable):
+        return source
+    if isinstance(source, torch.Tensor) and source.dim() == 2:
+        return RowTable.from_tensor(source)
+    raise TypeError(f"features must be a RowTable, a UnifiedTensor over one or a 2-D tensor, "
+                    f"got {type(source).__name__}")
+
+
+def copy_rows_into(table: np.ndarray, dest: torch.Tensor, chunk_bytes: int = COPY_CHUNK_BYTES,
+                   progress: bool = True) -> torch.Tensor:
+    """Copy the [num_rows, row_stride] uint8 rows of `table` (in memory or a
+    memmap) into the same-shaped tensor `dest` (GPU or pinned host), a chunk at
+    a time, so a memory-mapped table never needs a full pageable copy."""
+    num_rows, stride = table.shape
+    if dest.shape != (num_rows, stride) or dest.dtype != torch.uint8:
+        raise ValueError(f"dest must be a [{num_rows}, {stride}] uint8 tensor")
+    step = max(1, chunk_bytes // max(stride, 1))
+    with tqdm(total=num_rows * stride, unit="B", unit_scale=True, disable=not progress,
+              desc=f"features -> {dest.device}{' (pinned)' if dest.device.type == 'cpu' else ''}") as bar:
+        for start in range(0, num_rows, step):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # a read-only memmap; we only read it
+                chunk = torch.from_numpy(table[start:start + step])
+            dest[start:start + step].copy_(chunk)
+            bar.update(chunk.numel())
+    return dest
+
+
+class GPUFeatures(TableFeatures):
+    """The whole padded table in GPU memory; gathers read HBM."""
+
+    placement = "gpu"
+
+    @classmethod
+    def from_rows(cls, features, device="cuda", max_programs: int | None = None,
+                  progress: bool = True) -> "GPUFeatures":
+        """Copy `features` (see `as_row_table`) into GPU memory, chunk by chunk."""
+        require_cuda("placement 'gpu'")
+        rows = as_row_table(features)
+        device = torch.device(device)
+        table = torch.empty(rows.table.shape, dtype=torch.uint8, device=device)
+        copy_rows_into(rows.table, table, progress=progress)
+        return cls(table, rows.shape[1], rows.dtype, device, max_programs)
