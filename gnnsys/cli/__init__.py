@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("prepare", "info")
+SUBCOMMANDS = ("prepare", "info", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:

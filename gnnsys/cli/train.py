@@ -1,0 +1,114 @@
+"""`gnnsys train DIR [options]`: train a GNN on a prepared dataset.
+
+Each group of options is one `add_*_arguments(parser)` function listed in
+ARGUMENT_GROUPS; every option's `dest` is the name of a `gnnsys.train`
+keyword, so a new option (e.g. `--mode`, `--features`, `--sampler`) is one
+function here plus that keyword, and nothing else changes. Options left out
+are left out of the call too, so `gnnsys.train`'s defaults are the only ones.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+
+from gnnsys.train import train
+
+DEFAULTS = {name: p.default for name, p in inspect.signature(train).parameters.items()}
+
+
+def _default(name: str) -> str:
+    value = DEFAULTS[name]
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def fanout_list(text: str) -> list[int]:
+    """argparse type for "15,10,5" (-1 = every neighbour)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 15,10,5, got {text!r}")
+    if any(v < -1 or v == 0 for v in values):
+        raise argparse.ArgumentTypeError(f"fanouts must be positive or -1 (all), got {text!r}")
+    return values
+
+
+def add_model_arguments(p):
+    g = p.add_argument_group("model")
+    g.add_argument("--model", choices=["sage", "gcn", "gat"], help="conv layer")
+    g.add_argument("--hidden", type=int, help="hidden size")
+    g.add_argument("--layers", type=int, help="number of layers (default: one per fanout)")
+    g.add_argument("--dropout", type=float, help="dropout after hidden layers")
+    g.add_argument("--input-dropout", type=float, help="dropout on input features")
+    g.add_argument("--norm", choices=["batch", "layer"], help="normalisation after hidden layers")
+    g.add_argument("--residual", action="store_true", help="residual connections in hidden layers")
+    g.add_argument("--heads", type=int, help="GAT attention heads")
+
+
+def add_sampling_arguments(p):
+    g = p.add_argument_group("sampling")
+    g.add_argument("--fanouts", type=fanout_list, help="neighbours per layer, output layer first")
+    g.add_argument("--batch-size", type=int, help="seeds per minibatch")
+    g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
+
+
+def add_optimizer_arguments(p):
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, help="epochs")
+    g.add_argument("--lr", type=float, help="Adam learning rate")
+    g.add_argument("--weight-decay", type=float, help="Adam weight decay")
+    g.add_argument("--seed", type=int, help="random seed")
+
+
+def add_run_arguments(p):
+    g = p.add_argument_group("run")
+    g.add_argument("--device", help="cpu, cuda or cuda:N")
+    g.add_argument("--eval-every", type=int, help="evaluate every N epochs")
+    g.add_argument("--eval-batch-size", type=int, help="nodes per inference batch")
+    g.add_argument("--metric", choices=["auto", "acc", "auc"],
+                   help="auto: ROC AUC for 2 classes, else accuracy")
+    g.add_argument("--checkpoint-dir", help="write a checkpoint here after every epoch")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
+    g.add_argument("--json", dest="json_out", metavar="OUT", help="write the TrainResult JSON here")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+
+
+ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_optimizer_arguments, add_run_arguments)
+
+
+def add_parser(sub):
+    p = sub.add_parser("train", help="train a GNN on a prepared dataset", argument_default=argparse.SUPPRESS)
+    p.add_argument("path", help="prepared dataset directory")
+    for add in ARGUMENT_GROUPS:
+        add(p)
+    for action in p._actions:  # show gnnsys.train's defaults, the only ones
+        value = DEFAULTS.get(action.dest)
+        if value is not None and not isinstance(value, bool) and action.help:
+            action.help += f" (default {_default(action.dest)})"
+    return p
+
+
+def options_from_args(args) -> dict:
+    """The `gnnsys.train` keywords among the parsed options."""
+    names = inspect.signature(train).parameters
+    return {k: v for k, v in vars(args).items() if k in names and k != "dataset"}
+
+
+def format_table(result) -> str:
+    """One row per epoch (loss, metrics, time); the best epoch is starred."""
+    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+    lines = [f"{'epoch':>6} {'loss':>8} {'train':>7} {'valid':>7} {'test':>7} {'time_s':>8}"]
+    for r in result.epochs:
+        star = "*" if r["epoch"] == result.best_epoch else " "
+        lines.append(f"{r['epoch'] + 1:>5}{star} {r['loss']:>8.4f} {fmt(r['train']):>7} {fmt(r['valid']):>7} "
+                     f"{fmt(r['test']):>7} {r['time_s']:>8.2f}")
+    if result.best_epoch is not None:
+        lines.append(f"test {result.metric} {result.test:.4f} at best validation epoch {result.best_epoch + 1}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    result = train(args.path, **options_from_args(args))
+    print(format_table(result))
+    if getattr(args, "json_out", None):
+        print(f"written to {result.save(args.json_out)}")
+    return 0
