@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .base import Ready, check_ids
-from .gather_cpu import gather_rows
+from .gather_cpu import gather_rows, word_view
 
 
 class RowTable:
@@ -27,6 +27,7 @@ class RowTable:
         self.row_bytes = dim * dtype.itemsize
         if self.row_bytes > table.shape[1]:
             raise ValueError(f"rows of {table.shape[1]} bytes cannot hold {dim} x {dtype}")
+        self._words = word_view(self.table, self.row_bytes)
 
     @classmethod
     def from_tensor(cls, x: torch.Tensor) -> "RowTable":
@@ -36,6 +37,7 @@ class RowTable:
         return cls(raw, x.shape[1], x.dtype)
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids` (exact stored values) as a [len(ids), dim] tensor, in `out` if given."""
         ids = check_ids(torch.as_tensor(ids), self.shape[0])
         n = ids.shape[0]
         if out is None:
@@ -43,9 +45,10 @@ class RowTable:
         elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {(n, self.shape[1])}")
         if n:
-            raw = out.view(torch.uint8).reshape(n, self.row_bytes).numpy()
-            gather_rows(self.table, ids.numpy(), raw)
+            raw = out.view(torch.uint8).reshape(n, self.row_bytes).numpy().view(self._words.dtype)
+            gather_rows(self._words, ids.numpy(), raw)
         return out
 
     def gather_async(self, ids, out=None):
+        """gather, already complete (a CPU gather is synchronous)."""
         return Ready(self.gather(ids, out))

@@ -1,0 +1,210 @@
+"""Uniform neighbour sampling over the CSC graph (numba, releases the GIL).
+
+One layer, from its destination nodes: `_count` sizes each node's sample,
+`_fill` draws the sources (parallel over nodes, counter-based randomness),
+`_relabel` turns global source ids into local ones (the destination nodes keep
+their positions, new sources are appended in order of first appearance), and
+`_sort_rows` sorts each row's local ids. The next layer's destination nodes
+are this layer's sources, so one global -> local map serves the whole batch
+and `input_nodes` lists the seeds first.
+"""
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+import torch
+
+from gnnsys.storage.base import check_ids
+
+from .block import Block, MiniBatch
+from .random_hash import draw_below, node_key, stream_key
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _count(indptr, nodes, fanout, replace, counts):
+    """counts[i + 1] = number of sources drawn for nodes[i]."""
+    for i in numba.prange(nodes.shape[0]):
+        v = nodes[i]
+        deg = indptr[v + 1] - indptr[v]
+        if fanout < 0:
+            counts[i + 1] = deg
+        elif replace:
+            counts[i + 1] = fanout if deg > 0 else 0
+        else:
+            counts[i + 1] = min(fanout, deg)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _fill(indptr, indices, nodes, offsets, replace, stream, out):
+    """out[offsets[i]:offsets[i + 1]] = sampled global sources of nodes[i].
+
+    All of them when the count equals the degree (and not `replace`), draws
+    with repeats when `replace`, otherwise Floyd's algorithm: a uniform
+    k-subset of the positions from k draws, with no repeats. Positions are
+    drawn first and looked up in a second pass, whose independent loads the
+    CPU overlaps (the graph is read at random).
+    """
+    for i in numba.prange(nodes.shape[0]):
+        v = nodes[i]
+        deg = indptr[v + 1] - indptr[v]
+        o = offsets[i]
+        k = offsets[i + 1] - o
+        if k == 0:
+            continue
+        key = node_key(stream, v)
+        if replace:
+            for j in range(k):
+                out[o + j] = draw_below(key, j, deg)
+        elif k == deg:
+            for j in range(k):
+                out[o + j] = j
+        else:
+            for m in range(k):
+                j = deg - k + m
+                t = draw_below(key, m, j + 1)
+                for q in range(m):
+                    if out[o + q] == t:
+                        t = j
+                        break
+                out[o + m] = t
+    for i in numba.prange(nodes.shape[0]):
+        start = indptr[nodes[i]]
+        for e in range(offsets[i], offsets[i + 1]):
+            out[e] = indices[start + out[e]]
+
+
+@numba.njit(nogil=True, cache=True)
+def _claim_seeds(seeds, local):
+    """local[seeds[i]] = i; returns the index of the first repeated seed, or -1
+    (entries set before it are left for the caller to reset)."""
+    for i in range(seeds.shape[0]):
+        if local[seeds[i]] >= 0:
+            return i
+        local[seeds[i]] = i
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def _relabel(sources, local, frontier, size):
+    """Local ids of `sources`; unseen nodes are appended to frontier[size:].
+    Returns (local ids, new frontier size)."""
+    out = np.empty(sources.shape[0], np.int64)
+    for e in range(sources.shape[0]):
+        u = sources[e]
+        lid = local[u]
+        if lid < 0:
+            lid = size
+            local[u] = size
+            frontier[size] = u
+            size += 1
+        out[e] = lid
+    return out, size
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _sort_rows(indptr, ids):
+    """Sort each row of the CSR in place (insertion sort for short rows)."""
+    for i in numba.prange(indptr.shape[0] - 1):
+        a, b = indptr[i], indptr[i + 1]
+        if b - a > 32:
+            ids[a:b].sort()
+            continue
+        for p in range(a + 1, b):
+            x = ids[p]
+            q = p - 1
+            while q >= a and ids[q] > x:
+                ids[q + 1] = ids[q]
+                q -= 1
+            ids[q + 1] = x
+
+
+def _as_numpy(t, name: str, dtypes) -> np.ndarray:
+    a = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    if a.ndim != 1 or a.dtype not in dtypes:
+        raise TypeError(f"{name} must be a 1-D array of {' or '.join(map(str, dtypes))}, "
+                        f"got {a.ndim}-D {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+class NeighborSampler:
+    """Samples the multi-layer computation graph of a batch of seed nodes.
+
+    indptr/indices: the CSC of in-neighbours (torch or numpy; int64 indptr,
+    int32/int64 indices). fanouts: neighbours per node, from the output layer
+    inwards as in PyG (`[15, 10, 5]`); -1 takes every neighbour. Sampling is
+    without replacement unless `replace`. Each draw is a hash of (seed, epoch,
+    batch, layer, node, draw index), so `sample` is reproducible and does not
+    depend on the number of threads. Safe to call from several threads at once.
+    """
+
+    def __init__(self, indptr, indices, fanouts, replace: bool = False, seed: int = 0):
+        self.indptr = _as_numpy(indptr, "indptr", (np.dtype(np.int64),))
+        self.indices = _as_numpy(indices, "indices", (np.dtype(np.int32), np.dtype(np.int64)))
+        if self.indptr.shape[0] < 1 or self.indptr[0] != 0 or self.indptr[-1] != self.indices.shape[0]:
+            raise ValueError(f"indptr must start at 0 and end at len(indices) = {self.indices.shape[0]}")
+        fanouts = [int(f) for f in fanouts]
+        if not fanouts or any(f < -1 for f in fanouts):
+            raise ValueError(f"fanouts must be a non-empty list of counts >= 0 or -1 (all), got {fanouts}")
+        if seed < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
+        self.fanouts = fanouts
+        self.replace = bool(replace)
+        self.seed = int(seed)
+        self.num_nodes = self.indptr.shape[0] - 1
+        self._map_dtype = np.int32 if self.num_nodes < 2**31 else np.int64
+        self._free_maps = []  # global -> local arrays (all -1), one per concurrent caller
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return (f"NeighborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, "
+                f"replace={self.replace}, seed={self.seed})")
+
+    def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
+        """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
+        seeds = torch.as_tensor(seeds).view(-1)
+        if seeds.numel() == 0:
+            seeds = seeds.long()
+        seeds = check_ids(seeds, self.num_nodes, "seeds").numpy().astype(np.int64)
+        local = self._acquire_map()
+        repeated = _claim_seeds(seeds, local)
+        if repeated >= 0:
+            local[seeds[:repeated]] = -1
+            self._release_map(local)
+            raise ValueError(f"seeds: node {seeds[repeated]} appears more than once (position {repeated})")
+        blocks, frontier, size = self._sample(seeds, epoch, batch, local)  # on error the map is dropped
+        local[frontier[:size]] = -1
+        self._release_map(local)
+        return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(frontier[:size]),
+                         blocks=blocks)
+
+    def _sample(self, seeds, epoch, batch, local):
+        frontier, size = seeds, seeds.shape[0]
+        blocks = []
+        for layer, fanout in enumerate(self.fanouts):
+            num_dst = size
+            indptr = np.zeros(num_dst + 1, np.int64)
+            _count(self.indptr, frontier[:num_dst], fanout, self.replace, indptr)
+            np.cumsum(indptr, out=indptr)
+            sources = np.empty(int(indptr[-1]), self.indices.dtype)
+            stream = np.uint64(stream_key(self.seed, epoch, batch, layer))
+            _fill(self.indptr, self.indices, frontier[:num_dst], indptr, self.replace, stream, sources)
+            grown = np.empty(num_dst + sources.shape[0], np.int64)
+            grown[:num_dst] = frontier[:num_dst]
+            ids, size = _relabel(sources, local, grown, num_dst)
+            frontier = grown
+            _sort_rows(indptr, ids)
+            blocks.append(Block(torch.from_numpy(indptr), torch.from_numpy(ids), size, num_dst))
+        blocks.reverse()
+        return blocks, frontier, size
+
+    def _acquire_map(self) -> np.ndarray:
+        with self._lock:
+            if self._free_maps:
+                return self._free_maps.pop()
+        return np.full(self.num_nodes, -1, self._map_dtype)
+
+    def _release_map(self, local: np.ndarray):
+        with self._lock:
+            self._free_maps.append(local)
