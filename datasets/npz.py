@@ -94,11 +94,15 @@ class NpyArray:
             yield f
 
     def _read(self, f, count: int) -> np.ndarray:
-        want = count * self.dtype.itemsize
-        data = f.read(want)
-        if len(data) != want:
-            raise DatasetError(self.label, f"truncated: {len(data)} of {want} bytes of data")
-        return np.frombuffer(data, self.dtype, count)
+        out = np.empty(count, self.dtype)
+        view = memoryview(out).cast("B")
+        done = 0
+        while done < view.nbytes:
+            got = f.readinto(view[done:])
+            if not got:
+                raise DatasetError(self.label, f"truncated: {done} of {view.nbytes} bytes of data")
+            done += got
+        return out
 
     def read(self) -> np.ndarray:
         """The whole array (for the small ones: labels, masks, counts)."""

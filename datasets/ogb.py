@@ -106,6 +106,8 @@ def _npz_layout(raw: Path, inverse: bool) -> dict:
         raise DatasetError(feats.label, f"shape {feats.shape}, but {counts['num_nodes_list'].label} says {n} nodes")
     if len(edges.shape) != 2 or edges.shape[0] != 2:
         raise DatasetError(edges.label, f"shape {edges.shape}, expected [2, E]")
+    if edges.shape[1] != e:
+        raise DatasetError(counts["num_edges_list"].label, f"says {e} edges, but {edges.label} holds {edges.shape[1]}")
     label_arr = NpyArray(label_npz, "node_label")
     return dict(num_nodes=n, feature_dim=feats.shape[1], expected_num_edges=e * (2 if inverse else 1),
                 labels=integer_labels(label_arr.read(), label_arr.label, n),

@@ -44,7 +44,8 @@ class PrepareOptions:
 
 
 def _bar(opts, total, desc, unit):
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=not opts.progress,
+    # disable=None: bars only on a terminal, so logs and captured stderr keep just the messages
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=None if opts.progress else True,
                 dynamic_ncols=True, leave=False)
 
 
