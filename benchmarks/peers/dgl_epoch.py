@@ -3,41 +3,58 @@ epochs, on a gnnsys dataset directory. Prints one JSON line.
 
 Runs in the DGL peer environment (benchmarks/setup_peers.sh), never imports
 gnnsys. DGL's NeighborSampler lists fanouts from the input layer outwards, so
-the PyG-order --fanouts 15,10,5 becomes [5, 10, 15] here.
+the PyG-order --fanouts 15,10,5 becomes [5, 10, 15] here. Accuracy comes from
+DGL's usual exact layer-wise inference (MultiLayerFullNeighborSampler(1)).
 """
 from __future__ import annotations
 
 import dgl
 import torch
 import torch.nn.functional as F
-from dgl.dataloading import DataLoader, NeighborSampler
+from dgl.dataloading import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
 from dgl.nn import SAGEConv
 
-from common import PeerDataset, accuracy, emit, machine, parse_args, seed_everything, timed_epoch
+from common import PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch
 
 
 class SAGE(torch.nn.Module):
-    """GraphSAGE (mean) over DGL blocks: len(dims) - 1 layers."""
+    """GraphSAGE (mean) over DGL blocks: len(dims) - 1 layers, ReLU and
+    dropout after every hidden layer."""
 
     def __init__(self, dims: list[int], dropout: float):
         super().__init__()
         self.layers = torch.nn.ModuleList(SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:]))
         self.dropout = dropout
 
-    def forward(self, blocks, x):
-        h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, h)
-            if i < len(self.layers) - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
+    def layer(self, i: int, block, h: torch.Tensor) -> torch.Tensor:
+        """Layer i on one block: rows of its destination nodes."""
+        h = self.layers[i](block, h)
+        if i < len(self.layers) - 1:
+            h = F.dropout(F.relu(h), self.dropout, self.training)
         return h
 
+    def forward(self, blocks, x):
+        for i, block in enumerate(blocks):
+            x = self.layer(i, block, x)
+        return x
 
-def loader(graph, ids, fanouts, batch_size, shuffle):
+
+def loader(graph, ids, sampler, batch_size, shuffle):
     """DGL's DataLoader over `ids` with 0 workers, on the CPU."""
-    sampler = NeighborSampler(list(reversed(fanouts)))
-    return DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=shuffle, drop_last=False,
-                      num_workers=0)
+    return DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=shuffle, drop_last=False, num_workers=0)
+
+
+@torch.no_grad()
+def layerwise_logits(model, graph, x, batch_size):
+    """Exact logits of every node, one layer at a time over all nodes."""
+    model.eval()
+    batches = loader(graph, torch.arange(graph.num_nodes()), MultiLayerFullNeighborSampler(1), batch_size, False)
+    for i, conv in enumerate(model.layers):
+        out = torch.empty(graph.num_nodes(), conv._out_feats)
+        for input_nodes, output_nodes, blocks in batches:
+            out[output_nodes] = model.layer(i, blocks[0], x[input_nodes])
+        x = out
+    return x
 
 
 def main():
@@ -51,7 +68,8 @@ def main():
     graph.create_formats_()
     x_all, y_all = data.features, data.labels
     gather = lambda batch: x_all[batch[0]]  # noqa: E731  (input_nodes, output_nodes, blocks)
-    train = loader(graph, data.splits["train"], args.fanouts, args.batch_size, shuffle=True)
+    train = loader(graph, data.splits["train"], NeighborSampler(list(reversed(args.fanouts))), args.batch_size,
+                   shuffle=True)
 
     record = {"system": "dgl", "dataset": data.name, "config": vars(args),
               "machine": machine(dgl=dgl.__version__)}
@@ -73,12 +91,8 @@ def main():
         model.train()
         epochs.append({"epoch": epoch, **timed_epoch(train, gather, step)})
     record["epochs"] = epochs
-    if args.eval:
-        model.eval()
-        with torch.no_grad():
-            for split in ("valid", "test"):
-                batches = loader(graph, data.splits[split], args.fanouts, args.batch_size, shuffle=False)
-                record[split] = accuracy((model(b, x_all[i]), y_all[s]) for i, s, b in batches)
+    if args.eval and args.epochs:
+        record.update(split_accuracy(layerwise_logits(model, graph, x_all, args.eval_batch_size), y_all, data.splits))
     emit(record)
 
 

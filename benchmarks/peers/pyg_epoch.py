@@ -6,7 +6,9 @@ built from source), never imports gnnsys. The loader is given the graph
 without features and the rows of each batch's n_id are sliced here, exactly
 what NeighborLoader's own filtering does, so sampling and slicing are timed
 apart. The model is PyG's usual NeighborLoader GraphSAGE: every layer runs on
-every sampled node and the first batch_size outputs are the seeds'.
+every sampled node and the first batch_size outputs are the seeds'. Accuracy
+comes from PyG's usual exact layer-wise inference (NeighborLoader with
+num_neighbors=[-1] over all nodes, one layer at a time).
 """
 from __future__ import annotations
 
@@ -17,29 +19,47 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import SAGEConv
 
-from common import PeerDataset, accuracy, emit, machine, parse_args, seed_everything, timed_epoch
+from common import PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch
 
 
 class SAGE(torch.nn.Module):
-    """GraphSAGE (mean) over a sampled subgraph: len(dims) - 1 layers."""
+    """GraphSAGE (mean) over a sampled subgraph: len(dims) - 1 layers, ReLU
+    and dropout after every hidden layer."""
 
     def __init__(self, dims: list[int], dropout: float):
         super().__init__()
         self.layers = torch.nn.ModuleList(SAGEConv(a, b, aggr="mean") for a, b in zip(dims[:-1], dims[1:]))
         self.dropout = dropout
 
-    def forward(self, x, edge_index):
-        h = x
-        for i, layer in enumerate(self.layers):
-            h = layer(h, edge_index)
-            if i < len(self.layers) - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
+    def layer(self, i: int, h: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """Layer i over the subgraph's edges: one row per subgraph node."""
+        h = self.layers[i](h, edge_index)
+        if i < len(self.layers) - 1:
+            h = F.dropout(F.relu(h), self.dropout, self.training)
         return h
+
+    def forward(self, x, edge_index):
+        for i in range(len(self.layers)):
+            x = self.layer(i, x, edge_index)
+        return x
 
 
 def loader(graph, ids, fanouts, batch_size, shuffle):
     """PyG's NeighborLoader over `ids` (0 workers)."""
     return NeighborLoader(graph, num_neighbors=fanouts, input_nodes=ids, batch_size=batch_size, shuffle=shuffle)
+
+
+@torch.no_grad()
+def layerwise_logits(model, graph, x, batch_size):
+    """Exact logits of every node, one layer at a time over all nodes."""
+    model.eval()
+    batches = loader(graph, None, [-1], batch_size, shuffle=False)
+    for i, conv in enumerate(model.layers):
+        out = torch.empty(graph.num_nodes, conv.out_channels)
+        for b in batches:
+            out[b.n_id[:b.batch_size]] = model.layer(i, x[b.n_id], b.edge_index)[:b.batch_size]
+        x = out
+    return x
 
 
 def main():
@@ -74,13 +94,8 @@ def main():
         model.train()
         epochs.append({"epoch": epoch, **timed_epoch(train, gather, step)})
     record["epochs"] = epochs
-    if args.eval:
-        model.eval()
-        with torch.no_grad():
-            for split in ("valid", "test"):
-                batches = loader(graph, data.splits[split], args.fanouts, args.batch_size, shuffle=False)
-                record[split] = accuracy((model(x_all[b.n_id], b.edge_index)[:b.batch_size],
-                                          y_all[b.n_id[:b.batch_size]]) for b in batches)
+    if args.eval and args.epochs:
+        record.update(split_accuracy(layerwise_logits(model, graph, x_all, args.eval_batch_size), y_all, data.splits))
     emit(record)
 
 
