@@ -1,0 +1,211 @@
+"""Process groups for multi-process training, and what happens when one fails.
+
+Two ways to start W workers that run `fn(ctx, *args)`:
+
+- `launch(fn, world_size, args)`: from Python, with torch.multiprocessing
+  (spawn). The parent hosts the TCPStore that the workers rendezvous on and
+  watches them; it returns when all finish, and otherwise raises `WorkerError`
+  naming the worker and the cause.
+- `run_from_env(fn, *args)` under `torchrun` (env:// rendezvous: RANK,
+  WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK).
+
+The backend is NCCL when the workers run on CUDA devices and gloo on the CPU.
+Fault handling has three layers, so nothing hangs:
+1. a worker whose `fn` raises writes "worker R: Type: message" to the store
+   under `ERROR_KEY` before exiting with status 1;
+2. every worker runs a watchdog thread that polls that key (and the store
+   itself) and exits the process with status 1 within `poll_s` once another
+   worker has failed or the store has gone away; the parent does the same and
+   terminates the rest (SIGTERM, then SIGKILL after `grace_s`);
+3. collectives and point-to-point waits time out after `timeout_s` (a worker
+   that hangs without dying). A worker that dies without reporting (a signal,
+   `os._exit`) is named by its exit code / signal by `launch`.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+ERROR_KEY = "gnnsys/error"
+
+
+class WorkerError(RuntimeError):
+    """A worker failed: `rank` and a one-line `cause` (exception or exit status)."""
+
+    def __init__(self, rank: int, cause: str):
+        self.rank, self.cause = rank, cause
+        super().__init__(f"worker {rank} failed: {cause}")
+
+
+@dataclass
+class WorkerContext:
+    """What a worker's function receives: its rank, the world size, the
+    backend ("gloo" or "nccl") and its device."""
+
+    rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+
+
+def choose_backend(device: str | torch.device = "cpu") -> str:
+    """"nccl" for CUDA devices, else "gloo"."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _start_watchdog(store, rank: int, poll_s: float):
+    """Exit this process (status 1) when another worker reported a failure or
+    the store stopped answering."""
+    def watch():
+        while True:
+            time.sleep(poll_s)
+            try:
+                failed = store.check([ERROR_KEY])
+                cause = store.get(ERROR_KEY).decode() if failed else None
+            except Exception as e:  # noqa: BLE001 - any store failure means the group is gone
+                cause = f"lost the rendezvous store ({_describe(e)})"
+            if cause is not None:
+                print(f"gnnsys worker {rank}: stopping: {cause}", file=sys.stderr, flush=True)
+                os._exit(1)
+
+    threading.Thread(target=watch, name="gnnsys-watchdog", daemon=True).start()
+
+
+def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, timeout_s, poll_s):
+    """Set up the process group, run fn, report a failure to the store."""
+    try:
+        dist.init_process_group(backend, store=dist.PrefixStore("pg", pg_store), rank=rank,
+                                world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
+        _start_watchdog(watch_store, rank, poll_s)
+        fn(WorkerContext(rank, world_size, backend, device), *args)
+        dist.barrier()
+    except BaseException as e:
+        try:
+            watch_store.set(ERROR_KEY, f"worker {rank}: {_describe(e)}")
+        except Exception:  # noqa: BLE001 - the store may be gone; exiting non-zero still tells the launcher
+            pass
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)  # skip destroy/atexit hooks that could block on dead peers
+    dist.destroy_process_group()
+
+
+def _device_for(local_rank: int, device: str) -> torch.device:
+    if device == "cuda":
+        return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
+    return torch.device(device)
+
+
+def _spawned(rank, fn, args, world_size, device, host, port, timeout_s, poll_s):
+    dev = _device_for(rank, device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    watch = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s)
+
+
+def launch(fn, world_size: int, args: tuple = (), *, device: str = "cpu", timeout_s: float = 120.0,
+           deadline_s: float | None = None, poll_s: float = 0.2, grace_s: float = 5.0) -> None:
+    """Run `fn(ctx, *args)` in `world_size` spawned processes and wait.
+
+    Raises WorkerError (rank and cause) as soon as one worker fails, after
+    terminating the others; TimeoutError when `deadline_s` passes. fn and args
+    must be picklable (fn a module-level function)."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    host, port = "127.0.0.1", _free_port()
+    store = dist.TCPStore(host, port, world_size, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_spawned, name=f"gnnsys-worker-{r}", daemon=False,
+                         args=(r, fn, args, world_size, device, host, port, timeout_s, poll_s))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    try:
+        _watch(procs, store, deadline_s, poll_s)
+    finally:
+        _stop(procs, grace_s)
+
+
+def _exit_cause(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def _watch(procs, store, deadline_s, poll_s):
+    start = time.monotonic()
+    while True:
+        if store.check([ERROR_KEY]):
+            rank, _, cause = store.get(ERROR_KEY).decode().partition(": ")
+            raise WorkerError(int(rank.split()[-1]), cause)
+        codes = [p.exitcode for p in procs]
+        dead = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if dead:
+            time.sleep(poll_s)  # a worker that raised may still be writing its report
+            if store.check([ERROR_KEY]):
+                continue
+            first = min(dead, key=lambda r: (procs[r].exitcode >= 0, r))  # signals before statuses
+            raise WorkerError(first, _exit_cause(procs[first].exitcode))
+        if all(c == 0 for c in codes):
+            return
+        if deadline_s is not None and time.monotonic() - start > deadline_s:
+            running = [r for r, c in enumerate(codes) if c is None]
+            raise TimeoutError(f"workers {running} still running after {deadline_s:.0f} s; terminated")
+        time.sleep(poll_s)
+
+
+def _stop(procs, grace_s):
+    """SIGTERM every live worker, SIGKILL what is left after grace_s."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(end - time.monotonic(), 0))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_s: float = 0.2) -> None:
+    """Run `fn(ctx, *args)` as one worker started by torchrun (env://).
+    On failure the process exits with status 1 after reporting to the store,
+    and torchrun stops the other workers (their watchdogs do too)."""
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise RuntimeError(f"run_from_env: environment variable {var} is not set (start with torchrun)")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = _device_for(int(os.environ.get("LOCAL_RANK", rank)), device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+    watch = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          is_master=False, timeout=timeout)
+    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s)
