@@ -34,7 +34,8 @@ _ALLOWED = {
     ("copy_reg", "_reconstructor"), ("copyreg", "_reconstructor"),
     ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
 }
 _SPARSE = ("csr_matrix", "csc_matrix", "coo_matrix", "lil_matrix", "dok_matrix")
 
