@@ -155,8 +155,13 @@ def pair_layout(shape, label: str, prefer: str = "rows") -> str:
 
 
 def _skip(f, nbytes: int):
-    """Advance a handle by `nbytes` (a zip member decompresses through them)."""
-    f.seek(nbytes, 1)
+    """Advance a handle by `nbytes`. A zip member is read through in bounded
+    pieces (ZipExtFile.seek would read up to 16 MiB at once)."""
+    if not isinstance(f, zipfile.ZipExtFile):
+        f.seek(nbytes, 1)
+        return
+    while nbytes > 0 and (got := len(f.read(min(nbytes, CHUNK_BYTES)))):
+        nbytes -= got
 
 
 def integer_labels(values: np.ndarray, label: str, num_nodes: int) -> np.ndarray:

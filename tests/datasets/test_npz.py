@@ -1,0 +1,114 @@
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from gnnsys.datasets import load_dataset, npz
+from gnnsys.datasets.errors import DatasetError
+from gnnsys.datasets.npz import NpyArray
+from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
+                                     run_cli, write_heterophilous)
+
+
+@pytest.mark.parametrize("reorder", ["none", "degree"])
+def test_round_trip(tmp_path, capsys, small_chunks, reorder):
+    a = graph_arrays()
+    path = write_heterophilous(tmp_path / "tolokers.npz", a)
+    out = tmp_path / "out"
+    assert run_cli(capsys, "prepare", "npz", path, "-o", out, "--reorder", reorder, "--no-progress")[0] == 0
+    ds = check_round_trip(out, a)
+    assert ds.name == "tolokers" and ds.meta["source"]["split_index"] == 0
+    if reorder == "none":
+        check_verify_catches_corruption(out, tmp_path, capsys)
+
+
+def test_split_index_and_one_dimensional_masks(tmp_path, capsys):
+    a = graph_arrays()
+    path = write_heterophilous(tmp_path / "g.npz", a, num_splits=3)
+    masks = np.load(path)
+    assert run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "s2", "--split-index", "2", "--no-progress")[0] == 0
+    ds = load_dataset(tmp_path / "s2")
+    assert np.array_equal(ds.split("valid").numpy(), np.flatnonzero(masks["val_masks"][2]))
+    single = {k: masks[k] for k in masks.files}
+    for k in ("train_masks", "val_masks", "test_masks"):
+        single[k] = single[k][1]
+    np.savez(tmp_path / "one.npz", **single)
+    assert run_cli(capsys, "prepare", "npz", tmp_path / "one.npz", "-o", tmp_path / "s1", "--no-progress")[0] == 0
+    assert np.array_equal(load_dataset(tmp_path / "s1").split("test").numpy(), np.flatnonzero(single["test_masks"]))
+    assert_fails(run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "bad", "--split-index", "3"),
+                 "--split-index: 3 out of range", "holds 3 splits")
+
+
+@pytest.mark.parametrize("shape", ["rows", "columns"])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("compressed", [True, False])
+def test_pair_chunks(tmp_path, shape, order, compressed):
+    pairs = np.random.default_rng(0).integers(0, 1000, (1001, 2))
+    arr = np.asarray(pairs if shape == "rows" else pairs.T, order=order)
+    (np.savez_compressed if compressed else np.savez)(tmp_path / "e.npz", edges=arr)
+    member = NpyArray(tmp_path / "e.npz", "edges")
+    assert member.pair_layout() == shape
+    chunks = list(member.pair_chunks(shape, count=100))
+    assert len(chunks) == 11
+    assert np.array_equal(np.concatenate([a for a, _ in chunks]), pairs[:, 0])
+    assert np.array_equal(np.concatenate([b for _, b in chunks]), pairs[:, 1])
+
+
+def test_members_are_read_in_slices(tmp_path, monkeypatch):
+    edges = np.arange(2 * 500_000, dtype=np.int64).reshape(2, -1)  # 8 MB
+    np.savez(tmp_path / "big.npz", edge_index=edges, node_feat=np.ones((100_000, 10), np.float32))
+    monkeypatch.setattr(npz, "CHUNK_BYTES", 1 << 16)
+    tracemalloc.start()
+    total = 0
+    for a, b in NpyArray(tmp_path / "big.npz", "edge_index").pair_chunks("columns"):
+        total += int(b.sum() - a.sum())
+    for rows in NpyArray(tmp_path / "big.npz", "node_feat").row_chunks():
+        total += rows.shape[0]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert total == 500_000 * 500_000 + 100_000
+    assert peak < 1 << 20, peak  # a few 64 KiB slices, not the 8 MB array
+
+
+@pytest.mark.parametrize("case,words", [
+    ("missing key", ["g.npz[val_masks]", "no array 'val_masks'"]),
+    ("not a zip", ["g.npz", "not a valid npz/zip archive"]),
+    ("truncated", ["g.npz", "not a valid npz/zip archive"]),
+    ("edge out of range", ["g.npz[edges]: row 7: node id 40 out of range"]),
+    ("nan feature", ["g.npz[node_features]: row 2: NaN or inf"]),
+    ("mask shape", ["g.npz[test_masks]", "mask shape (39,), expected [40]"]),
+    ("object array", ["g.npz[node_labels]", "holds Python objects"]),
+    ("fortran features", ["g.npz[node_features]", "Fortran order"]),
+])
+def test_bad_npz(tmp_path, capsys, case, words):
+    a = graph_arrays()
+    path = write_heterophilous(tmp_path / "g.npz", a)
+    data = dict(np.load(path))
+    if case == "missing key":
+        del data["val_masks"]
+    elif case == "edge out of range":
+        data["edges"][7, 1] = 40
+    elif case == "nan feature":
+        data["node_features"][2, 3] = np.nan
+    elif case == "mask shape":
+        data["test_masks"] = data["test_masks"][:, :39]
+    elif case == "object array":
+        data["node_labels"] = np.array([None] * 40, object)
+    elif case == "fortran features":
+        data["node_features"] = np.asfortranarray(data["node_features"])
+    if case == "not a zip":
+        path.write_bytes(b"not a zip at all")
+    elif case == "truncated":
+        path.write_bytes(path.read_bytes()[:500])
+    else:
+        np.savez(path, **data, allow_pickle=True) if case == "object array" else np.savez(path, **data)
+    assert_fails(run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "out"), *words,
+                 folder=tmp_path, allowed=["g.npz"])
+
+
+def test_truncated_member_data(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((10, 4), np.float32))
+    data = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "x.npy").write_bytes(data[:-8])
+    with pytest.raises(DatasetError, match=r"x.npy: truncated: 152 of 160 bytes"):
+        list(NpyArray(tmp_path / "x.npy").row_chunks())
