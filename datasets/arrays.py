@@ -85,15 +85,16 @@ def _masks(masks, num_nodes: int):
         get, label = masks.get, lambda key: f"masks[{key}]"
     else:
         path = Path(masks)
-        keys = npz_keys(path)
-        get = lambda key: NpyArray(path, key).read() if key in keys else None  # noqa: E731
+        stored = npz_keys(path)
+        get = lambda key: NpyArray(path, key).read() if key in stored else None  # noqa: E731
         label = lambda key: f"{path}[{key}]"  # noqa: E731
     splits, files = {}, {}
-    for name, keys in (("train", ("train",)), ("valid", ("valid", "val")), ("test", ("test",))):
-        key = next((k for k in keys if get(k) is not None), None)
-        if key is None:
-            raise DatasetError(label(name), f"no {' or '.join(keys)} mask")
-        splits[name], files[name] = mask_ids(np.asarray(get(key)), label(key), num_nodes), label(key)
+    for name, names in (("train", ("train",)), ("valid", ("valid", "val")), ("test", ("test",))):
+        found = [(key, value) for key in names if (value := get(key)) is not None]
+        if not found:
+            raise DatasetError(label(name), f"no {' or '.join(names)} mask")
+        key, value = found[0]
+        splits[name], files[name] = mask_ids(np.asarray(value), label(key), num_nodes), label(key)
     return splits, files
 
 
