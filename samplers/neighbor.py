@@ -16,8 +16,6 @@ import numba
 import numpy as np
 import torch
 
-from gnnsys.storage.base import check_ids
-
 from .block import Block, MiniBatch
 from .random_hash import draw_below, node_key, stream_key
 
@@ -77,13 +75,18 @@ def _fill(indptr, indices, nodes, offsets, replace, stream, out):
 
 @numba.njit(nogil=True, cache=True)
 def _claim_seeds(seeds, local):
-    """local[seeds[i]] = i; returns the index of the first repeated seed, or -1
-    (entries set before it are left for the caller to reset)."""
+    """local[seeds[i]] = i. Returns (-1, -1) on success, else (i, why) for the
+    first bad seed: why 0 = out of range, 1 = repeated; the entries claimed
+    before it are reset."""
     for i in range(seeds.shape[0]):
-        if local[seeds[i]] >= 0:
-            return i
-        local[seeds[i]] = i
-    return -1
+        v = seeds[i]
+        why = 0 if v < 0 or v >= local.shape[0] else (1 if local[v] >= 0 else -1)
+        if why >= 0:
+            for j in range(i):
+                local[seeds[j]] = -1
+            return i, why
+        local[v] = i
+    return -1, -1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -120,8 +123,13 @@ def _sort_rows(indptr, ids):
             ids[q + 1] = x
 
 
+_ID_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
 def _as_numpy(t, name: str, dtypes) -> np.ndarray:
     a = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    if a.size == 0 and a.dtype not in dtypes:
+        a = a.astype(dtypes[-1])  # an empty list
     if a.ndim != 1 or a.dtype not in dtypes:
         raise TypeError(f"{name} must be a 1-D array of {' or '.join(map(str, dtypes))}, "
                         f"got {a.ndim}-D {a.dtype}")
@@ -141,7 +149,7 @@ class NeighborSampler:
 
     def __init__(self, indptr, indices, fanouts, replace: bool = False, seed: int = 0):
         self.indptr = _as_numpy(indptr, "indptr", (np.dtype(np.int64),))
-        self.indices = _as_numpy(indices, "indices", (np.dtype(np.int32), np.dtype(np.int64)))
+        self.indices = _as_numpy(indices, "indices", _ID_DTYPES)
         if self.indptr.shape[0] < 1 or self.indptr[0] != 0 or self.indptr[-1] != self.indices.shape[0]:
             raise ValueError(f"indptr must start at 0 and end at len(indices) = {self.indices.shape[0]}")
         fanouts = [int(f) for f in fanouts]
@@ -163,16 +171,14 @@ class NeighborSampler:
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
         """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
-        seeds = torch.as_tensor(seeds).view(-1)
-        if seeds.numel() == 0:
-            seeds = seeds.long()
-        seeds = check_ids(seeds, self.num_nodes, "seeds").numpy().astype(np.int64)
+        seeds = _as_numpy(seeds, "seeds", _ID_DTYPES).astype(np.int64)
         local = self._acquire_map()
-        repeated = _claim_seeds(seeds, local)
-        if repeated >= 0:
-            local[seeds[:repeated]] = -1
+        bad, why = _claim_seeds(seeds, local)
+        if bad >= 0:
             self._release_map(local)
-            raise ValueError(f"seeds: node {seeds[repeated]} appears more than once (position {repeated})")
+            if why == 0:
+                raise IndexError(f"seeds: id {seeds[bad]} out of range [0, {self.num_nodes}) at position {bad}")
+            raise ValueError(f"seeds: node {seeds[bad]} appears more than once (position {bad})")
         blocks, frontier, size = self._sample(seeds, epoch, batch, local)  # on error the map is dropped
         local[frontier[:size]] = -1
         self._release_map(local)
