@@ -14,7 +14,9 @@ rows for the chunk's halo (out-of-chunk in-neighbours). Each stage keeps, per
 aggregating unit, an N x d buffer of its input for all nodes: rows of chunks
 already computed this epoch are fresh (and gradients flow into them), the rest
 are the values of the last pass (historical; constants). The first stage
-reads the input features, which are never stale. `history_momentum` > 0
+reads the input features, which are never stale. `exact_pass` (layer-wise
+inference with the current weights, used as the warm-up and for evaluation)
+refills every buffer exactly. `history_momentum` > 0
 smooths the buffer (h <- m h + (1 - m) h_new), PipeGCN's staleness correction;
 `fresh_grad_scale` multiplies the gradient sent into fresh out-of-chunk rows
 (GNNPipe uses 2: an unbiased estimate under a random chunk order).
@@ -281,7 +283,7 @@ class PipelineStage:
             return own
         parts = [own]
         for o, _, local, glob in plan.groups:
-            if leaves is not None and done[o] and leaves[j][o] is not None:
+            if done[o]:
                 rows = leaves[j][o][local]
                 if self.fresh_grad_scale != 1.0:
                     rows = rows + (self.fresh_grad_scale - 1.0) * (rows - rows.detach())
@@ -290,40 +292,30 @@ class PipelineStage:
             parts.append(rows)
         return torch.cat(parts)
 
-    def _remember(self, j, c, value, smooth):
+    def _remember(self, j, c, value):
+        """Store chunk c's input of unit j in the history (smoothed)."""
         if self.hist[j] is None or (j == 0 and self.first):
             return
         p = self.plans[c]
         value = value.detach()
-        if smooth and self.history_momentum > 0:
+        if self.history_momentum > 0:
             m = self.history_momentum
             self.hist[j][p.start:p.stop].mul_(m).add_(value, alpha=1 - m)
         else:
             self.hist[j][p.start:p.stop] = value
 
-    def _chunk_forward(self, c, x, leaves, outputs, done, train):
-        """Run chunk c through this stage's units; returns the stage output."""
+    def _chunk_forward(self, c, x, leaves, outputs, done):
+        """Run chunk c through this stage's units, keeping the autograd state;
+        returns the stage output."""
         h = x
         for j, u in enumerate(self.units):
-            if train:
-                if j > 0 or not self.first:
-                    h = h.detach().requires_grad_()
-                leaves[j][c] = h
-            self._remember(j, c, h, smooth=train)
-            if aggregates(u):
-                out = u(self._source_rows(j, c, h, leaves if train else None, done), self.plans[c].block)
-            else:
-                out = u(h, self.plans[c].block)
-            if train:
-                outputs[j][c] = out
-            h = out
+            if j > 0 or not self.first:
+                h = h.detach().requires_grad_()
+            leaves[j][c] = h
+            self._remember(j, c, h)
+            src = self._source_rows(j, c, h, leaves, done) if aggregates(u) else h
+            outputs[j][c] = h = u(src, self.plans[c].block)
         return h
-
-    def _input(self, handle, c):
-        if self.first:
-            p = self.plans[c]
-            return self.hist[0][p.start:p.stop]
-        return self.link.wait(handle)
 
     def _recv_next(self, order, k, dim, base_tag, backward=False):
         if k >= len(order):
@@ -332,39 +324,63 @@ class PipelineStage:
         c = order[k]
         return self.link.post_recv(peer, self.plans[c].size, dim, base_tag + c)
 
-    def forward_pass(self, order, train: bool):
-        """Forward every chunk in `order`. Training keeps the autograd state and
-        returns it; evaluation returns the last stage's logits of all nodes."""
+    def forward_pass(self, order):
+        """Training forward of every chunk in `order` (pipelined); returns the
+        autograd state (leaves, outputs, losses) for backward_pass."""
         C = len(self.plans)
-        leaves = [[None] * C for _ in self.units] if train else None
-        outputs = [[None] * C for _ in self.units] if train else None
+        leaves = [[None] * C for _ in self.units]
+        outputs = [[None] * C for _ in self.units]
         done = [False] * C
         losses = [None] * C
-        logits = None
-        if self.last and not train:
-            logits = torch.empty(self.plans[-1].stop, self.out_dim, device=self.device)
-        self.units.train(train)
+        self.units.train()
         recv = None if self.first else self._recv_next(order, 0, self.in_dims[0], 0)
-        with torch.set_grad_enabled(train):
-            for k, c in enumerate(order):
-                x = self._input(recv, c)
-                if not self.first:
-                    recv = self._recv_next(order, k + 1, self.in_dims[0], 0)
-                out = self._chunk_forward(c, x, leaves, outputs, done, train)
-                done[c] = True
-                if not self.last:
-                    self.link.send(self.link.next, out, tag=c)
-                elif train:
-                    p = self.plans[c]
-                    losses[c] = F.cross_entropy(out[p.train], self.labels[p.start:p.stop][p.train],
-                                                reduction="sum") / max(self.num_train, 1)
-                else:
-                    logits[self.plans[c].start:self.plans[c].stop] = out
+        for k, c in enumerate(order):
+            p = self.plans[c]
+            if self.first:
+                x = self.hist[0][p.start:p.stop]
+            else:
+                x = self.link.wait(recv)
+                recv = self._recv_next(order, k + 1, self.in_dims[0], 0)
+            out = self._chunk_forward(c, x, leaves, outputs, done)
+            done[c] = True
+            if not self.last:
+                self.link.send(self.link.next, out, tag=c)
+            else:
+                losses[c] = F.cross_entropy(out[p.train], self.labels[p.start:p.stop][p.train],
+                                            reduction="sum") / max(self.num_train, 1)
         if self.link is not None:
             self.link.flush()
-        if train:
-            return leaves, outputs, losses
-        return logits
+        return leaves, outputs, losses
+
+    @torch.no_grad()
+    def exact_pass(self):
+        """Layer-wise inference (eval mode) over all chunks: unit j runs on
+        every chunk before unit j+1, so every neighbour row is exact for the
+        current weights. Refreshes the historical embeddings (used as the
+        warm-up and for evaluation); returns the logits of all nodes on the
+        last stage, else None. Not pipelined: stage s+1 starts when s is done."""
+        C = len(self.plans)
+        self.units.eval()
+        if not self.first:
+            handles = [self._recv_next(list(range(C)), c, self.in_dims[0], 0) for c in range(C)]
+            h = torch.cat([self.link.wait(hd) for hd in handles])
+        else:
+            h = self.hist[0]
+        for j, u in enumerate(self.units):
+            if self.hist[j] is not None and not (j == 0 and self.first):
+                self.hist[j].copy_(h)
+            out = torch.empty(h.shape[0], getattr(u, "out_dim"), device=self.device)
+            for c, p in enumerate(self.plans):
+                own = h[p.start:p.stop]
+                src = torch.cat([own, h[p.halo]]) if aggregates(u) else own
+                out[p.start:p.stop] = u(src, p.block)
+            h = out
+        if not self.last:
+            for c, p in enumerate(self.plans):
+                self.link.send(self.link.next, h[p.start:p.stop], tag=c)
+            self.link.flush()
+            return None
+        return h
 
     # -- backward -----------------------------------------------------------------
     def backward_pass(self, order, state) -> float:
@@ -488,7 +504,7 @@ class _StageRun:
         c = self.config
         start = self._restore() if c["resume"] else 0
         if start == 0 and c["warmup"]:
-            self.stage.forward_pass(list(range(len(self.stage.plans))), train=False)
+            self.stage.exact_pass()
         bar = tqdm(range(start, c["epochs"]), desc=f"gnnpipe stage {self.rank}", leave=False,
                    disable=not (c["progress"] and self.last))
         for epoch in bar:
@@ -508,7 +524,7 @@ class _StageRun:
         order = epoch_order(len(self.stage.plans), self.config["seed"], epoch)
         t = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        state = self.stage.forward_pass(order, train=True)
+        state = self.stage.forward_pass(order)
         loss = self.stage.backward_pass(order, state)
         del state
         self.opt.step()
@@ -532,7 +548,7 @@ class _StageRun:
     def _evaluate(self) -> dict:
         from gnnsys.fullgraph import split_scores
 
-        logits = self.stage.forward_pass(list(range(len(self.stage.plans))), train=False)
+        logits = self.stage.exact_pass()
         if not self.last:
             return {}
         return split_scores(self.config["metric"], logits.cpu(), self.setup.labels, self.setup.splits)

@@ -94,7 +94,7 @@ def _metis(sym: sp.csr_matrix, c: int, seed: int) -> Partition:
     import pymetis
 
     opts = pymetis.Options(seed=seed)
-    _, parts = pymetis.part_graph(c, xadj=sym.indptr, adjncy=sym.indices, options=opts)
+    _, parts = pymetis.part_graph(c, pymetis.CSRAdjacency(sym.indptr, sym.indices), options=opts)
     return _from_labels(np.asarray(parts, dtype=np.int64), c, "metis")
 
 

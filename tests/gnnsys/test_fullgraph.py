@@ -1,0 +1,118 @@
+"""Single-process full-graph training and the in-process pipeline (one stage)."""
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from gnnsys.datasets import Dataset, DatasetError
+from gnnsys.fullgraph import build_units, full_forward, train_fullgraph
+from gnnsys.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
+from gnnsys.partition import chunk_graph, relabel_csc
+from gnnsys.samplers import Block
+
+FAST = dict(hidden=8, epochs=3, dropout=0.0, progress=False, seed=3, lr=0.02)
+
+
+def tiny_dataset(n=90, edges=360, seed=0, classes=3):
+    """A random undirected graph with planted labels."""
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, edges), generator=g)
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    y = torch.randint(0, classes, (n,), generator=g)
+    x = torch.randn(n, 6, generator=g) + torch.nn.functional.one_hot(y, 6).float()
+    perm = torch.randperm(n, generator=g)
+    return Dataset.from_pyg(Data(x=x, edge_index=ei, y=y, train_idx=perm[:45], val_idx=perm[45:65],
+                                 test_idx=perm[65:]), name="tiny")
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
+@pytest.mark.parametrize("layers", [2, 4])
+def test_reference_learns(model, layers):
+    r = train_fullgraph(tiny_dataset(), model=model, layers=layers, **dict(FAST, epochs=30))
+    losses = [e["loss"] for e in r.epochs]
+    assert losses[-1] < 0.9 * losses[0]
+    assert r.config["input_proj"] == (layers >= 4) and r.config["norm"] == ("layer" if layers >= 4 else None)
+    assert r.metric == "acc" and 0 <= r.test <= 1 and r.best_epoch is not None
+
+
+def _stage_and_reference(model, chunks, method="rcm"):
+    ds = tiny_dataset()
+    part = chunk_graph(ds.indptr, ds.indices, chunks, method)
+    ip, ix = relabel_csc(ds.indptr, ds.indices, part.perm)
+    x = ds.features[part.perm].float()
+    torch.manual_seed(0)
+    units = build_units(model, 6, 8, 3, 4, norm="layer", residual=True, dropout=0.0, input_proj=True)
+    plans = build_chunk_plans(ip, ix, part.chunk_ptr, gcn=model == "gcn")
+    train = torch.arange(0, 90, 2)
+    stage = PipelineStage(list(units), plans, [u.in_dim for u in units], num_nodes=90, features=x,
+                          labels=ds.labels[part.perm], train_ids=train)
+    return stage, units, x, Block.full_graph(ip, ix), ds.labels[part.perm], train
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_chunked_forward_is_exact_with_fresh_history(model, chunks):
+    """The layer-wise exact pass equals the whole-graph forward; after it (no
+    weight update) every chunk of a training forward in any order reads exact
+    neighbour rows, so it equals the whole-graph forward too (dropout 0)."""
+    stage, units, x, block, _, _ = _stage_and_reference(model, chunks)
+    order = [2, 0, 3, 1] if chunks == 4 else [0]
+    logits = stage.exact_pass()  # warm-up: exact history, no weight update
+    _, outputs, _ = stage.forward_pass(order)
+    trained = torch.cat([outputs[-1][c] for c in range(chunks)]).detach()
+    with torch.no_grad():
+        expect = full_forward(units.eval(), x, block)
+    torch.testing.assert_close(logits, expect, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(trained, expect, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
+def test_one_chunk_gradients_match_reference(model):
+    stage, units, x, block, y, train = _stage_and_reference(model, 1)
+    order = [0]
+    loss = stage.backward_pass(order, stage.forward_pass(order))
+    mine = [p.grad.clone() for p in units.parameters()]
+    units.zero_grad()
+    ref = torch.nn.functional.cross_entropy(full_forward(units, x, block)[train], y[train])
+    ref.backward()
+    assert loss == pytest.approx(ref.item(), rel=1e-6)
+    for a, p in zip(mine, units.parameters()):
+        torch.testing.assert_close(a, p.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_in_process_pipeline_with_one_chunk_equals_reference():
+    ds = tiny_dataset()
+    ref = train_fullgraph(ds, model="sage", layers=4, **FAST)
+    one = train_fullgraph(ds, model="sage", layers=4, partition="range", chunks=1, workers=1, **FAST)
+    pipe = train_fullgraph(ds, model="sage", layers=4, chunks=1, workers=1, warmup=False, **FAST)
+    assert [e["loss"] for e in one.epochs] == [e["loss"] for e in ref.epochs]
+    assert pipe.config["chunks"] == 1
+
+
+def test_chunked_training_stays_close_to_reference():
+    ds = tiny_dataset()
+    ref = train_fullgraph(ds, model="gcn", layers=4, **dict(FAST, epochs=40))
+    pipe = train_fullgraph(ds, model="gcn", layers=4, chunks=4, **dict(FAST, epochs=40))
+    assert abs(pipe.epochs[-1]["loss"] - ref.epochs[-1]["loss"]) < 0.1
+    assert pipe.config["partition_used"] in ("metis", "rcm") and len(pipe.config["chunk_sizes"]) == 4
+
+
+@pytest.mark.parametrize("costs, stages, expect", [([1, 1, 1, 1], 2, [0, 2, 4]), ([5, 1, 1, 1, 1, 1], 2, [0, 1, 6]),
+                                                  ([1, 2, 3, 4, 5], 3, [0, 3, 4, 5]), ([3], 1, [0, 1])])
+def test_stage_plan_minimises_the_slowest_stage(costs, stages, expect):
+    assert plan_stages(costs, stages) == expect
+
+
+def test_reference_resumes_to_the_same_result(tmp_path):
+    ds = tiny_dataset()
+    full = train_fullgraph(ds, model="sage", layers=2, **FAST)
+    train_fullgraph(ds, model="sage", layers=2, checkpoint_dir=tmp_path, **dict(FAST, epochs=2))
+    resumed = train_fullgraph(ds, model="sage", layers=2, checkpoint_dir=tmp_path, resume=True, **FAST)
+    assert [e["loss"] for e in resumed.epochs] == [e["loss"] for e in full.epochs]
+
+
+@pytest.mark.parametrize("kwargs, name", [({"model": "mlp"}, "model"), ({"workers": 9, "layers": 2}, "workers"),
+                                          ({"chunks": 3, "norm": "batch"}, "norm"), ({"resume": True}, "resume"),
+                                          ({"partition": "kmeans"}, "partition")])
+def test_bad_options_name_the_option(kwargs, name):
+    with pytest.raises(DatasetError, match=f"^{name}:"):
+        train_fullgraph(tiny_dataset(), **dict(FAST, **kwargs))
