@@ -1,0 +1,161 @@
+"""MinibatchLoader: contents, determinism vs a synchronous run, prefetch bound,
+error propagation, prompt shutdown."""
+import threading
+import time
+import traceback
+
+import pytest
+import torch
+
+from gnnsys.datasets import PrepareOptions
+from gnnsys.loader import MinibatchLoader
+
+
+def live_stage_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("gnnsys-") and t.is_alive()]
+
+
+def wait_until(condition, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+class CountingSampler:
+    """Wraps a sampler: counts calls and can fail at one batch."""
+
+    def __init__(self, inner, fail_at=None):
+        self.inner, self.fail_at, self.calls = inner, fail_at, 0
+
+    def sample(self, seeds, epoch, batch):
+        self.calls += 1
+        if batch == self.fail_at:
+            raise ZeroDivisionError(f"boom at batch {batch}")
+        return self.inner.sample(seeds, epoch, batch)
+
+
+def same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x.seeds, y.seeds) and torch.equal(x.input_nodes, y.input_nodes)
+        assert torch.equal(x.x, y.x) and torch.equal(x.y, y.y)
+        for p, q in zip(x.blocks, y.blocks):
+            assert torch.equal(p.indptr, q.indptr) and torch.equal(p.indices, q.indices)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_batches_carry_features_labels_and_timings(make_dataset, dtype):
+    ds, arrays = make_dataset(num_nodes=80, num_edges=600, options=PrepareOptions(dtype=dtype, progress=False))
+    loader = MinibatchLoader(ds, "train", [4, 3], batch_size=16)
+    batches = list(loader)
+    assert len(batches) == len(loader) == -(-ds.split("train").numel() // 16)
+    assert torch.equal(torch.cat([mb.seeds for mb in batches]).sort().values, ds.split("train").sort().values)
+    for mb in batches:
+        assert mb.x.dtype == torch.float32 and mb.x.shape == (mb.input_nodes.numel(), ds.num_features)
+        assert torch.equal(mb.x, ds.features[mb.input_nodes].float())
+        assert torch.equal(mb.y, ds.labels[mb.seeds])
+        assert {"sample_s", "gather_s", "wait_s"} <= set(mb.timings)
+        assert mb.blocks[0].num_src == mb.input_nodes.numel() and mb.blocks[-1].num_dst == mb.seeds.numel()
+
+
+def test_split_as_ids_and_drop_last(make_dataset):
+    ds, _ = make_dataset(num_nodes=50, num_edges=300)
+    loader = MinibatchLoader(ds, torch.arange(0, 50, 2), [2], batch_size=10, drop_last=True, shuffle=False)
+    assert len(loader) == 2
+    assert [mb.seeds.tolist() for mb in loader] == [list(range(0, 20, 2)), list(range(20, 40, 2))]
+
+
+@pytest.mark.parametrize("prefetch, num_workers", [(1, 1), (3, 2), (8, 2)])
+def test_pipelined_equals_synchronous(make_dataset, prefetch, num_workers):
+    ds, _ = make_dataset(num_nodes=120, num_edges=1500)
+    make = lambda **kw: MinibatchLoader(ds, "train", [5, 3], batch_size=8, seed=4, epoch=2, **kw)  # noqa: E731
+    same_batches(list(make(prefetch=0)), list(make(prefetch=prefetch, num_workers=num_workers)))
+
+
+def test_set_epoch_changes_shuffle_and_samples_reproducibly(make_dataset):
+    ds, _ = make_dataset(num_nodes=120, num_edges=1500)
+    loader = MinibatchLoader(ds, "train", [5, 3], batch_size=8)
+    first = list(loader)
+    loader.set_epoch(1)
+    second = list(loader)
+    assert not torch.equal(first[0].seeds, second[0].seeds)
+    loader.set_epoch(0)
+    same_batches(first, list(loader))
+
+
+def test_prefetch_bounds_batches_in_flight(make_dataset):
+    ds, _ = make_dataset(num_nodes=200, num_edges=1500)
+    prefetch = 2
+    loader = MinibatchLoader(ds, "train", [3], batch_size=10, prefetch=prefetch, num_workers=2)
+    loader.sampler = counter = CountingSampler(loader.sampler)
+    n = len(loader)
+    for i, _ in enumerate(loader):
+        handed_out = i + 1
+        # the stages run ahead up to the bound, and no further
+        assert wait_until(lambda: counter.calls >= min(n, handed_out + prefetch))
+        time.sleep(0.05)
+        assert counter.calls <= handed_out + prefetch
+    assert counter.calls == n
+
+
+@pytest.mark.parametrize("stage", ["sample", "gather"])
+def test_stage_error_reraises_with_its_traceback(make_dataset, monkeypatch, stage):
+    ds, _ = make_dataset(num_nodes=120, num_edges=800)
+    loader = MinibatchLoader(ds, "train", [3], batch_size=8, prefetch=2)
+    if stage == "sample":
+        loader.sampler = CountingSampler(loader.sampler, fail_at=2)
+    else:
+        real = loader._gather
+
+        def failing_gather(mb):
+            if failing_gather.count == 2:
+                raise ZeroDivisionError("boom at batch 2")
+            failing_gather.count += 1
+            return real(mb)
+
+        failing_gather.count = 0
+        monkeypatch.setattr(loader, "_gather", failing_gather)
+    got = []
+    with pytest.raises(ZeroDivisionError, match="boom at batch 2") as info:
+        for mb in loader:
+            got.append(mb)
+    assert len(got) == 2
+    frames = "".join(traceback.format_tb(info.value.__traceback__))
+    assert ("in sample" if stage == "sample" else "in failing_gather") in frames
+    assert wait_until(lambda: not live_stage_threads(), 1.0)
+
+
+@pytest.mark.parametrize("leave", ["break", "close", "del", "interrupt"])
+def test_leaving_early_stops_every_thread(make_dataset, leave):
+    ds, _ = make_dataset(num_nodes=300, num_edges=3000)
+    loader = MinibatchLoader(ds, "train", [5, 5], batch_size=4, prefetch=3, num_workers=2)
+    it = iter(loader)
+    next(it)
+    assert live_stage_threads()
+    if leave == "break":
+        for _ in it:
+            break
+        del it
+    elif leave == "close":
+        it.close()
+    elif leave == "del":
+        del it
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in it:
+                raise KeyboardInterrupt
+        del it
+    assert wait_until(lambda: not live_stage_threads(), 1.0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(prefetch=-1), "prefetch"),
+    (dict(num_workers=0), "num_workers"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(epoch=-1), "epoch"),
+])
+def test_bad_loader_arguments(make_dataset, kwargs, match):
+    ds, _ = make_dataset()
+    with pytest.raises(ValueError, match=match):
+        MinibatchLoader(ds, "train", [2], **kwargs)
