@@ -7,7 +7,8 @@ feature-gather epoch over the train split and `--epochs` GraphSAGE training
 epochs (breakdown: sample / gather / compute); `--eval-reps` runs also report
 validation and test accuracy after the last epoch. Writes
 benchmarks/results/minibatch_<dataset>.json (every run, medians, ratios peer /
-gnnsys) and a PNG bar plot beside it.
+gnnsys) and a PNG bar plot beside it; with a subset of --systems the
+file names end in _<systems>.
 
     benchmarks/setup_peers.sh            # once: DGL and PyG environments
     python benchmarks/bench_minibatch.py /work/bench-data/arxiv-1.0 --reps 3 --epochs 1
@@ -156,6 +157,8 @@ def main(argv=None) -> int:
     for dataset in args.datasets:
         result = bench_dataset(dataset, args)
         stem = out / f"minibatch_{Path(dataset).resolve().name}"
+        if args.systems != list(SYSTEMS):  # a partial comparison never overwrites the full one
+            stem = stem.with_name(f"{stem.name}_{'-'.join(args.systems)}")
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
         plot(result, stem.with_suffix(".png"))
         print(json.dumps({"dataset": result["dataset"]["name"], "summary": result["summary"],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 
-from common import emit, machine, parse_args, seed_everything  # noqa: E402
+from common import emit, machine, parse_args, seed_everything, warm_up  # noqa: E402
 
 
 def sampling_epoch(dataset, args) -> dict:
@@ -23,6 +23,7 @@ def sampling_epoch(dataset, args) -> dict:
 
     loader = MinibatchLoader(dataset, "train", args.fanouts, batch_size=args.batch_size, shuffle=True,
                              seed=args.seed)
+    warm_up(loader)
     stages = {"sample_s": 0.0, "gather_s": 0.0, "compute_s": 0.0}
     batches = 0
     start = time.perf_counter()

@@ -28,6 +28,7 @@ def plot(result: dict, path):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     colors = ("#4c72b0", "#dd8452", "#55a868")
     for ax, (title, key, parts) in zip(axes, panels):
+        top = 0.0
         for i, system in enumerate(systems):
             bottom = 0.0
             for (stage, label), color in zip(STAGES, colors):
@@ -37,14 +38,15 @@ def plot(result: dict, path):
             total = summary[system][key]
             if total is None:
                 continue
-            text = f"{total:.1f} s"
+            top = max(top, bottom, total)
+            text = f"{total:.3g} s"
             if base and base[key] and system != "gnnsys":
                 text += f"\n{total / base[key]:.1f}x gnnsys"
             ax.text(i, max(bottom, total), text, ha="center", va="bottom", fontsize=9)
         ax.set_xticks(range(len(systems)), systems)
         ax.set_ylabel("seconds (median)")
         ax.set_title(title, fontsize=10)
-        ax.margins(y=0.2)
+        ax.set_ylim(0, 1.3 * top or 1.0)
         ax.legend(fontsize=8, loc="upper left")
     d, c = result["dataset"], result["config"]
     fig.suptitle(f"{d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, dim {d['dim']}; "

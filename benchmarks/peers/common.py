@@ -92,6 +92,14 @@ def machine(**versions) -> dict:
             "cpus": os.cpu_count(), "platform": platform.platform(), "loadavg": list(os.getloadavg()), **versions}
 
 
+def warm_up(batches):
+    """Draw one minibatch, untimed: JIT compilation, lazy graph formats and the
+    page cache then weigh on no system's timed epoch."""
+    it = iter(batches)
+    next(it, None)
+    del it
+
+
 def timed_epoch(batches, gather, step=None) -> dict:
     """Run one epoch and time its stages.
 

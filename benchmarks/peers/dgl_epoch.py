@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from dgl.dataloading import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
 from dgl.nn import SAGEConv
 
-from common import PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch
+from common import (PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch,
+                    warm_up)
 
 
 class SAGE(torch.nn.Module):
@@ -73,6 +74,7 @@ def main():
 
     record = {"system": "dgl", "dataset": data.name, "config": vars(args),
               "machine": machine(dgl=dgl.__version__)}
+    warm_up(train)
     record["sampling"] = timed_epoch(train, gather)
 
     model = SAGE([x_all.shape[1]] + [args.hidden] * (len(args.fanouts) - 1) + [data.num_classes], args.dropout)

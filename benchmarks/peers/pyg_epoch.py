@@ -19,7 +19,8 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import SAGEConv
 
-from common import PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch
+from common import (PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch,
+                    warm_up)
 
 
 class SAGE(torch.nn.Module):
@@ -76,6 +77,7 @@ def main():
 
     record = {"system": "pyg", "dataset": data.name, "config": vars(args),
               "machine": machine(torch_geometric=torch_geometric.__version__, torch_sparse=torch_sparse.__version__)}
+    warm_up(train)
     record["sampling"] = timed_epoch(train, gather)
 
     model = SAGE([x_all.shape[1]] + [args.hidden] * (len(args.fanouts) - 1) + [data.num_classes], args.dropout)
