@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from .errors import DatasetError
@@ -109,6 +110,44 @@ def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exp
         raise DatasetError("--max-degree-factor", f"must be >= 1, got {max_degree_factor}")
 
 
+@numba.njit(nogil=True, cache=True)
+def _alias_tables(weights, starts):
+    """Walker alias tables (Vose's method) of each segment
+    weights[starts[s]:starts[s + 1]]: position i keeps itself with probability
+    prob[i], else gives alias[i] (a position in the same segment)."""
+    n = weights.shape[0]
+    prob = np.ones(n, np.float64)
+    alias = np.arange(n)
+    small = np.empty(n, np.int64)
+    large = np.empty(n, np.int64)
+    for s in range(starts.shape[0] - 1):
+        a, b = starts[s], starts[s + 1]
+        total = weights[a:b].sum()
+        n_small = n_large = 0
+        for i in range(a, b):
+            prob[i] = weights[i] * (b - a) / total
+            if prob[i] < 1.0:
+                small[n_small] = i
+                n_small += 1
+            else:
+                large[n_large] = i
+                n_large += 1
+        while n_small > 0 and n_large > 0:
+            n_small -= 1
+            low, high = small[n_small], large[n_large - 1]
+            alias[low] = high
+            prob[high] += prob[low] - 1.0
+            if prob[high] < 1.0:
+                n_large -= 1
+                small[n_small] = high
+                n_small += 1
+        for k in range(n_small):
+            prob[small[k]] = 1.0
+        for k in range(n_large):
+            prob[large[k]] = 1.0
+    return prob, alias
+
+
 class _Model:
     """The drawn global state (classes, degrees, popularity) and the chunk generators."""
 
@@ -126,11 +165,10 @@ class _Model:
         self.centroids = (mu / np.linalg.norm(mu, axis=1, keepdims=True)).astype(np.float32)
         self.in_degree = self._degrees(rng, degree_exponent, max_degree_factor)
         self.popularity = _power_law(rng, n, degree_exponent, max_degree_factor)
-        self.by_class = np.argsort(self.z, kind="stable").astype(np.int64)
-        self.class_start = np.searchsorted(self.z[self.by_class], np.arange(c + 1)).astype(np.int64)
-        self.cum_weight = np.cumsum(self.popularity[self.by_class])
+        self._index_sources()
         weight = np.bincount(self.z, weights=self.popularity, minlength=c)
-        self.source_share = weight / weight.sum()
+        self.total_weight = weight.sum()
+        self.source_share = weight / self.total_weight
         self.class_share = np.bincount(self.z, minlength=c) / n
         self.baseline = float(self.class_share @ self.source_share)
         if homophily < self.baseline:
@@ -146,9 +184,20 @@ class _Model:
             labels[keep] = self.labels[keep]
             self.labels = labels
         ends = np.cumsum(self.in_degree, dtype=np.int64)
-        self.num_edges = int(ends[-1]) if n else 0
+        self.num_edges = int(ends[-1])
         bounds = np.searchsorted(ends, np.arange(EDGES_PER_CHUNK, self.num_edges, EDGES_PER_CHUNK), "left")
         self.chunk_nodes = np.unique(np.concatenate([[0], bounds + 1, [n]])).astype(np.int64)
+
+    def _index_sources(self):
+        """Alias tables for popularity-weighted draws: segment c < C holds class
+        c's nodes, segment C all nodes; by_segment maps a position to its node."""
+        n, c = self.num_nodes, self.shape.num_classes
+        by_class = np.argsort(self.z, kind="stable").astype(np.int64)
+        class_start = np.searchsorted(self.z[by_class], np.arange(c + 1)).astype(np.int64)
+        self.by_segment = np.concatenate([by_class, by_class])
+        starts = np.concatenate([class_start, [2 * n]])
+        self.segment_start, self.segment_size = starts[:-1], np.diff(starts)
+        self.prob, self.alias = _alias_tables(self.popularity[self.by_segment], starts)
 
     def _degrees(self, rng, exponent, max_factor):
         w = _power_law(rng, self.num_nodes, exponent, max_factor)
@@ -180,14 +229,12 @@ class _Model:
 
     def sources(self, rng, classes):
         """One popularity-weighted source per entry of `classes` (-1 = any class)."""
-        same = classes >= 0
-        cls = np.where(same, classes, 0)
-        start, end = self.class_start[cls], self.class_start[cls + 1]
-        low = np.where(same, self.cum_weight[start - 1] * (start > 0), 0.0)
-        high = np.where(same, self.cum_weight[end - 1], self.cum_weight[-1])
-        pick = np.searchsorted(self.cum_weight, low + rng.random(classes.shape[0]) * (high - low), "right")
-        pick = np.minimum(pick, np.where(same, end - 1, self.num_nodes - 1))
-        return self.by_class[pick]
+        segment = np.where(classes >= 0, classes, self.shape.num_classes)
+        size = self.segment_size[segment]
+        at = self.segment_start[segment] + np.minimum((rng.random(classes.shape[0]) * size).astype(np.int64),
+                                                      size - 1)
+        keep = rng.random(classes.shape[0]) < self.prob[at]
+        return self.by_segment[np.where(keep, at, self.alias[at])]
 
     def edge_chunk(self, k: int):
         """(src, dst) int64 of the in-edges of the nodes of chunk k."""
@@ -217,7 +264,7 @@ class _Model:
         popularity for each class."""
         c, p = self.shape.num_classes, self.p_same
         into = p * np.eye(c) + (1 - p) * self.source_share[None, :]
-        total = self.cum_weight[-1]
+        total = self.total_weight
         class_weight = self.source_share * total
         own = np.divide(p * self.class_share, class_weight, out=np.zeros(c), where=class_weight > 0)
         out = np.diag(own) + (1 - p) * self.class_share[None, :] / total
