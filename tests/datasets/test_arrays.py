@@ -108,7 +108,7 @@ def test_bad_arrays(tmp_path, capsys, case, extra, words):
     np.save(tmp_path / "float.npy", np.stack([a["src"], a["dst"]], 1) + 0.5)
     np.savez(tmp_path / "m.npz", train=np.ones(40, bool))
     before = sorted(p.name for p in tmp_path.iterdir())
-    for i, flag in enumerate(extra):  # a later --edges/--features/--labels replaces the base one
+    for flag in extra:  # a later --edges/--features/--labels replaces the base one
         if flag in base:
             j = base.index(flag)
             del base[j:j + 2]
