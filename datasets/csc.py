@@ -44,11 +44,16 @@ def check_edge_ids(src, dst, num_nodes: int, file: str, first_row: int):
 
 
 @numba.njit(nogil=True, cache=True)
-def _scatter(src, dst, cursor, indices):
+def _scatter(src, dst, cursor, end, indices):
+    """Place each edge at its destination's cursor; False if a list overflows
+    (the edge stream changed between the two passes)."""
     for e in range(src.shape[0]):
         d = dst[e]
+        if cursor[d] >= end[d]:
+            return False
         indices[cursor[d]] = src[e]
         cursor[d] += 1
+    return True
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -115,9 +120,12 @@ def build_csc(edge_chunks: EdgeChunks, num_nodes: int, *, file: str = "edges",
     for src, dst in edge_chunks():
         src, dst = _transformed(np.asarray(src, np.int64), np.asarray(dst, np.int64),
                                 to_undirected, drop_self_loops)
-        _scatter(src, dst, cursor, indices)
+        if not _scatter(src, dst, cursor, indptr[1:], indices):
+            raise DatasetError(file, "edges changed between the two reading passes")
         if progress:
             progress(src.shape[0])
+    if not np.array_equal(cursor, indptr[1:]):
+        raise DatasetError(file, "edges changed between the two reading passes")
     _sort_lists(indptr, indices)
     return indptr, indices
 
