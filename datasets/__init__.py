@@ -1,7 +1,14 @@
 """gnnsys.datasets: the on-disk dataset format, its readers and writer."""
+from .arrays import read_arrays
 from .dataset import Dataset, load_dataset
 from .errors import DatasetError
+from .npz import read_npz
+from .ogb import read_ogb
+from .planetoid import read_planetoid
+from .prepare import prepare_arrays, prepare_npz, prepare_ogb, prepare_planetoid, prepare_synthetic
 from .source import GraphSource
 from .writer import PrepareOptions, write_dataset
 
-__all__ = ["Dataset", "DatasetError", "GraphSource", "PrepareOptions", "load_dataset", "write_dataset"]
+__all__ = ["Dataset", "DatasetError", "GraphSource", "PrepareOptions", "load_dataset", "prepare_arrays",
+           "prepare_npz", "prepare_ogb", "prepare_planetoid", "prepare_synthetic", "read_arrays", "read_npz",
+           "read_ogb", "read_planetoid", "write_dataset"]
