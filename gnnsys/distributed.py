@@ -12,7 +12,8 @@ Two ways to start W workers that run `fn(ctx, *args)`:
 The backend is NCCL when the workers run on CUDA devices and gloo on the CPU.
 Fault handling has three layers, so nothing hangs:
 1. a worker whose `fn` raises writes "worker R: Type: message" to the store
-   under `ERROR_KEY` before exiting with status 1;
+   under `ERROR_KEY` before exiting with status 1 (the first report wins:
+   peers that then lose their connection to it do not overwrite it);
 2. every worker runs a watchdog thread that polls that key (and the store
    itself) and exits the process with status 1 within `poll_s` once another
    worker has failed or the store has gone away; the parent does the same and
@@ -103,7 +104,7 @@ def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, tim
         dist.barrier()
     except BaseException as e:
         try:
-            watch_store.set(ERROR_KEY, f"worker {rank}: {_describe(e)}")
+            watch_store.compare_set(ERROR_KEY, "", f"worker {rank}: {_describe(e)}")  # the first report wins
         except Exception:  # noqa: BLE001 - the store may be gone; exiting non-zero still tells the launcher
             pass
         traceback.print_exc()
@@ -161,23 +162,33 @@ def _exit_cause(code: int) -> str:
 def _watch(procs, store, deadline_s, poll_s):
     start = time.monotonic()
     while True:
-        if store.check([ERROR_KEY]):
-            rank, _, cause = store.get(ERROR_KEY).decode().partition(": ")
-            raise WorkerError(int(rank.split()[-1]), cause)
+        reported = store.check([ERROR_KEY])
         codes = [p.exitcode for p in procs]
-        dead = [r for r, c in enumerate(codes) if c not in (None, 0)]
-        if dead:
-            time.sleep(poll_s)  # a worker that raised may still be writing its report
-            if store.check([ERROR_KEY]):
-                continue
-            first = min(dead, key=lambda r: (procs[r].exitcode >= 0, r))  # signals before statuses
-            raise WorkerError(first, _exit_cause(procs[first].exitcode))
+        if reported or any(c not in (None, 0) for c in codes):
+            time.sleep(2 * poll_s)  # let exit codes and a report in flight settle
+            _raise_root_cause(procs, store)
         if all(c == 0 for c in codes):
             return
         if deadline_s is not None and time.monotonic() - start > deadline_s:
             running = [r for r, c in enumerate(codes) if c is None]
             raise TimeoutError(f"workers {running} still running after {deadline_s:.0f} s; terminated")
         time.sleep(poll_s)
+
+
+def _raise_root_cause(procs, store):
+    """A worker that died without reporting (a signal, or a status other than
+    the 1 of a reported failure) is the root cause: its peers' reports only
+    say that the connection to it broke. Otherwise the first report wins."""
+    codes = {r: p.exitcode for r, p in enumerate(procs)}
+    silent = [r for r, c in codes.items() if c not in (None, 0, 1)]
+    if silent:
+        first = min(silent, key=lambda r: (codes[r] >= 0, r))  # signals before statuses
+        raise WorkerError(first, _exit_cause(codes[first]))
+    if store.check([ERROR_KEY]):
+        rank, _, cause = store.get(ERROR_KEY).decode().partition(": ")
+        raise WorkerError(int(rank.split()[-1]), cause)
+    first = min(r for r, c in codes.items() if c not in (None, 0))
+    raise WorkerError(first, _exit_cause(codes[first]))
 
 
 def _stop(procs, grace_s):
