@@ -1,0 +1,139 @@
+"""GNNPipe benchmarks: epoch time and traffic, and convergence vs full-graph.
+
+  python benchmarks/bench_gnnpipe.py epoch --data DIR [--data DIR ...] [--workers 1 2 4] [--layers 8]
+  python benchmarks/bench_gnnpipe.py convergence --data DIR [...] [--workers 2 4] [--epochs 100]
+
+`epoch`: for each dataset, single-process full-graph training and the pipeline
+with W workers (C = 4W chunks), an L-layer GCN: median epoch time over the
+timed epochs (the first is dropped), bytes sent per epoch, and the traffic
+graph-parallel training would need with the same partition into W parts
+(2 x halo rows x hidden x 4 bytes per layer boundary, forward + backward).
+Writes benchmarks/results/gnnpipe_epoch.{json,md,png}. `convergence`: the
+test metric of the pipeline vs single-process full-graph for the same epochs;
+writes benchmarks/results/gnnpipe_convergence.json. Runs on whatever cores
+there are: with W > cores the workers oversubscribe them (recorded).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def graph_parallel_bytes(dataset, workers, layers, hidden, method, seed=0) -> int:
+    """Halo rows of a W-way partition x (layers - 1) boundaries x hidden x 4 B, both directions."""
+    from gnnsys.partition import chunk_graph, halo_sizes, relabel_csc
+
+    part = chunk_graph(dataset.indptr, dataset.indices, workers, method, seed)
+    halo = int(halo_sizes(*relabel_csc(dataset.indptr, dataset.indices, part.perm), part.chunk_ptr).sum())
+    return 2 * halo * max(layers - 1, 0) * hidden * 4
+
+
+def bench_epoch(args):
+    from gnnsys.datasets import load_dataset
+    from gnnsys.fullgraph import train_fullgraph
+    from gnnsys.train import machine_info
+
+    rows = []
+    for path in args.data:
+        ds = load_dataset(path)
+        for w in args.workers:
+            r = train_fullgraph(ds, model="gcn", layers=args.layers, hidden=args.hidden, workers=w,
+                                chunks=1 if w == 1 else 4 * w, epochs=args.epochs, eval_every=args.epochs,
+                                dropout=0.0, progress=False, timeout_s=600)
+            times = [e["time_s"] for e in r.epochs[1:]]
+            rows.append({"dataset": ds.name, "nodes": ds.num_nodes, "edges": ds.num_edges, "workers": w,
+                         "chunks": r.config["chunks"], "epoch_s_median": statistics.median(times),
+                         "epoch_s_runs": times, "bytes_sent_per_epoch": r.epochs[-1]["bytes_sent"],
+                         "graph_parallel_bytes_per_epoch": 0 if w == 1 else graph_parallel_bytes(
+                             ds, w, args.layers, args.hidden, "auto"),
+                         "oversubscribed": w > (os.cpu_count() or 1)})
+            print(json.dumps(rows[-1]))
+        base = {r["workers"]: r["epoch_s_median"] for r in rows if r["dataset"] == ds.name}
+        for r in rows:
+            if r["dataset"] == ds.name and 1 in base:
+                r["speedup_vs_single_process"] = base[1] / r["epoch_s_median"]
+    out = {"layers": args.layers, "hidden": args.hidden, "model": "gcn", "rows": rows, "machine": machine_info("cpu")}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "gnnpipe_epoch.json").write_text(json.dumps(out, indent=2))
+    lines = ["| dataset | W | C | epoch s (median) | vs 1 process | MB sent/epoch | graph-parallel MB/epoch |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['workers']} | {r['chunks']} | {r['epoch_s_median']:.3f} | "
+                     f"{r.get('speedup_vs_single_process', float('nan')):.2f}x | {r['bytes_sent_per_epoch'] / 1e6:.1f} | "
+                     f"{r['graph_parallel_bytes_per_epoch'] / 1e6:.1f} |")
+    (RESULTS / "gnnpipe_epoch.md").write_text("\n".join(lines) + "\n")
+    _plot(rows)
+    print("\n".join(lines))
+
+
+def _plot(rows):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        rs = [r for r in rows if r["dataset"] == name]
+        a.plot([r["workers"] for r in rs], [r["epoch_s_median"] for r in rs], "o-", label=name)
+        b.plot([r["workers"] for r in rs], [r["bytes_sent_per_epoch"] / 1e6 for r in rs], "o-", label=f"{name} pipeline")
+        b.plot([r["workers"] for r in rs], [r["graph_parallel_bytes_per_epoch"] / 1e6 for r in rs], "x--",
+               label=f"{name} graph-parallel")
+    a.set(xlabel="workers", ylabel="epoch s (median)", title="epoch time")
+    b.set(xlabel="workers", ylabel="MB per epoch", title="communication")
+    a.legend(), b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "gnnpipe_epoch.png", dpi=120)
+
+
+def bench_convergence(args):
+    from gnnsys.datasets import load_dataset
+    from gnnsys.fullgraph import train_fullgraph
+
+    rows = []
+    for path in args.data:
+        ds = load_dataset(path)
+        for w in [1] + args.workers:
+            r = train_fullgraph(ds, model=args.model, layers=args.layers, hidden=args.hidden, workers=w,
+                                chunks=1 if w == 1 else 4 * w, epochs=args.epochs, seed=args.seed, progress=False,
+                                timeout_s=600)
+            rows.append({"dataset": ds.name, "workers": w, "chunks": r.config["chunks"], "metric": r.metric,
+                         "test": r.test, "best_epoch": r.best_epoch, "final_loss": r.epochs[-1]["loss"]})
+            print(json.dumps(rows[-1]))
+        ref = next(r["test"] for r in rows if r["dataset"] == ds.name and r["workers"] == 1)
+        for r in rows:
+            if r["dataset"] == ds.name:
+                r["points_vs_single_process"] = 100 * (r["test"] - ref)
+    RESULTS.mkdir(exist_ok=True)
+    out = {"model": args.model, "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs, "rows": rows}
+    (RESULTS / "gnnpipe_convergence.json").write_text(json.dumps(out, indent=2))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["epoch", "convergence"])
+    p.add_argument("--data", action="append", required=True, help="a prepared dataset directory (repeatable)")
+    p.add_argument("--workers", type=int, nargs="+", default=None)
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--model", default="gcn")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if args.what == "epoch":
+        args.workers = args.workers or [1, 2, 4]
+        args.layers, args.epochs = args.layers or 8, args.epochs or 4
+        bench_epoch(args)
+    else:
+        args.workers = args.workers or [2, 4]
+        args.layers, args.epochs = args.layers or 4, args.epochs or 100
+        bench_convergence(args)
+
+
+if __name__ == "__main__":
+    main()
