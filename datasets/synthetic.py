@@ -257,7 +257,7 @@ class _Model:
         x += self.signal * self.centroids[self.z[a:b]]
         return x
 
-    def mixing(self) -> tuple[np.ndarray, np.ndarray]:
+    def mixing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[C, C] class distributions of a node's neighbours given its class:
         row c of the first is P(class of an in-neighbour | c), of the second
         P(class of an out-neighbour | c); and the expected out-degree per unit
@@ -340,7 +340,7 @@ def _source(like, scale, model: _Model, degree_exponent, max_degree_factor) -> G
     bayes = model.bayes_accuracy()
     c = model.shape.num_classes
     extra = {"like": like, "scale": scale, "seed": model.seed, "num_nodes": model.num_nodes,
-             "num_edges": model.num_edges, "directed": True, "homophily": model.homophily,
+             "generated_edges": model.num_edges, "directed": True, "homophily": model.homophily,
              "class_baseline_homophily": model.baseline, "same_class_draw_probability": model.p_same,
              "feature_signal": model.signal, "label_noise": model.label_noise,
              "degree_exponent": degree_exponent, "max_degree_factor": max_degree_factor,

@@ -7,7 +7,7 @@ import torch
 from gnnsys.cli import main
 from gnnsys.datasets import DatasetError, PrepareOptions, load_dataset, write_dataset
 from gnnsys.datasets.prepare import prepare_synthetic
-from gnnsys.datasets.synthetic import DEFAULTS, SHAPES, _Model, read_synthetic
+from gnnsys.datasets.synthetic import DEFAULTS, SHAPES, _alias_tables, _Model, read_synthetic
 
 TINY = {"ogbn-arxiv": 0.01, "ogbn-products": 0.001, "ogbn-papers100M": 0.0001}
 
@@ -178,3 +178,19 @@ def test_attainable_accuracy_matches_the_bayes_classifier_on_the_graph():
     for score, key in ((with_in, "attainable_accuracy"), (with_all, "attainable_accuracy_undirected")):
         measured = np.mean(score.argmax(1) == source.labels)
         assert abs(measured - synth[key]) < 0.05
+
+
+@pytest.mark.parametrize("weights,starts", [
+    ([1.0, 2.0, 3.0, 4.0], [0, 4]),
+    ([5.0, 0.5, 0.5, 1.0, 1.0, 100.0, 0.1], [0, 3, 3, 7]),
+])
+def test_alias_tables_give_the_weights(weights, starts):
+    weights, starts = np.array(weights), np.array(starts)
+    prob, alias = _alias_tables(weights, starts)
+    for a, b in zip(starts[:-1], starts[1:]):
+        if a == b:
+            continue
+        mass = prob[a:b].copy()
+        np.add.at(mass, alias[a:b] - a, 1.0 - prob[a:b])
+        assert np.all((alias[a:b] >= a) & (alias[a:b] < b))
+        np.testing.assert_allclose(mass / (b - a), weights[a:b] / weights[a:b].sum(), rtol=1e-12)
