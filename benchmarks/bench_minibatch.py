@@ -7,7 +7,8 @@ feature-gather epoch over the train split and `--epochs` GraphSAGE training
 epochs (breakdown: sample / gather / compute); `--eval-reps` runs also report
 validation and test accuracy after the last epoch. Writes
 benchmarks/results/minibatch_<dataset>.json (every run, medians, ratios peer /
-gnnsys) and a PNG bar plot beside it; with a subset of --systems the
+gnnsys), a PNG bar plot and the runs so far as JSON lines
+(.runs.jsonl, written as they finish; --resume continues from it) beside it; with a subset of --systems the
 file names end in _<systems>.
 
     benchmarks/setup_peers.sh            # once: DGL and PyG environments
@@ -48,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the finished runs in the results' .runs.jsonl (same options) and run only the rest")
     p.add_argument("--out", default=str(HERE / "results"), help="results directory")
     args = p.parse_args(argv)
     args.systems = args.systems.split(",")
@@ -124,14 +127,24 @@ def ratios(summary: dict) -> dict:
     return out
 
 
-def bench_dataset(dataset: str, args) -> dict:
-    """Interleaved reps of every system on one dataset; the result document."""
+def bench_dataset(dataset: str, args, log: Path) -> dict:
+    """Interleaved reps of every system on one dataset; the result document.
+    Each run's record is appended to `log` (JSON lines) as it finishes; the
+    successful runs already in `log` are reused, not repeated."""
     meta = json.loads((Path(dataset) / "meta.json").read_text())
+    done = {}
+    if log.is_file():
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        done = {(r["rep"], r["system"]): r for r in records if "error" not in r}
     runs = {system: [] for system in args.systems}
     plan = [(rep, system) for rep in range(args.reps) for system in args.systems]
     for rep, system in tqdm(plan, desc=Path(dataset).name, unit="run", dynamic_ncols=True):
-        record = run_once(system, dataset, args, seed=rep, evaluate=rep < args.eval_reps)
-        record["rep"] = rep
+        record = done.get((rep, system))
+        if record is None:
+            record = run_once(system, dataset, args, seed=rep, evaluate=rep < args.eval_reps)
+            record["rep"] = rep
+            with open(log, "a") as f:
+                f.write(json.dumps(record) + "\n")
         runs[system].append(record)
         if "error" in record:
             tqdm.write(f"{system} rep {rep}: {record['error']}")
@@ -155,12 +168,15 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for dataset in args.datasets:
-        result = bench_dataset(dataset, args)
-        stem = out / f"minibatch_{Path(dataset).resolve().name}"
+        name = f"minibatch_{Path(dataset).resolve().name}"
         if args.systems != list(SYSTEMS):  # a partial comparison never overwrites the full one
-            stem = stem.with_name(f"{stem.name}_{'-'.join(args.systems)}")
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-        plot(result, stem.with_suffix(".png"))
+            name += "_" + "-".join(args.systems)
+        log = out / f"{name}.runs.jsonl"
+        if not args.resume:
+            log.unlink(missing_ok=True)
+        result = bench_dataset(dataset, args, log)
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, out / f"{name}.png")
         print(json.dumps({"dataset": result["dataset"]["name"], "summary": result["summary"],
                           "ratios_vs_gnnsys": result["ratios_vs_gnnsys"]}, indent=1))
     return 0

@@ -59,7 +59,7 @@ def plot(result: dict, path):
 def main(argv=None) -> int:
     for name in (argv if argv is not None else sys.argv[1:]):
         path = Path(name)
-        plot(json.loads(path.read_text()), path.with_suffix(".png"))
+        plot(json.loads(path.read_text()), path.with_name(path.stem + ".png"))
     return 0
 
 
