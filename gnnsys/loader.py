@@ -55,6 +55,10 @@ class MinibatchLoader:
         self.prefetch = int(prefetch)
         self.num_workers = int(num_workers)
         self.set_epoch(epoch)
+        source = dataset.features.source
+        self._x_buffers = _BufferPool(source.shape[1], torch.float32, capacity=self.prefetch + 3)
+        self._raw_buffers = (None if source.dtype == torch.float32 else
+                             _BufferPool(source.shape[1], source.dtype, capacity=2))
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -86,8 +90,15 @@ class MinibatchLoader:
         """Stage 2: features (float32) and labels, moved to the device."""
         began = time.perf_counter()
         source = self.dataset.features.source
-        x = source.gather(mb.input_nodes.to(source.device))
-        mb.x = x if x.dtype == torch.float32 else x.float()
+        ids = mb.input_nodes.to(source.device)
+        if source.device.type != "cpu":
+            x = source.gather(ids).float()
+        elif self._raw_buffers is None:
+            x = source.gather(ids, out=self._x_buffers.take(ids.shape[0]))
+        else:
+            raw = source.gather(ids, out=self._raw_buffers.take(ids.shape[0]))
+            x = self._x_buffers.take(ids.shape[0]).copy_(raw)
+        mb.x = x
         mb.y = self.dataset.labels[mb.seeds.to(self.dataset.labels.device)]
         mb.timings["gather_s"] = time.perf_counter() - began
         if mb.x.device != self.device or mb.blocks[0].indptr.device != self.device:
@@ -99,6 +110,38 @@ class MinibatchLoader:
             timings["transfer_s"] = time.perf_counter() - began
             mb.timings = timings
         return mb
+
+
+class _BufferPool:
+    """Reusable host buffers for gathered rows. A buffer is handed out again
+    only when no tensor refers to its memory any more (its storage use count
+    is back to the pool's own reference), so rows the caller or autograd
+    still hold are never overwritten. Fresh 50 MB allocations cost more than
+    the gather itself here (page faults), hence the reuse.
+    """
+
+    def __init__(self, dim: int, dtype: torch.dtype, capacity: int):
+        self.dim, self.dtype, self.capacity = dim, dtype, capacity
+        self.buffers = []
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _uses(t: torch.Tensor) -> int:
+        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+    def take(self, rows: int) -> torch.Tensor:
+        """A [rows, dim] tensor that nothing else refers to."""
+        with self.lock:
+            free = [i for i, (buf, idle) in enumerate(self.buffers) if self._uses(buf) == idle]
+            fits = [i for i in free if self.buffers[i][0].shape[0] >= rows]
+            if fits:
+                return self.buffers[fits[0]][0][:rows]
+            if free:  # too small: make room for a bigger one
+                self.buffers.pop(free[0])
+            buf = torch.empty((rows + rows // 4, self.dim), dtype=self.dtype)
+            if len(self.buffers) < self.capacity:
+                self.buffers.append((buf, self._uses(buf)))
+            return buf[:rows]
 
 
 class _Stopped(Exception):

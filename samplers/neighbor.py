@@ -21,11 +21,16 @@ from .random_hash import draw_below, node_key, stream_key
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _count(indptr, nodes, fanout, replace, counts):
-    """counts[i + 1] = number of sources drawn for nodes[i]."""
+def _count(indptr, nodes, fanout, replace, counts, starts, degrees):
+    """counts[i + 1] = number of sources drawn for nodes[i]; starts[i] and
+    degrees[i] = its first edge and in-degree (indptr is read at random only
+    here; the passes that follow read these arrays in order)."""
     for i in numba.prange(nodes.shape[0]):
         v = nodes[i]
-        deg = indptr[v + 1] - indptr[v]
+        start = indptr[v]
+        deg = indptr[v + 1] - start
+        starts[i] = start
+        degrees[i] = deg
         if fanout < 0:
             counts[i + 1] = deg
         elif replace:
@@ -35,7 +40,7 @@ def _count(indptr, nodes, fanout, replace, counts):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _fill(indptr, indices, nodes, offsets, replace, stream, out):
+def _fill(indices, nodes, starts, degrees, offsets, replace, stream, out):
     """out[offsets[i]:offsets[i + 1]] = sampled global sources of nodes[i].
 
     All of them when the count equals the degree (and not `replace`), draws
@@ -45,13 +50,12 @@ def _fill(indptr, indices, nodes, offsets, replace, stream, out):
     CPU overlaps (the graph is read at random).
     """
     for i in numba.prange(nodes.shape[0]):
-        v = nodes[i]
-        deg = indptr[v + 1] - indptr[v]
         o = offsets[i]
         k = offsets[i + 1] - o
         if k == 0:
             continue
-        key = node_key(stream, v)
+        deg = degrees[i]
+        key = node_key(stream, nodes[i])
         if replace:
             for j in range(k):
                 out[o + j] = draw_below(key, j, deg)
@@ -68,7 +72,7 @@ def _fill(indptr, indices, nodes, offsets, replace, stream, out):
                         break
                 out[o + m] = t
     for i in numba.prange(nodes.shape[0]):
-        start = indptr[nodes[i]]
+        start = starts[i]
         for e in range(offsets[i], offsets[i + 1]):
             out[e] = indices[start + out[e]]
 
@@ -191,11 +195,12 @@ class NeighborSampler:
         for layer, fanout in enumerate(self.fanouts):
             num_dst = size
             indptr = np.zeros(num_dst + 1, np.int64)
-            _count(self.indptr, frontier[:num_dst], fanout, self.replace, indptr)
+            starts, degrees = np.empty(num_dst, np.int64), np.empty(num_dst, np.int64)
+            _count(self.indptr, frontier[:num_dst], fanout, self.replace, indptr, starts, degrees)
             np.cumsum(indptr, out=indptr)
             sources = np.empty(int(indptr[-1]), self.indices.dtype)
             stream = np.uint64(stream_key(self.seed, epoch, batch, layer))
-            _fill(self.indptr, self.indices, frontier[:num_dst], indptr, self.replace, stream, sources)
+            _fill(self.indices, frontier[:num_dst], starts, degrees, indptr, self.replace, stream, sources)
             grown = np.empty(num_dst + sources.shape[0], np.int64)
             grown[:num_dst] = frontier[:num_dst]
             ids, size = _relabel(sources, local, grown, num_dst)

@@ -59,6 +59,21 @@ def test_batches_carry_features_labels_and_timings(make_dataset, dtype):
         assert mb.blocks[0].num_src == mb.input_nodes.numel() and mb.blocks[-1].num_dst == mb.seeds.numel()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_feature_buffers_are_reused_only_when_released(make_dataset, dtype):
+    ds, _ = make_dataset(num_nodes=200, num_edges=1500, options=PrepareOptions(dtype=dtype, progress=False))
+    loader = MinibatchLoader(ds, "train", [4, 4], batch_size=8, prefetch=2)
+    held = list(loader)  # every batch kept: no buffer may be shared
+    assert len({mb.x.data_ptr() for mb in held}) == len(held)
+    assert all(torch.equal(mb.x, ds.features[mb.input_nodes].float()) for mb in held)
+    del held
+    pointers = set()
+    for mb in loader:  # each batch dropped before the next few: a handful of buffers cycle
+        pointers.add(mb.x.data_ptr())
+        assert torch.equal(mb.x, ds.features[mb.input_nodes].float())
+    assert len(pointers) < len(loader)
+
+
 def test_split_as_ids_and_drop_last(make_dataset):
     ds, _ = make_dataset(num_nodes=50, num_edges=300)
     loader = MinibatchLoader(ds, torch.arange(0, 50, 2), [2], batch_size=10, drop_last=True, shuffle=False)
