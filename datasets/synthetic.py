@@ -54,7 +54,9 @@ class Shape:
     split_counts are the real train/valid/test sizes (scaled with the graph);
     split_order is "time" (node id order, oldest first) or "popularity" (most
     popular first, like ogbn-products' sales-rank split); fully_labelled says
-    whether nodes outside the splits still carry labels.
+    whether nodes outside the splits still carry labels; homophily is the
+    default expected edge homophily (near the real graph's reported values
+    for arxiv and products; a guess for papers100M).
     """
 
     num_nodes: int
