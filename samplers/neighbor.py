@@ -175,6 +175,8 @@ class NeighborSampler:
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
         """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
+        if epoch < 0 or batch < 0:
+            raise ValueError(f"epoch and batch must be non-negative, got epoch={epoch}, batch={batch}")
         seeds = _as_numpy(seeds, "seeds", _ID_DTYPES).astype(np.int64)
         local = self._acquire_map()
         bad, why = _claim_seeds(seeds, local)

@@ -217,4 +217,6 @@ def test_bad_graph_and_seeds():
         sampler.sample([1, 80])
     with pytest.raises(ValueError, match="node 4 appears more than once"):
         sampler.sample([4, 2, 4])
+    with pytest.raises(ValueError, match="epoch and batch"):
+        sampler.sample([1], epoch=-1)
     assert torch.equal(sampler.sample([4, 2]).seeds, torch.tensor([4, 2]))  # map left clean
