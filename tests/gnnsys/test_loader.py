@@ -46,7 +46,7 @@ def same_batches(a, b):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_batches_carry_features_labels_and_timings(make_dataset, dtype):
-    ds, arrays = make_dataset(num_nodes=80, num_edges=600, options=PrepareOptions(dtype=dtype, progress=False))
+    ds, _ = make_dataset(num_nodes=80, num_edges=600, options=PrepareOptions(dtype=dtype, progress=False))
     loader = MinibatchLoader(ds, "train", [4, 3], batch_size=16)
     batches = list(loader)
     assert len(batches) == len(loader) == -(-ds.split("train").numel() // 16)
