@@ -12,6 +12,8 @@ layers itself); `GNN` stacks them for minibatch training.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
@@ -52,7 +54,9 @@ def _gcn_adj_t(indptr, indices, num_src, num_dst):
     crow = torch.zeros(num_dst + 1, dtype=torch.long, device=device)
     crow[1:] = torch.cumsum(deg, 0)
     values = 1.0 / deg[rows].float()
-    return torch.sparse_csr_tensor(crow, cols, values, size=(num_dst, num_src))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
+        return torch.sparse_csr_tensor(crow, cols, values, size=(num_dst, num_src))
 
 
 class GNNLayer(nn.Module):
