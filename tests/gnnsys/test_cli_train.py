@@ -1,0 +1,78 @@
+"""`gnnsys train`: table, JSON, argument errors, and a real kill + --resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from gnnsys.checkpoint import FILE
+from gnnsys.cli import main
+
+FAST = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "8", "--no-progress"]
+
+
+def test_train_prints_table_and_writes_json(make_dataset, tmp_path, capsys):
+    ds, _ = make_dataset()
+    out = tmp_path / "res" / "result.json"
+    assert main(["train", str(ds.path), "--epochs", "2", "--model", "gcn", "--json", str(out), *FAST]) == 0
+    text = capsys.readouterr().out
+    assert "epoch" in text and "test acc" in text and f"written to {out}" in text
+    result = json.loads(out.read_text())
+    assert result["config"]["model"] == "gcn" and result["config"]["fanouts"] == [4, 3]
+    assert result["config"]["lr"] == 0.003 and len(result["epochs"]) == 2  # train()'s default, not the CLI's
+    assert {"config", "metric", "epochs", "best_epoch", "test", "machine"} <= set(result)
+
+
+@pytest.mark.parametrize("argv,message", [(["--fanouts", "4,x"], "expected comma-separated integers"),
+                                          (["--fanouts", "4,0"], "positive or -1"),
+                                          (["--model", "gin"], "invalid choice")])
+def test_bad_arguments_exit_2(make_dataset, capsys, argv, message):
+    ds, _ = make_dataset()
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(ds.path), *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_cuda_without_gpu_exits_2_with_one_line(make_dataset, capsys):
+    ds, _ = make_dataset()
+    assert main(["train", str(ds.path), "--device", "cuda", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gnnsys train: error: device: needs a CUDA GPU")
+
+
+def test_missing_dataset_exits_2(tmp_path, capsys):
+    assert main(["train", str(tmp_path / "nope"), *FAST]) == 2
+    assert "not a prepared gnnsys dataset" in capsys.readouterr().err
+
+
+def test_sigkill_then_resume_equals_uninterrupted(make_dataset, tmp_path):
+    """Kill the process (SIGKILL) once a checkpoint exists; --resume finishes
+    with the same losses, metrics and weights as a run that was never killed."""
+    ds, _ = make_dataset(num_nodes=200, num_edges=2000)
+    epochs, ckpt = "10", tmp_path / "ckpt"
+    argv = [sys.executable, "-m", "gnnsys", "train", str(ds.path), "--epochs", epochs, *FAST,
+            "--checkpoint-dir", str(ckpt)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (ckpt / FILE).exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    alive = proc.poll() is None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if not alive:
+        pytest.skip("the run finished before it could be killed")
+    killed_at = torch.load(ckpt / FILE, weights_only=False)["epoch"]
+    assert killed_at < int(epochs)
+    out = tmp_path / "resumed.json"
+    assert subprocess.run(argv + ["--resume", "--json", str(out)], capture_output=True).returncode == 0
+    assert main(["train", str(ds.path), "--epochs", epochs, *FAST, "--json", str(tmp_path / "full.json")]) == 0
+    strip = lambda r: ([{k: v for k, v in e.items() if k not in ("time_s", "breakdown")}  # noqa: E731
+                        for e in r["epochs"]], r["best_epoch"], r["test"])
+    full, resumed = json.loads((tmp_path / "full.json").read_text()), json.loads(out.read_text())
+    assert strip(resumed) == strip(full)
+    assert resumed["config"]["checkpoint_dir"] == str(ckpt)
