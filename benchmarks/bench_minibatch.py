@@ -71,7 +71,8 @@ def run_once(system: str, dataset: str, args, seed: int, evaluate: bool) -> dict
     """One run of one system in a fresh process: its JSON record, or an error record."""
     python, script = SYSTEMS[system]
     cmd = [str(python), str(script), str(Path(dataset).resolve()), "--fanouts", args.fanouts,
-           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr), "--epochs", str(args.epochs), "--seed", str(seed)]
+           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr),
+           "--epochs", str(args.epochs), "--seed", str(seed)]
     if evaluate:
         cmd.append("--eval")
     load_before = os.getloadavg()
