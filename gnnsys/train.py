@@ -70,7 +70,7 @@ class TrainResult:
 
 
 def train(dataset, model: str = "sage", fanouts=(15, 10, 5), batch_size: int = 1024, hidden: int = 256,
-          layers: int | None = None, epochs: int = 10, lr: float = 0.003, weight_decay: float = 0.0,
+          layers: int | None = None, epochs: int = 10, lr: float = 0.005, weight_decay: float = 5e-4,
           dropout: float = 0.5, input_dropout: float = 0.0, norm: str | None = None,
           residual: bool = False, heads: int = 4, device="cpu", seed: int = 0, eval_every: int = 1,
           eval_batch_size: int = 4096, metric: str = "auto", prefetch: int = 4, checkpoint_dir=None,

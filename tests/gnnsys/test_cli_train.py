@@ -23,7 +23,7 @@ def test_train_prints_table_and_writes_json(make_dataset, tmp_path, capsys):
     assert "epoch" in text and "test acc" in text and f"written to {out}" in text
     result = json.loads(out.read_text())
     assert result["config"]["model"] == "gcn" and result["config"]["fanouts"] == [4, 3]
-    assert result["config"]["lr"] == 0.003 and len(result["epochs"]) == 2  # train()'s default, not the CLI's
+    assert result["config"]["lr"] == 0.005 and len(result["epochs"]) == 2  # train()'s default, not the CLI's
     assert {"config", "metric", "epochs", "best_epoch", "test", "machine"} <= set(result)
 
 
