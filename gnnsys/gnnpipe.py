@@ -162,7 +162,7 @@ def build_chunk_plans(indptr, indices, chunk_ptr, gcn: bool = False) -> list[Chu
             lo, hi = int(crow[a]), int(crow[b])
             gip, gcols = _local_csr(crow[a:b + 1] - lo, full.col_indices()[lo:hi], a, b, halo,
                                     values=full.values()[lo:hi])
-            block._adj_cache[GCN_ADJ_KEY] = torch.sparse_csr_tensor(gip, gcols[0], gcols[1],
+            block.cache[GCN_ADJ_KEY] = torch.sparse_csr_tensor(gip, gcols[0], gcols[1],
                                                                      size=(b - a, block.num_src))
         groups = []
         if halo.numel():
@@ -601,8 +601,8 @@ def _resume_key(config: dict) -> dict:
 def _block_to(block: Block, device) -> Block:
     """block.to(device) keeping the precomputed GCN adjacency."""
     moved = block.to(device)
-    if GCN_ADJ_KEY in block._adj_cache:
-        moved._adj_cache[GCN_ADJ_KEY] = block._adj_cache[GCN_ADJ_KEY].to(device)
+    if GCN_ADJ_KEY in block.cache:
+        moved.cache[GCN_ADJ_KEY] = block.cache[GCN_ADJ_KEY].to(device)
     return moved
 
 

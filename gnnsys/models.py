@@ -34,7 +34,7 @@ def gcn_adj_t(block) -> torch.Tensor:
     like its other adjacencies.
     """
     key = "gcn_self_loops"
-    cache = block._adj_cache
+    cache = block.cache
     if key not in cache:
         cache[key] = _gcn_adj_t(block.indptr, block.indices, block.num_src, block.num_dst)
     return cache[key]
@@ -115,7 +115,7 @@ class GNNLayer(nn.Module):
 
     def _conv(self, x_src, x_dst, block):
         if self.kind == "sage":
-            return self.conv((x_src, x_dst), block.adj_t("ones"))
+            return self.conv((x_src, x_dst), block.adj_t())
         if self.kind == "gcn":
             return self.conv(x_src, gcn_adj_t(block))
         return self.conv((x_src, x_dst), block.edge_index(), size=block.size)

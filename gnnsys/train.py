@@ -28,7 +28,7 @@ from gnnsys.datasets.errors import DatasetError
 
 BREAKDOWN = ("sample_s", "gather_s", "transfer_s", "compute_s", "wait_s")
 # options a resumed run may change; every other one must match the checkpoint
-RESUMABLE = ("epochs", "checkpoint_dir", "resume", "progress")
+RESUMABLE = ("epochs", "checkpoint_dir", "resume", "progress", "features", "sampler")
 
 
 @dataclass
@@ -73,13 +73,18 @@ def train(dataset, model: str = "sage", fanouts=(15, 10, 5), batch_size: int = 1
           layers: int | None = None, epochs: int = 10, lr: float = 0.005, weight_decay: float = 5e-4,
           dropout: float = 0.5, input_dropout: float = 0.0, norm: str | None = None,
           residual: bool = False, heads: int = 4, device="cpu", seed: int = 0, eval_every: int = 1,
-          eval_batch_size: int = 4096, metric: str = "auto", prefetch: int = 4, checkpoint_dir=None,
-          resume: bool = False, progress: bool = True, on_epoch_end=None) -> TrainResult:
+          eval_batch_size: int = 4096, metric: str = "auto", prefetch: int = 4, features: str = "auto",
+          sampler: str = "cpu", checkpoint_dir=None, resume: bool = False, progress: bool = True,
+          on_epoch_end=None) -> TrainResult:
     """Train a GNN ("sage", "gcn" or "gat") for node classification.
 
     dataset: a Dataset or the path of a prepared dataset. fanouts: neighbours
     per layer, output layer first; layers defaults to len(fanouts) and must
     equal it. metric "auto" is ROC AUC for 2-class datasets, else accuracy.
+    features: where feature rows live for a CUDA device ("auto", "gpu",
+    "pinned" zero-copy, "cpu-gather"; see gnnsys.storage.placement); sampler:
+    "cpu", "gpu" or "gpu-pinned" (gnnsys.samplers.factory). Both change speed,
+    not results.
     checkpoint_dir/resume: see the module docstring. on_epoch_end(record) is
     called after each epoch's checkpoint (a test can raise from it to simulate
     a kill). Returns a TrainResult whose `model` is the trained module.
@@ -118,6 +123,13 @@ def _check_config(config: dict, dataset) -> dict:
             raise DatasetError(name, f"must be >= 1, got {c[name]}")
     if not 0 <= c["dropout"] < 1 or not 0 <= c["input_dropout"] < 1:
         raise DatasetError("dropout", "dropout and input_dropout must be in [0, 1)")
+    from gnnsys.samplers.factory import SAMPLERS
+    from gnnsys.storage.placement import PLACEMENTS
+
+    if c["features"] not in PLACEMENTS:
+        raise DatasetError("features", f"must be one of {', '.join(PLACEMENTS)}, got {c['features']!r}")
+    if c["sampler"] not in SAMPLERS:
+        raise DatasetError("sampler", f"must be one of {', '.join(SAMPLERS)}, got {c['sampler']!r}")
     if c["resume"] and c["checkpoint_dir"] is None:
         raise DatasetError("resume", "needs a checkpoint directory")
     if torch.device(c["device"]).type == "cuda":
@@ -151,10 +163,12 @@ class _Run:
 
     def __init__(self, dataset, config: dict, on_epoch_end=None):
         from gnnsys.models import GNN
+        from gnnsys.storage.placement import place_features
 
         self.dataset, self.config, self.on_epoch_end = dataset, config, on_epoch_end
         c = config
         self.device = torch.device(c["device"])
+        dataset.features = place_features(dataset, c["features"], self.device, progress=c["progress"])
         torch.manual_seed(c["seed"])
         self.model = GNN(c["model"], dataset.num_features, c["hidden"], dataset.num_classes, c["layers"],
                          dropout=c["dropout"], norm=c["norm"], residual=c["residual"], heads=c["heads"],
@@ -183,7 +197,7 @@ class _Run:
 
         c = self.config
         return MinibatchLoader(self.dataset, "train", c["fanouts"], batch_size=c["batch_size"], shuffle=True,
-                               seed=c["seed"], prefetch=c["prefetch"], device=c["device"])
+                               seed=c["seed"], prefetch=c["prefetch"], device=c["device"], sampler=c["sampler"])
 
     def _epoch(self, loader, epoch: int) -> dict:
         """One pass over the training seeds; the epoch's record without metrics."""

@@ -20,13 +20,15 @@ class Block:
     """Edges from `num_src` source nodes into the first `num_dst` of them.
 
     indptr: int64 [num_dst + 1]; indices: int64 local source ids, sorted per row.
+    cache: tensors derived from the block (its adjacencies), keyed by name, so
+    each is built once however many layers or passes use it.
     """
 
     indptr: torch.Tensor
     indices: torch.Tensor
     num_src: int
     num_dst: int
-    _adj_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def full_graph(cls, indptr: torch.Tensor, indices: torch.Tensor) -> "Block":
@@ -52,28 +54,16 @@ class Block:
         dst = torch.repeat_interleave(torch.arange(self.num_dst, device=self.indptr.device), self.in_degree())
         return torch.stack([self.indices, dst])
 
-    def adj_t(self, weight: str = "ones") -> torch.Tensor:
-        """Sparse CSR [num_dst, num_src] adjacency for PyG convs; cached.
-
-        weight "ones" (SAGE mean/sum, GAT) or "gcn": 1/sqrt(deg_dst * deg_src)
-        with degrees counted inside the block, as DGL's GraphConv(norm="both").
-        """
-        if weight not in self._adj_cache:
-            if weight == "ones":
-                values = torch.ones(self.num_edges, device=self.indices.device)
-            elif weight == "gcn":
-                deg_dst = self.in_degree().clamp(min=1).float()
-                deg_src = torch.bincount(self.indices, minlength=self.num_src).clamp(min=1).float()
-                dst = torch.repeat_interleave(torch.arange(self.num_dst, device=self.indptr.device),
-                                              self.in_degree())
-                values = (deg_dst[dst] * deg_src[self.indices]).rsqrt()
-            else:
-                raise ValueError(f"weight must be 'ones' or 'gcn', got {weight!r}")
+    def adj_t(self) -> torch.Tensor:
+        """Sparse CSR [num_dst, num_src] adjacency with unit weights, the input
+        PyG's SAGEConv aggregates with a sparse-dense matmul; cached."""
+        if "ones" not in self.cache:
+            values = torch.ones(self.num_edges, device=self.indices.device)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
-                self._adj_cache[weight] = torch.sparse_csr_tensor(
+                self.cache["ones"] = torch.sparse_csr_tensor(
                     self.indptr, self.indices, values, size=(self.num_dst, self.num_src))
-        return self._adj_cache[weight]
+        return self.cache["ones"]
 
     def to(self, device, non_blocking: bool = False) -> "Block":
         """This block on `device`."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import inspect
 
+from gnnsys.fullgraph import train_fullgraph
 from gnnsys.train import train
 
+TRAINERS = {"minibatch": train, "fullgraph": train_fullgraph}
 DEFAULTS = {name: p.default for name, p in inspect.signature(train).parameters.items()}
 
 
@@ -49,6 +51,21 @@ def add_sampling_arguments(p):
     g.add_argument("--fanouts", type=fanout_list, help="neighbours per layer, output layer first")
     g.add_argument("--batch-size", type=int, help="seeds per minibatch")
     g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
+    g.add_argument("--sampler", choices=["cpu", "gpu", "gpu-pinned"],
+                   help="neighbour sampler: CPU (numba) or GPU (Triton, CSC in GPU or pinned memory)")
+    g.add_argument("--features", choices=["auto", "gpu", "pinned", "cpu-gather"],
+                   help="where feature rows live for --device cuda: GPU memory, pinned host memory read "
+                        "zero-copy, or gathered by the CPU and copied")
+
+
+def add_fullgraph_arguments(p):
+    g = p.add_argument_group("full-graph (--mode fullgraph)")
+    g.add_argument("--mode", choices=list(TRAINERS), default="minibatch",
+                   help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)")
+    g.add_argument("--workers", type=int, help="pipeline stages, one process each (default 1)")
+    g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline (default 1)")
+    g.add_argument("--partition", choices=["auto", "metis", "rcm", "range"],
+                   help="how nodes are cut into chunks (default auto: METIS)")
 
 
 def add_optimizer_arguments(p):
@@ -72,7 +89,8 @@ def add_run_arguments(p):
     g.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 
 
-ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_optimizer_arguments, add_run_arguments)
+ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_fullgraph_arguments, add_optimizer_arguments,
+                   add_run_arguments)
 
 
 def add_parser(sub):
@@ -87,9 +105,9 @@ def add_parser(sub):
     return p
 
 
-def options_from_args(args) -> dict:
-    """The `gnnsys.train` keywords among the parsed options."""
-    names = inspect.signature(train).parameters
+def options_from_args(args, fn=train) -> dict:
+    """The keywords of the trainer `fn` among the parsed options."""
+    names = inspect.signature(fn).parameters
     return {k: v for k, v in vars(args).items() if k in names and k != "dataset"}
 
 
@@ -107,7 +125,8 @@ def format_table(result) -> str:
 
 
 def run(args) -> int:
-    result = train(args.path, **options_from_args(args))
+    trainer = TRAINERS[getattr(args, "mode", "minibatch")]
+    result = trainer(args.path, **options_from_args(args, trainer))
     print(format_table(result))
     if getattr(args, "json_out", None):
         print(f"written to {result.save(args.json_out)}")
