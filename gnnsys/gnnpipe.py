@@ -37,6 +37,7 @@ reverse order reaches it.
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -636,6 +637,8 @@ def train_pipeline(dataset, config: dict, on_epoch_end=None):
     from gnnsys.distributed import launch
     from gnnsys.fullgraph import make_result
 
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return _train_under_torchrun(dataset, config, on_epoch_end)
     setup = prepare_setup(dataset, config)
     config = dict(config, partition_used=setup.method, stage_ptr=setup.stage_ptr,
                   chunk_sizes=setup.chunk_ptr.diff().tolist())
@@ -649,3 +652,27 @@ def train_pipeline(dataset, config: dict, on_epoch_end=None):
                device=config["device"], timeout_s=config["timeout_s"])
         history = json.loads(out.read_text())
     return make_result(config, history)
+
+
+def _train_under_torchrun(dataset, config: dict, on_epoch_end=None):
+    """This process is one of the W workers torchrun started (env://
+    rendezvous, possibly across machines): rank 0 prepares the setup and
+    broadcasts it. Returns the TrainResult on the last stage, None elsewhere."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from gnnsys.distributed import run_from_env
+    from gnnsys.fullgraph import make_result
+
+    world = int(os.environ.get("WORLD_SIZE", 0))
+    if world != config["workers"]:
+        raise DatasetError("workers", f"{config['workers']} requested, but torchrun started {world} processes")
+    if dataset.path is None:
+        raise DatasetError("dataset", "under torchrun every worker opens the dataset: pass a prepared directory")
+    with tempfile.TemporaryDirectory(prefix="gnnpipe-") as tmp:
+        out = Path(tmp) / "history.json"
+        run_config = dict(config, threads_per_worker=torch.get_num_threads())
+        run_from_env(pipeline_worker, str(dataset.path), run_config, str(out), on_epoch_end,
+                     device=config["device"], timeout_s=config["timeout_s"])
+        return make_result(config, json.loads(out.read_text())) if out.exists() else None

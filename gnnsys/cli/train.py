@@ -127,6 +127,8 @@ def format_table(result) -> str:
 def run(args) -> int:
     trainer = TRAINERS[getattr(args, "mode", "minibatch")]
     result = trainer(args.path, **options_from_args(args, trainer))
+    if result is None:  # a torchrun worker other than the last pipeline stage, which reports
+        return 0
     print(format_table(result))
     if getattr(args, "json_out", None):
         print(f"written to {result.save(args.json_out)}")
