@@ -1,8 +1,15 @@
 """Fixtures shared by every test folder: small random graphs and datasets."""
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+
+# Without CUDA, Triton kernels run in Triton's interpreter. The variable is read
+# when triton is first imported, so it is set here, before any test module.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from gnnsys.datasets import GraphSource, PrepareOptions, load_dataset, write_dataset
 from gnnsys.datasets.source import array_edge_chunks, array_feature_chunks

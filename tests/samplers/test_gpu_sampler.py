@@ -4,7 +4,6 @@ Without CUDA the kernel runs in Triton's interpreter (TRITON_INTERPRET=1 is
 set before triton is first imported, see tests/storage/test_triton_gather.py);
 with CUDA the same tests run compiled on the GPU.
 """
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton")
+pytest.importorskip("triton")  # interpreted on the CPU: tests/conftest.py sets TRITON_INTERPRET
 
 from gnnsys._capabilities import HAS_CUDA, triton_interpreting  # noqa: E402
 from gnnsys.samplers.factory import make_sampler  # noqa: E402
 from gnnsys.samplers.neighbor import NeighborSampler  # noqa: E402
 
-if not HAS_CUDA and not triton_interpreting():
-    pytest.skip("triton was imported before TRITON_INTERPRET=1; run this file on its own",
-                allow_module_level=True)
+assert HAS_CUDA or triton_interpreting(), "without CUDA, Triton must run interpreted (tests/conftest.py)"
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,6 @@ helpers pick compiled or interpreted at import), so it is set here, before
 any gnnsys module imports triton. With CUDA the same tests run compiled on
 the GPU and the variable is left alone.
 """
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton")
+pytest.importorskip("triton")  # interpreted on the CPU: tests/conftest.py sets TRITON_INTERPRET
 
 from gnnsys._capabilities import HAS_CUDA, triton_interpreting  # noqa: E402
 from gnnsys.storage.gpu_features import TableFeatures  # noqa: E402
 from gnnsys.storage.mmap_features import RowTable  # noqa: E402
 
-if not HAS_CUDA and not triton_interpreting():
-    pytest.skip("triton was imported before TRITON_INTERPRET=1; run this file on its own",
-                allow_module_level=True)
+assert HAS_CUDA or triton_interpreting(), "without CUDA, Triton must run interpreted (tests/conftest.py)"
 
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
