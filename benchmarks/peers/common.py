@@ -139,6 +139,19 @@ def split_accuracy(logits: torch.Tensor, labels: torch.Tensor, splits: dict) -> 
             if name in ("valid", "test")}
 
 
+def train_and_report(record: dict, args, model, batches, gather, step, full_logits, labels, splits):
+    """The shared end of a peer script: `args.epochs` timed training epochs,
+    then (with --eval) valid/test accuracy of `full_logits()`, printed as one
+    JSON line."""
+    record["epochs"] = []
+    for epoch in range(args.epochs):
+        model.train()
+        record["epochs"].append({"epoch": epoch, **timed_epoch(batches, gather, step)})
+    if args.eval and args.epochs:
+        record.update(split_accuracy(full_logits(), labels, splits))
+    emit(record)
+
+
 def emit(record: dict):
     """Print one run's result as a JSON line on stdout."""
     print(json.dumps(record), flush=True)

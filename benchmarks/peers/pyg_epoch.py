@@ -19,8 +19,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import SAGEConv
 
-from common import (PeerDataset, emit, machine, parse_args, seed_everything, split_accuracy, timed_epoch,
-                    warm_up)
+from common import PeerDataset, machine, parse_args, seed_everything, timed_epoch, train_and_report, warm_up
 
 
 class SAGE(torch.nn.Module):
@@ -91,14 +90,8 @@ def main():
         opt.step()
         return loss.detach()
 
-    epochs = []
-    for epoch in range(args.epochs):
-        model.train()
-        epochs.append({"epoch": epoch, **timed_epoch(train, gather, step)})
-    record["epochs"] = epochs
-    if args.eval and args.epochs:
-        record.update(split_accuracy(layerwise_logits(model, graph, x_all, args.eval_batch_size), y_all, data.splits))
-    emit(record)
+    train_and_report(record, args, model, train, gather, step,
+                     lambda: layerwise_logits(model, graph, x_all, args.eval_batch_size), y_all, data.splits)
 
 
 if __name__ == "__main__":
