@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
+from gnnsys.dropout import HashDropout, relu_dropout
+
 CONVS = ("sage", "gcn", "gat")
 NORMS = (None, "batch", "layer")
 
@@ -86,7 +88,7 @@ class GNNLayer(nn.Module):
         self.norm = {None: None, "batch": nn.BatchNorm1d, "layer": nn.LayerNorm}[norm]
         self.norm = self.norm(out_dim) if self.norm else None
         self.activation = activation
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = HashDropout(dropout)
 
     @staticmethod
     def _make_conv(conv, in_dim, out_dim, heads, activation):
@@ -110,7 +112,7 @@ class GNNLayer(nn.Module):
         if self.norm is not None:
             h = self.norm(h)
         if self.activation:
-            h = torch.relu(h)
+            return relu_dropout(h, self.dropout.p, self.training)
         return self.dropout(h)
 
     def _conv(self, x_src, x_dst, block):
@@ -137,7 +139,7 @@ class GNN(nn.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.input_dropout = nn.Dropout(input_dropout)
+        self.input_dropout = HashDropout(input_dropout)
         self.layers = nn.ModuleList(
             GNNLayer(conv, dims[i], dims[i + 1], heads=heads if conv == "gat" else 1,
                      norm=norm if i < num_layers - 1 else None,

@@ -28,7 +28,7 @@ from gnnsys.datasets.errors import DatasetError
 
 BREAKDOWN = ("sample_s", "gather_s", "transfer_s", "compute_s", "wait_s")
 # options a resumed run may change; every other one must match the checkpoint
-RESUMABLE = ("epochs", "checkpoint_dir", "resume", "progress", "features", "sampler")
+RESUMABLE = ("epochs", "checkpoint_dir", "resume", "progress", "features", "sampler", "retain_memory")
 
 
 @dataclass
@@ -75,7 +75,7 @@ def train(dataset, model: str = "sage", fanouts=(15, 10, 5), batch_size: int = 1
           residual: bool = False, heads: int = 4, device="cpu", seed: int = 0, eval_every: int = 1,
           eval_batch_size: int = 4096, metric: str = "auto", prefetch: int = 4, features: str = "auto",
           sampler: str = "cpu", checkpoint_dir=None, resume: bool = False, progress: bool = True,
-          on_epoch_end=None) -> TrainResult:
+          retain_memory: bool = True, on_epoch_end=None) -> TrainResult:
     """Train a GNN ("sage", "gcn" or "gat") for node classification.
 
     dataset: a Dataset or the path of a prepared dataset. fanouts: neighbours
@@ -84,7 +84,8 @@ def train(dataset, model: str = "sage", fanouts=(15, 10, 5), batch_size: int = 1
     features: where feature rows live for a CUDA device ("auto", "gpu",
     "pinned" zero-copy, "cpu-gather"; see gnnsys.storage.placement); sampler:
     "cpu", "gpu" or "gpu-pinned" (gnnsys.samplers.factory). Both change speed,
-    not results.
+    not results. retain_memory: keep freed memory in the process for reuse
+    (`gnnsys.allocator.retain_freed_memory`; faster steps, RSS stays at its peak).
     checkpoint_dir/resume: see the module docstring. on_epoch_end(record) is
     called after each epoch's checkpoint (a test can raise from it to simulate
     a kill). Returns a TrainResult whose `model` is the trained module.
@@ -92,6 +93,10 @@ def train(dataset, model: str = "sage", fanouts=(15, 10, 5), batch_size: int = 1
     config = {k: v for k, v in locals().items() if k not in ("dataset", "on_epoch_end")}
     dataset = _open_dataset(dataset)
     config = _check_config(config, dataset)
+    if config["retain_memory"]:
+        from gnnsys.allocator import retain_freed_memory
+
+        retain_freed_memory()
     return _Run(dataset, config, on_epoch_end).run()
 
 

@@ -1,0 +1,38 @@
+"""Keep freed memory in the process instead of handing it back to the OS (glibc).
+
+A training step allocates and frees tensors of tens of MB (activations and
+their gradients). glibc serves blocks above its mmap threshold (at most 32 MB)
+with fresh `mmap`s and unmaps them on free, so every step pays a page fault
+per 4 KiB on first touch: on torch 2.13 a ReLU over a 55K x 256 float32
+activation took 41 ms into a new tensor and 8 ms into an existing one.
+`retain_freed_memory` stops glibc from using mmap for large blocks and from
+trimming the heap below 1 GiB of free space, so the next step reuses the same
+pages (PyTorch's CPU tuning guide gets the same effect by preloading jemalloc
+or tcmalloc). The cost: the process keeps its peak heap instead of shrinking.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+_M_TRIM_THRESHOLD = -1  # glibc malloc.h
+_M_MMAP_MAX = -4
+_retained = False
+
+
+def retain_freed_memory(trim_threshold: int = 1 << 30) -> bool:
+    """Tell glibc's malloc to keep freed blocks for reuse: no mmap for large
+    blocks, trim only beyond `trim_threshold` bytes of free heap. Returns True
+    when applied (now or before), False where malloc is not glibc's."""
+    global _retained
+    if _retained:
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except AttributeError:
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    _retained = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
+    return _retained
