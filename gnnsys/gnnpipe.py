@@ -14,9 +14,14 @@ rows for the chunk's halo (out-of-chunk in-neighbours). Each stage keeps, per
 aggregating unit, an N x d buffer of its input for all nodes: rows of chunks
 already computed this epoch are fresh (and gradients flow into them), the rest
 are the values of the last pass (historical; constants). The first stage
-reads the input features, which are never stale. `exact_pass` (layer-wise
-inference with the current weights, used as the warm-up and for evaluation)
-refills every buffer exactly. `history_momentum` > 0
+reads the input features, which are never stale. History holds training-mode
+values (after dropout), like the neighbour rows single-process training
+reads: the training forward stores each chunk's input, and the warm-up
+(`exact_pass(refresh=True)`, layer-wise with the current weights, in training
+mode) fills every buffer. Evaluation (`exact_pass()`, eval mode) leaves the
+history alone, so how often one evaluates never changes training; each stage
+draws its dropout masks from its own seed (`stage_seed`), not from the seed
+that initialised the weights on every stage. `history_momentum` > 0
 smooths the buffer (h <- m h + (1 - m) h_new), PipeGCN's staleness correction;
 `fresh_grad_scale` multiplies the gradient sent into fresh out-of-chunk rows
 (GNNPipe uses 2: an unbiased estimate under a random chunk order).
@@ -354,21 +359,22 @@ class PipelineStage:
         return leaves, outputs, losses
 
     @torch.no_grad()
-    def exact_pass(self):
-        """Layer-wise inference (eval mode) over all chunks: unit j runs on
-        every chunk before unit j+1, so every neighbour row is exact for the
-        current weights. Refreshes the historical embeddings (used as the
-        warm-up and for evaluation); returns the logits of all nodes on the
-        last stage, else None. Not pipelined: stage s+1 starts when s is done."""
+    def exact_pass(self, refresh: bool = False):
+        """Layer-wise pass over all chunks: unit j runs on every chunk before
+        unit j+1, so every neighbour row is exact for the current weights.
+        refresh=False: evaluation (eval mode), the history is left alone.
+        refresh=True: the warm-up, in training mode (dropout on), storing
+        every unit's input in the history. Returns the logits of all nodes on
+        the last stage, else None. Not pipelined: stage s+1 starts when s is done."""
         C = len(self.plans)
-        self.units.eval()
+        self.units.train(refresh)
         if not self.first:
             handles = [self._recv_next(list(range(C)), c, self.in_dims[0], 0) for c in range(C)]
             h = torch.cat([self.link.wait(hd) for hd in handles])
         else:
             h = self.hist[0]
         for j, u in enumerate(self.units):
-            if self.hist[j] is not None and not (j == 0 and self.first):
+            if refresh and self.hist[j] is not None and not (j == 0 and self.first):
                 self.hist[j].copy_(h)
             out = torch.empty(h.shape[0], getattr(u, "out_dim"), device=self.device)
             for c, p in enumerate(self.plans):
@@ -416,6 +422,14 @@ class PipelineStage:
         if self.link is not None:
             self.link.flush()
         return total
+
+
+def stage_seed(seed: int, rank: int) -> int:
+    """The seed of stage `rank`'s dropout masks. Every stage initialises the
+    whole model from `seed` (identical weights); drawing dropout from that same
+    generator state would give the units of different stages the same masks
+    for the same chunk, correlated across layers unlike in one process."""
+    return (seed * 1_000_003 + rank + 1) % (1 << 63)
 
 
 def epoch_order(num_chunks: int, seed: int, epoch: int) -> list[int]:
@@ -478,6 +492,7 @@ class _StageRun:
         self.on_epoch_end = on_epoch_end
         self.device = torch.device(device)
         units = units_for(config, setup.features.shape[1], setup.num_classes)
+        torch.manual_seed(stage_seed(config["seed"], rank))
         lo, hi = setup.stage_ptr[rank], setup.stage_ptr[rank + 1]
         mine = [u.to(self.device) for u in units[lo:hi]]
         plans = build_chunk_plans(setup.indptr, setup.indices, setup.chunk_ptr, gcn=config["model"] == "gcn")
@@ -505,7 +520,7 @@ class _StageRun:
         c = self.config
         start = self._restore() if c["resume"] else 0
         if start == 0 and c["warmup"]:
-            self.stage.exact_pass()
+            self.stage.exact_pass(refresh=True)
         bar = tqdm(range(start, c["epochs"]), desc=f"gnnpipe stage {self.rank}", leave=False,
                    disable=not (c["progress"] and self.last))
         for epoch in bar:

@@ -34,13 +34,13 @@ def test_reference_learns(model, layers):
     assert r.metric == "acc" and 0 <= r.test <= 1 and r.best_epoch is not None
 
 
-def _stage_and_reference(model, chunks, method="rcm"):
+def _stage_and_reference(model, chunks, method="rcm", dropout=0.0):
     ds = tiny_dataset()
     part = chunk_graph(ds.indptr, ds.indices, chunks, method)
     ip, ix = relabel_csc(ds.indptr, ds.indices, part.perm)
     x = ds.features[part.perm].float()
     torch.manual_seed(0)
-    units = build_units(model, 6, 8, 3, 4, norm="layer", residual=True, dropout=0.0, input_proj=True)
+    units = build_units(model, 6, 8, 3, 4, norm="layer", residual=True, dropout=dropout, input_proj=True)
     plans = build_chunk_plans(ip, ix, part.chunk_ptr, gcn=model == "gcn")
     train = torch.arange(0, 90, 2)
     stage = PipelineStage(list(units), plans, [u.in_dim for u in units], num_nodes=90, features=x,
@@ -56,13 +56,68 @@ def test_chunked_forward_is_exact_with_fresh_history(model, chunks):
     neighbour rows, so it equals the whole-graph forward too (dropout 0)."""
     stage, units, x, block, _, _ = _stage_and_reference(model, chunks)
     order = [2, 0, 3, 1] if chunks == 4 else [0]
-    logits = stage.exact_pass()  # warm-up: exact history, no weight update
+    logits = stage.exact_pass()
+    stage.exact_pass(refresh=True)  # warm-up: exact history, no weight update
     _, outputs, _ = stage.forward_pass(order)
     trained = torch.cat([outputs[-1][c] for c in range(chunks)]).detach()
     with torch.no_grad():
         expect = full_forward(units.eval(), x, block)
     torch.testing.assert_close(logits, expect, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(trained, expect, atol=1e-5, rtol=1e-5)
+
+
+def test_history_holds_training_mode_values_and_evaluation_leaves_it_alone():
+    """With dropout p the warm-up stores what single-process training would
+    read for a neighbour: the dropped-out input of every unit (zeros, the rest
+    scaled by 1/(1-p)), not the eval-mode value; the training forward stores
+    each chunk's dropped-out input; an evaluation pass changes nothing."""
+    p = 0.5
+    stage, units, x, _, _, _ = _stage_and_reference("sage", 4, dropout=p)
+    with torch.no_grad():
+        clean = torch.relu(units[0].lin(x))  # the input projection's eval-mode output = unit 1's input
+    stage.exact_pass(refresh=True)
+    warm = stage.hist[1].clone()
+    kept = warm != 0
+    torch.testing.assert_close(warm[kept], clean[kept] / (1 - p))
+    dropped = (clean > 0) & ~kept
+    assert 0.4 < dropped.sum() / (clean > 0).sum() < 0.6
+    before = [h.clone() for h in stage.hist]
+    stage.exact_pass()
+    assert all(torch.equal(a, b) for a, b in zip(before, stage.hist))
+    leaves, _, _ = stage.forward_pass([3, 1, 0, 2])
+    for c, plan in enumerate(stage.plans):
+        assert torch.equal(stage.hist[2][plan.start:plan.stop], leaves[2][c].detach())
+
+
+def test_evaluating_more_often_does_not_change_pipelined_training():
+    ds = tiny_dataset()
+    runs = [train_fullgraph(ds, model="gcn", layers=4, chunks=4, eval_every=every, **dict(FAST, dropout=0.5, epochs=6))
+            for every in (1, 3)]
+    assert [e["loss"] for e in runs[0].epochs] == [e["loss"] for e in runs[1].epochs]
+
+
+def test_stages_draw_their_own_dropout_masks():
+    """Every stage builds the same initial weights, then seeds its own dropout stream."""
+    import inspect
+
+    from gnnsys.fullgraph import check_config, units_for
+    from gnnsys.gnnpipe import _StageRun, prepare_setup
+
+    ds = tiny_dataset()
+    defaults = {k: v.default for k, v in inspect.signature(train_fullgraph).parameters.items()
+                if k not in ("dataset", "on_epoch_end")}
+    config = check_config(dict(defaults, workers=2, chunks=2, layers=4, hidden=8, dropout=0.5), ds)
+    setup = prepare_setup(ds, config)
+    draws, firsts = [], []
+    for rank in (0, 1):
+        run = _StageRun(setup, config, rank, 2, "cpu")
+        draws.append(torch.rand(16))
+        firsts.append(run.stage.units[0].state_dict())
+    assert not torch.equal(draws[0], draws[1])
+    whole = units_for(config, ds.num_features, ds.num_classes)
+    for rank in (0, 1):
+        expect = whole[setup.stage_ptr[rank]].state_dict()
+        assert all(torch.equal(expect[k], firsts[rank][k]) for k in expect)
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
