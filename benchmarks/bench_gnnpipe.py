@@ -1,7 +1,7 @@
 """GNNPipe benchmarks: epoch time and traffic, and convergence vs full-graph.
 
   python benchmarks/bench_gnnpipe.py epoch --data DIR [--data DIR ...] [--workers 1 2 4] [--layers 8]
-  python benchmarks/bench_gnnpipe.py convergence --data DIR [...] [--workers 2 4] [--epochs 100]
+  python benchmarks/bench_gnnpipe.py convergence --data DIR [...] [--workers 2 4] [--epochs 300] [--dropout 0.5] [--lr 0.01]
 
 `epoch`: for each dataset, single-process full-graph training and the pipeline
 with W workers (C = 4W chunks), an L-layer GCN: median epoch time over the
@@ -9,9 +9,14 @@ timed epochs (the first is dropped), bytes sent per epoch, and the traffic
 graph-parallel training would need with the same partition into W parts
 (2 x halo rows x hidden x 4 bytes per layer boundary, forward + backward).
 Writes benchmarks/results/gnnpipe_epoch.{json,md,png}. `convergence`: the
-test metric of the pipeline vs single-process full-graph for the same epochs;
-writes benchmarks/results/gnnpipe_convergence.json. Runs on whatever cores
-there are: with W > cores the workers oversubscribe them (recorded).
+test metric (at the best validation epoch) of the pipeline vs single-process
+full-graph training for the same epochs, an L-layer GCN with dropout; the
+default 300 epochs let the reference converge (at 100 epochs with dropout 0.5
+it is still climbing steeply on the arxiv shape, so the comparison measures
+training speed, not the trained model). Writes
+benchmarks/results/gnnpipe_convergence.json after every dataset. Runs on
+whatever cores there are: with W > cores the workers oversubscribe them
+(recorded).
 """
 from __future__ import annotations
 
@@ -94,6 +99,7 @@ def _plot(rows):
 def bench_convergence(args):
     from gnnsys.datasets import load_dataset
     from gnnsys.fullgraph import train_fullgraph
+    from gnnsys.train import machine_info
 
     rows = []
     for path in args.data:
@@ -101,17 +107,20 @@ def bench_convergence(args):
         for w in [1] + args.workers:
             r = train_fullgraph(ds, model=args.model, layers=args.layers, hidden=args.hidden, workers=w,
                                 chunks=1 if w == 1 else 4 * w, epochs=args.epochs, seed=args.seed, progress=False,
-                                timeout_s=600)
+                                dropout=args.dropout, lr=args.lr, timeout_s=3600)
             rows.append({"dataset": ds.name, "workers": w, "chunks": r.config["chunks"], "metric": r.metric,
-                         "test": r.test, "best_epoch": r.best_epoch, "final_loss": r.epochs[-1]["loss"]})
-            print(json.dumps(rows[-1]))
+                         "test": r.test, "best_epoch": r.best_epoch, "final_loss": r.epochs[-1]["loss"],
+                         "wall_s": sum(e["time_s"] for e in r.epochs)})
+            print(json.dumps(rows[-1]), flush=True)
         ref = next(r["test"] for r in rows if r["dataset"] == ds.name and r["workers"] == 1)
         for r in rows:
             if r["dataset"] == ds.name:
                 r["points_vs_single_process"] = 100 * (r["test"] - ref)
-    RESULTS.mkdir(exist_ok=True)
-    out = {"model": args.model, "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs, "rows": rows}
-    (RESULTS / "gnnpipe_convergence.json").write_text(json.dumps(out, indent=2))
+                r["within_1_point"] = abs(r["points_vs_single_process"]) <= 1.0
+        RESULTS.mkdir(exist_ok=True)
+        out = {"model": args.model, "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs,
+               "dropout": args.dropout, "lr": args.lr, "seed": args.seed, "rows": rows, "machine": machine_info("cpu")}
+        (RESULTS / "gnnpipe_convergence.json").write_text(json.dumps(out, indent=2))
 
 
 def main():
@@ -124,6 +133,8 @@ def main():
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--model", default="gcn")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dropout", type=float, default=0.5, help="convergence only")
+    p.add_argument("--lr", type=float, default=0.01, help="convergence only")
     args = p.parse_args()
     if args.what == "epoch":
         args.workers = args.workers or [1, 2, 4]
@@ -131,7 +142,7 @@ def main():
         bench_epoch(args)
     else:
         args.workers = args.workers or [2, 4]
-        args.layers, args.epochs = args.layers or 4, args.epochs or 100
+        args.layers, args.epochs = args.layers or 4, args.epochs or 300
         bench_convergence(args)
 
 
