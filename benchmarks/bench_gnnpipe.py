@@ -120,7 +120,7 @@ def bench_convergence(args):
         RESULTS.mkdir(exist_ok=True)
         out = {"model": args.model, "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs,
                "dropout": args.dropout, "lr": args.lr, "seed": args.seed, "rows": rows, "machine": machine_info("cpu")}
-        (RESULTS / "gnnpipe_convergence.json").write_text(json.dumps(out, indent=2))
+        (RESULTS / args.out).write_text(json.dumps(out, indent=2))
 
 
 def main():
@@ -135,6 +135,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dropout", type=float, default=0.5, help="convergence only")
     p.add_argument("--lr", type=float, default=0.01, help="convergence only")
+    p.add_argument("--out", default="gnnpipe_convergence.json", help="convergence only: file name in benchmarks/results")
     args = p.parse_args()
     if args.what == "epoch":
         args.workers = args.workers or [1, 2, 4]
