@@ -108,7 +108,8 @@ def bench_convergence(args):
             r = train_fullgraph(ds, model=args.model, layers=args.layers, hidden=args.hidden, workers=w,
                                 chunks=1 if w == 1 else 4 * w, epochs=args.epochs, seed=args.seed, progress=False,
                                 dropout=args.dropout, lr=args.lr, timeout_s=3600)
-            rows.append({"dataset": ds.name, "workers": w, "chunks": r.config["chunks"], "metric": r.metric,
+            rows.append({"dataset": ds.name, "data": str(path), "workers": w, "chunks": r.config["chunks"],
+                         "metric": r.metric,
                          "test": r.test, "best_epoch": r.best_epoch, "final_loss": r.epochs[-1]["loss"],
                          "wall_s": sum(e["time_s"] for e in r.epochs)})
             print(json.dumps(rows[-1]), flush=True)
