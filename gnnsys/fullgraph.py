@@ -91,7 +91,8 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
                     dropout: float = 0.5, norm: str | None = "auto", residual: bool | None = None,
                     input_proj: bool | None = None, heads: int = 4, seed: int = 0, eval_every: int = 1,
                     metric: str = "auto", partition: str = "auto", balance: str = "estimate",
-                    history_momentum: float = 0.0, fresh_grad_scale: float = 1.0, warmup: bool = True,
+                    history_momentum: float = 0.0, fresh_grad_scale: float = 1.0, stale_grad: bool = False,
+                    warmup: bool = True,
                     device="cpu", checkpoint_dir=None, resume: bool = False, timeout_s: float = 120.0,
                     progress: bool = True, on_epoch_end=None):
     """Train a GNN ("gcn", "sage" or "gat") on the whole graph.
@@ -100,7 +101,7 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
     Otherwise GNNPipe with `workers` stages and `chunks` chunks (partition
     "auto"/"metis"/"rcm"/"range"; stages balanced by "estimate"d or
     "measure"d unit cost); warmup fills the historical embeddings with one
-    forward pass before training; history_momentum / fresh_grad_scale: see
+    forward pass before training; history_momentum / fresh_grad_scale / stale_grad: see
     gnnsys.gnnpipe. norm "auto" = "layer" for deep models, else None.
     checkpoint_dir/resume: per-worker atomic checkpoints after every epoch.
     on_epoch_end(record) is called after each epoch (in every worker, with the

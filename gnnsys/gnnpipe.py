@@ -249,7 +249,7 @@ class PipelineStage:
 
     def __init__(self, units, plans, in_dims, *, num_nodes, features=None, labels=None, train_ids=None,
                  link=None, num_train=None, history_momentum: float = 0.0, fresh_grad_scale: float = 1.0,
-                 device="cpu"):
+                 stale_grad: bool = False, device="cpu"):
         self.units = nn.ModuleList(units)
         self.plans = plans
         self.in_dims = list(in_dims)
@@ -268,6 +268,12 @@ class PipelineStage:
                 self.hist.append(torch.zeros(num_nodes, self.in_dims[j], device=self.device))
             else:
                 self.hist.append(None)
+        # stale_grad: gradients of historical rows, gathered this epoch (`_grad_next`) and
+        # applied to the owning chunk's backward in the next epoch (`hist_grad`)
+        self.stale_grad = stale_grad
+        self.hist_grad = [torch.zeros_like(h) if stale_grad and self._stale(j) else None
+                          for j, h in enumerate(self.hist)]
+        self._grad_next = [torch.zeros_like(g) if g is not None else None for g in self.hist_grad]
         if self.last:
             self.labels = labels.to(self.device)
             mask = torch.zeros(num_nodes, dtype=torch.bool)
@@ -280,10 +286,15 @@ class PipelineStage:
     def _out_dim(unit) -> int:
         return int(getattr(unit, "out_dim"))
 
+    def _stale(self, j) -> bool:
+        """True when unit j's input has a history that can be stale (not the features)."""
+        return self.hist[j] is not None and not (j == 0 and self.first)
+
     # -- forward ------------------------------------------------------------------
-    def _source_rows(self, j, c, own, leaves, done):
+    def _source_rows(self, j, c, own, leaves, done, stale):
         """Input rows of unit j for chunk c's block: own rows, then the halo
-        (fresh rows of chunks done this epoch, else history)."""
+        (fresh rows of chunks done this epoch, else history). With stale_grad
+        the historical rows are leaves, listed in `stale[j][c]` with their ids."""
         plan = self.plans[c]
         if not plan.groups:
             return own
@@ -295,6 +306,9 @@ class PipelineStage:
                     rows = rows + (self.fresh_grad_scale - 1.0) * (rows - rows.detach())
             else:
                 rows = self.hist[j][glob]
+                if self.hist_grad[j] is not None:
+                    rows.requires_grad_()
+                    stale[j][c].append((rows, glob))
             parts.append(rows)
         return torch.cat(parts)
 
@@ -310,7 +324,7 @@ class PipelineStage:
         else:
             self.hist[j][p.start:p.stop] = value
 
-    def _chunk_forward(self, c, x, leaves, outputs, done):
+    def _chunk_forward(self, c, x, leaves, outputs, done, stale):
         """Run chunk c through this stage's units, keeping the autograd state;
         returns the stage output."""
         h = x
@@ -319,7 +333,7 @@ class PipelineStage:
                 h = h.detach().requires_grad_()
             leaves[j][c] = h
             self._remember(j, c, h)
-            src = self._source_rows(j, c, h, leaves, done) if aggregates(u) else h
+            src = self._source_rows(j, c, h, leaves, done, stale) if aggregates(u) else h
             outputs[j][c] = h = u(src, self.plans[c].block)
         return h
 
@@ -338,6 +352,7 @@ class PipelineStage:
         outputs = [[None] * C for _ in self.units]
         done = [False] * C
         losses = [None] * C
+        stale = [[[] for _ in range(C)] for _ in self.units]
         self.units.train()
         recv = None if self.first else self._recv_next(order, 0, self.in_dims[0], 0)
         for k, c in enumerate(order):
@@ -347,7 +362,7 @@ class PipelineStage:
             else:
                 x = self.link.wait(recv)
                 recv = self._recv_next(order, k + 1, self.in_dims[0], 0)
-            out = self._chunk_forward(c, x, leaves, outputs, done)
+            out = self._chunk_forward(c, x, leaves, outputs, done, stale)
             done[c] = True
             if not self.last:
                 self.link.send(self.link.next, out, tag=c)
@@ -356,7 +371,7 @@ class PipelineStage:
                                             reduction="sum") / max(self.num_train, 1)
         if self.link is not None:
             self.link.flush()
-        return leaves, outputs, losses
+        return leaves, outputs, losses, stale
 
     @torch.no_grad()
     def exact_pass(self, refresh: bool = False):
@@ -393,7 +408,7 @@ class PipelineStage:
     def backward_pass(self, order, state) -> float:
         """Backward every chunk in reverse `order`; returns the summed loss
         (last stage) or 0. Parameter gradients accumulate in .grad."""
-        leaves, outputs, losses = state
+        leaves, outputs, losses, stale = state
         rev = list(reversed(order))
         C = len(self.plans)
         recv = None if self.last else self._recv_next(rev, 0, self.out_dim, C, backward=True)
@@ -413,15 +428,39 @@ class PipelineStage:
                     else:
                         out.backward(grad)
                 else:
-                    g = leaves[j + 1][c].grad
+                    g = self._input_grad(j + 1, c, leaves)
                     if g is not None:
                         out.backward(g)
+                self._gather_stale_grad(j, c, stale)
             if not self.first:
-                g = leaves[0][c].grad
+                g = self._input_grad(0, c, leaves)
                 self.link.send(self.link.prev, g if g is not None else torch.zeros_like(leaves[0][c]), tag=C + c)
         if self.link is not None:
             self.link.flush()
+        if self.stale_grad:
+            self.hist_grad, self._grad_next = self._grad_next, self.hist_grad
+            for g in self._grad_next:
+                if g is not None:
+                    g.zero_()
         return total
+
+    def _input_grad(self, j, c, leaves):
+        """The gradient of unit j's input rows of chunk c: this epoch's, plus
+        (stale_grad) what chunks that read them as history sent last epoch."""
+        g = leaves[j][c].grad
+        if self.hist_grad[j] is None:
+            return g
+        p = self.plans[c]
+        late = self.hist_grad[j][p.start:p.stop]
+        return late if g is None else g + late
+
+    def _gather_stale_grad(self, j, c, stale):
+        """After unit j's backward of chunk c: keep the gradients of the
+        historical rows it read for their owners' next epoch."""
+        for rows, glob in stale[j][c]:
+            if rows.grad is not None:
+                self._grad_next[j].index_add_(0, glob, rows.grad)
+        stale[j][c].clear()
 
 
 def stage_seed(seed: int, rank: int) -> int:
@@ -506,7 +545,8 @@ class _StageRun:
                                    labels=setup.labels if rank == world - 1 else None,
                                    train_ids=setup.splits["train"], link=link,
                                    history_momentum=config["history_momentum"],
-                                   fresh_grad_scale=config["fresh_grad_scale"], device=self.device)
+                                   fresh_grad_scale=config["fresh_grad_scale"],
+                                   stale_grad=config["stale_grad"], device=self.device)
         self.opt = torch.optim.Adam(self.stage.units.parameters(), lr=config["lr"],
                                     weight_decay=config["weight_decay"])
         self.history = []
@@ -582,6 +622,7 @@ class _StageRun:
             "epoch": epochs_done, "config": _resume_key(self.config), "stage_ptr": self.setup.stage_ptr,
             "history": self.history, "units": self.stage.units.state_dict(), "optimizer": self.opt.state_dict(),
             "hist": [h if j > 0 or self.rank > 0 else None for j, h in enumerate(self.stage.hist)],
+            "hist_grad": self.stage.hist_grad,
             "rng": rng_state()})
 
     def _restore(self) -> int:
@@ -603,6 +644,9 @@ class _StageRun:
         for j, h in enumerate(state["hist"]):
             if h is not None:
                 self.stage.hist[j].copy_(h)
+        for j, g in enumerate(state["hist_grad"]):
+            if g is not None:
+                self.stage.hist_grad[j].copy_(g)
         set_rng_state(state["rng"])
         self.history = list(state["history"])
         return common
