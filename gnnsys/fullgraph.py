@@ -92,7 +92,7 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
                     input_proj: bool | None = None, heads: int = 4, seed: int = 0, eval_every: int = 1,
                     metric: str = "auto", partition: str = "auto", balance: str = "estimate",
                     history_momentum: float = 0.0, fresh_grad_scale: float = 1.0, stale_grad: bool = False,
-                    warmup: bool = True,
+                    shuffle_chunks: bool = True, refresh_every: int = 0, warmup: bool = True,
                     device="cpu", checkpoint_dir=None, resume: bool = False, timeout_s: float = 120.0,
                     progress: bool = True, on_epoch_end=None):
     """Train a GNN ("gcn", "sage" or "gat") on the whole graph.
@@ -101,7 +101,9 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
     Otherwise GNNPipe with `workers` stages and `chunks` chunks (partition
     "auto"/"metis"/"rcm"/"range"; stages balanced by "estimate"d or
     "measure"d unit cost); warmup fills the historical embeddings with one
-    forward pass before training; history_momentum / fresh_grad_scale / stale_grad: see
+    forward pass before training, and again every `refresh_every` epochs
+    (0: never); shuffle_chunks: a new chunk order every
+    epoch (else 0..C-1); history_momentum / fresh_grad_scale / stale_grad: see
     gnnsys.gnnpipe. norm "auto" = "layer" for deep models, else None.
     checkpoint_dir/resume: per-worker atomic checkpoints after every epoch.
     on_epoch_end(record) is called after each epoch (in every worker, with the
@@ -152,6 +154,8 @@ def check_config(config: dict, dataset) -> dict:
         raise DatasetError("partition", f"must be one of {METHODS}, got {c['partition']!r}")
     if c["balance"] not in ("estimate", "measure"):
         raise DatasetError("balance", f"must be 'estimate' or 'measure', got {c['balance']!r}")
+    if int(c["refresh_every"]) < 0:
+        raise DatasetError("refresh_every", f"must be >= 0 (0: never), got {c['refresh_every']}")
     if not 0 <= c["dropout"] < 1 or not 0 <= c["history_momentum"] < 1:
         raise DatasetError("dropout", "dropout and history_momentum must be in [0, 1)")
     if c["resume"] and c["checkpoint_dir"] is None:

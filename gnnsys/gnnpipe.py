@@ -471,11 +471,12 @@ def stage_seed(seed: int, rank: int) -> int:
     return (seed * 1_000_003 + rank + 1) % (1 << 63)
 
 
-def epoch_order(num_chunks: int, seed: int, epoch: int) -> list[int]:
-    """The chunk order of an epoch: a permutation drawn from (seed, epoch),
-    identical on every stage."""
+def epoch_order(num_chunks: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
+    """The chunk order of an epoch, identical on every stage: a permutation
+    drawn from (seed, epoch), or 0..C-1 every epoch without `shuffle`."""
     order = list(range(num_chunks))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    if shuffle:
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return order
 
 
@@ -577,8 +578,11 @@ class _StageRun:
     def _epoch(self, epoch: int) -> dict:
         link = self.stage.link
         sent0, wait0 = (link.bytes_sent, link.wait_s) if link else (0, 0.0)
-        order = epoch_order(len(self.stage.plans), self.config["seed"], epoch)
+        order = epoch_order(len(self.stage.plans), self.config["seed"], epoch, self.config["shuffle_chunks"])
         t = time.perf_counter()
+        every = self.config["refresh_every"]
+        if every and epoch > 0 and epoch % every == 0:
+            self.stage.exact_pass(refresh=True)
         self.opt.zero_grad(set_to_none=True)
         state = self.stage.forward_pass(order)
         loss = self.stage.backward_pass(order, state)

@@ -157,6 +157,34 @@ def test_stale_gradients_complete_the_full_gradient(model):
     assert not torch.allclose(grads[False][0], units[0].lin.weight.grad, atol=1e-4)
 
 
+@pytest.mark.parametrize("every", [0, 1])
+def test_refresh_makes_every_training_forward_exact(every):
+    """Without dropout, refresh_every=1 recomputes the history with the
+    current weights before each epoch, so every epoch's training loss is the
+    whole-graph loss of the weights it starts from; with stale history
+    (every=0) only the first epoch's is."""
+    import inspect
+
+    from gnnsys.fullgraph import check_config
+    from gnnsys.gnnpipe import _StageRun, prepare_setup
+
+    ds = tiny_dataset()
+    defaults = {k: v.default for k, v in inspect.signature(train_fullgraph).parameters.items()
+                if k not in ("dataset", "on_epoch_end")}
+    config = check_config(dict(defaults, chunks=4, layers=4, hidden=8, dropout=0.0, lr=0.05, refresh_every=every), ds)
+    setup = prepare_setup(ds, config)
+    run = _StageRun(setup, config, 0, 1, "cpu")
+    run.stage.exact_pass(refresh=True)
+    block, train = Block.full_graph(setup.indptr, setup.indices), setup.splits["train"]
+    exact = []
+    for epoch in range(3):
+        with torch.no_grad():
+            logits = full_forward(run.stage.units, setup.features, block)
+        expect = torch.nn.functional.cross_entropy(logits[train], setup.labels[train]).item()
+        exact.append(run._epoch(epoch)["loss"] == pytest.approx(expect, rel=1e-5))
+    assert exact == [True, every == 1, every == 1]
+
+
 def test_in_process_pipeline_with_one_chunk_equals_reference():
     ds = tiny_dataset()
     ref = train_fullgraph(ds, model="sage", layers=4, **FAST)
@@ -190,7 +218,7 @@ def test_reference_resumes_to_the_same_result(tmp_path):
 
 @pytest.mark.parametrize("kwargs, name", [({"model": "mlp"}, "model"), ({"workers": 9, "layers": 2}, "workers"),
                                           ({"chunks": 3, "norm": "batch"}, "norm"), ({"resume": True}, "resume"),
-                                          ({"partition": "kmeans"}, "partition")])
+                                          ({"partition": "kmeans"}, "partition"), ({"refresh_every": -1}, "refresh_every")])
 def test_bad_options_name_the_option(kwargs, name):
     with pytest.raises(DatasetError, match=f"^{name}:"):
         train_fullgraph(tiny_dataset(), **dict(FAST, **kwargs))
