@@ -76,22 +76,32 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _start_watchdog(store, rank: int, poll_s: float):
-    """Exit this process (status 1) when another worker reported a failure or
-    the store stopped answering."""
-    def watch():
-        while True:
-            time.sleep(poll_s)
+class _Watchdog:
+    """A thread that exits this process (status 1) when another worker reported
+    a failure or the store stopped answering; `stop()` ends it and waits, so that
+    no store call is in flight while the process group and interpreter shut down."""
+
+    def __init__(self, store, rank: int, poll_s: float):
+        self.store, self.rank, self.poll_s = store, rank, poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gnnsys-watchdog", daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.wait(self.poll_s):
             try:
-                failed = store.check([ERROR_KEY])
-                cause = store.get(ERROR_KEY).decode() if failed else None
+                failed = self.store.check([ERROR_KEY])
+                cause = self.store.get(ERROR_KEY).decode() if failed else None
             except Exception as e:  # noqa: BLE001 - any store failure means the group is gone
                 cause = f"lost the rendezvous store ({_describe(e)})"
-            if cause is not None:
-                print(f"gnnsys worker {rank}: stopping: {cause}", file=sys.stderr, flush=True)
+            if cause is not None and not self._stop.is_set():
+                print(f"gnnsys worker {self.rank}: stopping: {cause}", file=sys.stderr, flush=True)
                 os._exit(1)
 
-    threading.Thread(target=watch, name="gnnsys-watchdog", daemon=True).start()
+    def stop(self):
+        """End the watch and join the thread."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, timeout_s, poll_s):
@@ -99,9 +109,10 @@ def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, tim
     try:
         dist.init_process_group(backend, store=dist.PrefixStore("pg", pg_store), rank=rank,
                                 world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
-        _start_watchdog(watch_store, rank, poll_s)
+        watchdog = _Watchdog(watch_store, rank, poll_s)
         fn(WorkerContext(rank, world_size, backend, device), *args)
         dist.barrier()
+        watchdog.stop()
     except BaseException as e:
         try:
             watch_store.compare_set(ERROR_KEY, "", f"worker {rank}: {_describe(e)}")  # the first report wins

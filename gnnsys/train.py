@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.datasets.errors import DatasetError
+from gnnsys.epochs import run_epochs
 
 BREAKDOWN = ("sample_s", "gather_s", "transfer_s", "compute_s", "wait_s")
 # options a resumed run may change; every other one must match the checkpoint
@@ -186,15 +187,8 @@ class _Run:
         c = self.config
         start = self._restore() if c["resume"] else 0
         loader = self._loader() if start < c["epochs"] else None
-        for epoch in range(start, c["epochs"]):
-            record = self._epoch(loader, epoch)
-            if (epoch + 1) % c["eval_every"] == 0 or epoch + 1 == c["epochs"]:
-                record.update(self._evaluate())
-            self.history.append(record)
-            if c["checkpoint_dir"] is not None:
-                self._save(epoch + 1)
-            if self.on_epoch_end is not None:
-                self.on_epoch_end(record)
+        run_epochs(c, start, self.history, lambda epoch: self._epoch(loader, epoch), self._evaluate, self._save,
+                   self.on_epoch_end)
         return self._result()
 
     def _loader(self):
