@@ -1,8 +1,8 @@
 """GNNPipe benchmarks: epoch time and traffic, and convergence vs full-graph.
 
   python benchmarks/bench_gnnpipe.py epoch --data DIR [--data DIR ...] [--workers 1 2 4] [--layers 8]
-  python benchmarks/bench_gnnpipe.py convergence --data DIR [...] [--workers 2 4] [--epochs 300] [--dropout 0.5] [--lr 0.01]
-      [--chunks-per-worker 4] [--refresh-every 0] [--seed 0] [--out NAME.json]
+  python benchmarks/bench_gnnpipe.py convergence --data DIR [...] [--workers 2 4] [--epochs 300] [--dropout 0.5]
+      [--lr 0.01] [--chunks-per-worker 4] [--refresh-every 0] [--seed 0] [--out NAME.json]
 
 `epoch`: for each dataset, single-process full-graph training and the pipeline
 with W workers (C = 4W chunks), an L-layer GCN: median epoch time over the

@@ -25,6 +25,23 @@ that initialised the weights on every stage. `history_momentum` > 0
 smooths the buffer (h <- m h + (1 - m) h_new), PipeGCN's staleness correction;
 `fresh_grad_scale` multiplies the gradient sent into fresh out-of-chunk rows
 (GNNPipe uses 2: an unbiased estimate under a random chunk order).
+`refresh_every` N > 0 repeats the warm-up every N epochs: with N = 1 every
+halo row a chunk reads was computed with the current weights (only its
+dropout mask differs from its owner's), at the cost of one layer-wise
+forward over all chunks per epoch that is not pipelined (stage s+1 waits for
+stage s).
+
+Staleness. Whatever the chunk order, a chunk reads the rows of the chunks
+after it as history, so on an undirected graph half of the cut edges carry
+values one epoch old (and send no gradient). On sparse graphs (Cora, the
+arxiv shape, tolokers as stored) the pipeline stays within a point of
+single-process training. On tolokers made undirected (88 neighbours per
+node; METIS cuts 33% of the edges at C = 8, 59% at C = 16) a 4-layer GCN
+trails it along the whole curve, with or without dropout: -1.7 AUC points
+at 300 epochs, mean of 3 seeds, C = 8. Refreshing the history every epoch
+cuts that to -0.6; fewer chunks cut it too (C = 2: no gap); stale gradients
+(PipeGCN's, handed to the owner chunk's next backward) and history smoothing
+did not help (benchmarks/results/gnnpipe_convergence_tolokers-u_study.json).
 
 Schedule (GPipe): all C forwards, then all C backwards in reverse chunk order;
 weight gradients accumulate over the chunks and each stage's optimiser steps
@@ -249,7 +266,7 @@ class PipelineStage:
 
     def __init__(self, units, plans, in_dims, *, num_nodes, features=None, labels=None, train_ids=None,
                  link=None, num_train=None, history_momentum: float = 0.0, fresh_grad_scale: float = 1.0,
-                 stale_grad: bool = False, device="cpu"):
+                 device="cpu"):
         self.units = nn.ModuleList(units)
         self.plans = plans
         self.in_dims = list(in_dims)
@@ -268,12 +285,6 @@ class PipelineStage:
                 self.hist.append(torch.zeros(num_nodes, self.in_dims[j], device=self.device))
             else:
                 self.hist.append(None)
-        # stale_grad: gradients of historical rows, gathered this epoch (`_grad_next`) and
-        # applied to the owning chunk's backward in the next epoch (`hist_grad`)
-        self.stale_grad = stale_grad
-        self.hist_grad = [torch.zeros_like(h) if stale_grad and self._stale(j) else None
-                          for j, h in enumerate(self.hist)]
-        self._grad_next = [torch.zeros_like(g) if g is not None else None for g in self.hist_grad]
         if self.last:
             self.labels = labels.to(self.device)
             mask = torch.zeros(num_nodes, dtype=torch.bool)
@@ -286,15 +297,10 @@ class PipelineStage:
     def _out_dim(unit) -> int:
         return int(getattr(unit, "out_dim"))
 
-    def _stale(self, j) -> bool:
-        """True when unit j's input has a history that can be stale (not the features)."""
-        return self.hist[j] is not None and not (j == 0 and self.first)
-
     # -- forward ------------------------------------------------------------------
-    def _source_rows(self, j, c, own, leaves, done, stale):
+    def _source_rows(self, j, c, own, leaves, done):
         """Input rows of unit j for chunk c's block: own rows, then the halo
-        (fresh rows of chunks done this epoch, else history). With stale_grad
-        the historical rows are leaves, listed in `stale[j][c]` with their ids."""
+        (fresh rows of chunks done this epoch, else history)."""
         plan = self.plans[c]
         if not plan.groups:
             return own
@@ -306,9 +312,6 @@ class PipelineStage:
                     rows = rows + (self.fresh_grad_scale - 1.0) * (rows - rows.detach())
             else:
                 rows = self.hist[j][glob]
-                if self.hist_grad[j] is not None:
-                    rows.requires_grad_()
-                    stale[j][c].append((rows, glob))
             parts.append(rows)
         return torch.cat(parts)
 
@@ -324,7 +327,7 @@ class PipelineStage:
         else:
             self.hist[j][p.start:p.stop] = value
 
-    def _chunk_forward(self, c, x, leaves, outputs, done, stale):
+    def _chunk_forward(self, c, x, leaves, outputs, done):
         """Run chunk c through this stage's units, keeping the autograd state;
         returns the stage output."""
         h = x
@@ -333,7 +336,7 @@ class PipelineStage:
                 h = h.detach().requires_grad_()
             leaves[j][c] = h
             self._remember(j, c, h)
-            src = self._source_rows(j, c, h, leaves, done, stale) if aggregates(u) else h
+            src = self._source_rows(j, c, h, leaves, done) if aggregates(u) else h
             outputs[j][c] = h = u(src, self.plans[c].block)
         return h
 
@@ -352,7 +355,6 @@ class PipelineStage:
         outputs = [[None] * C for _ in self.units]
         done = [False] * C
         losses = [None] * C
-        stale = [[[] for _ in range(C)] for _ in self.units]
         self.units.train()
         recv = None if self.first else self._recv_next(order, 0, self.in_dims[0], 0)
         for k, c in enumerate(order):
@@ -362,7 +364,7 @@ class PipelineStage:
             else:
                 x = self.link.wait(recv)
                 recv = self._recv_next(order, k + 1, self.in_dims[0], 0)
-            out = self._chunk_forward(c, x, leaves, outputs, done, stale)
+            out = self._chunk_forward(c, x, leaves, outputs, done)
             done[c] = True
             if not self.last:
                 self.link.send(self.link.next, out, tag=c)
@@ -371,7 +373,7 @@ class PipelineStage:
                                             reduction="sum") / max(self.num_train, 1)
         if self.link is not None:
             self.link.flush()
-        return leaves, outputs, losses, stale
+        return leaves, outputs, losses
 
     @torch.no_grad()
     def exact_pass(self, refresh: bool = False):
@@ -408,7 +410,7 @@ class PipelineStage:
     def backward_pass(self, order, state) -> float:
         """Backward every chunk in reverse `order`; returns the summed loss
         (last stage) or 0. Parameter gradients accumulate in .grad."""
-        leaves, outputs, losses, stale = state
+        leaves, outputs, losses = state
         rev = list(reversed(order))
         C = len(self.plans)
         recv = None if self.last else self._recv_next(rev, 0, self.out_dim, C, backward=True)
@@ -428,39 +430,15 @@ class PipelineStage:
                     else:
                         out.backward(grad)
                 else:
-                    g = self._input_grad(j + 1, c, leaves)
+                    g = leaves[j + 1][c].grad
                     if g is not None:
                         out.backward(g)
-                self._gather_stale_grad(j, c, stale)
             if not self.first:
-                g = self._input_grad(0, c, leaves)
+                g = leaves[0][c].grad
                 self.link.send(self.link.prev, g if g is not None else torch.zeros_like(leaves[0][c]), tag=C + c)
         if self.link is not None:
             self.link.flush()
-        if self.stale_grad:
-            self.hist_grad, self._grad_next = self._grad_next, self.hist_grad
-            for g in self._grad_next:
-                if g is not None:
-                    g.zero_()
         return total
-
-    def _input_grad(self, j, c, leaves):
-        """The gradient of unit j's input rows of chunk c: this epoch's, plus
-        (stale_grad) what chunks that read them as history sent last epoch."""
-        g = leaves[j][c].grad
-        if self.hist_grad[j] is None:
-            return g
-        p = self.plans[c]
-        late = self.hist_grad[j][p.start:p.stop]
-        return late if g is None else g + late
-
-    def _gather_stale_grad(self, j, c, stale):
-        """After unit j's backward of chunk c: keep the gradients of the
-        historical rows it read for their owners' next epoch."""
-        for rows, glob in stale[j][c]:
-            if rows.grad is not None:
-                self._grad_next[j].index_add_(0, glob, rows.grad)
-        stale[j][c].clear()
 
 
 def stage_seed(seed: int, rank: int) -> int:
@@ -471,12 +449,11 @@ def stage_seed(seed: int, rank: int) -> int:
     return (seed * 1_000_003 + rank + 1) % (1 << 63)
 
 
-def epoch_order(num_chunks: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
-    """The chunk order of an epoch, identical on every stage: a permutation
-    drawn from (seed, epoch), or 0..C-1 every epoch without `shuffle`."""
+def epoch_order(num_chunks: int, seed: int, epoch: int) -> list[int]:
+    """The chunk order of an epoch: a permutation drawn from (seed, epoch),
+    identical on every stage."""
     order = list(range(num_chunks))
-    if shuffle:
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return order
 
 
@@ -546,8 +523,7 @@ class _StageRun:
                                    labels=setup.labels if rank == world - 1 else None,
                                    train_ids=setup.splits["train"], link=link,
                                    history_momentum=config["history_momentum"],
-                                   fresh_grad_scale=config["fresh_grad_scale"],
-                                   stale_grad=config["stale_grad"], device=self.device)
+                                   fresh_grad_scale=config["fresh_grad_scale"], device=self.device)
         self.opt = torch.optim.Adam(self.stage.units.parameters(), lr=config["lr"],
                                     weight_decay=config["weight_decay"])
         self.history = []
@@ -578,7 +554,7 @@ class _StageRun:
     def _epoch(self, epoch: int) -> dict:
         link = self.stage.link
         sent0, wait0 = (link.bytes_sent, link.wait_s) if link else (0, 0.0)
-        order = epoch_order(len(self.stage.plans), self.config["seed"], epoch, self.config["shuffle_chunks"])
+        order = epoch_order(len(self.stage.plans), self.config["seed"], epoch)
         t = time.perf_counter()
         every = self.config["refresh_every"]
         if every and epoch > 0 and epoch % every == 0:
@@ -626,7 +602,6 @@ class _StageRun:
             "epoch": epochs_done, "config": _resume_key(self.config), "stage_ptr": self.setup.stage_ptr,
             "history": self.history, "units": self.stage.units.state_dict(), "optimizer": self.opt.state_dict(),
             "hist": [h if j > 0 or self.rank > 0 else None for j, h in enumerate(self.stage.hist)],
-            "hist_grad": self.stage.hist_grad,
             "rng": rng_state()})
 
     def _restore(self) -> int:
@@ -648,9 +623,6 @@ class _StageRun:
         for j, h in enumerate(state["hist"]):
             if h is not None:
                 self.stage.hist[j].copy_(h)
-        for j, g in enumerate(state["hist_grad"]):
-            if g is not None:
-                self.stage.hist_grad[j].copy_(g)
         set_rng_state(state["rng"])
         self.history = list(state["history"])
         return common
