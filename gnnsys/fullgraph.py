@@ -23,6 +23,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from gnnsys.datasets.errors import DatasetError
+from gnnsys.epochs import run_epochs
 from gnnsys.samplers import Block
 
 DEEP_FROM = 4  # layers from which input_proj/residual/norm default on
@@ -212,17 +213,13 @@ class _Reference:
             self.opt.load_state_dict(state["optimizer"])
             set_rng_state(state["rng"])
             self.history, start = list(state["history"]), int(state["epoch"])
-        for epoch in tqdm(range(start, c["epochs"]), desc="full-graph", disable=not c["progress"], leave=False):
-            record = self._epoch(epoch)
-            if (epoch + 1) % c["eval_every"] == 0 or epoch + 1 == c["epochs"]:
-                record.update(self._evaluate())
-            self.history.append(record)
-            if c["checkpoint_dir"] is not None:
-                save_checkpoint(c["checkpoint_dir"], {"epoch": epoch + 1, "history": self.history, "config": c,
-                                                      "model": self.units.state_dict(),
-                                                      "optimizer": self.opt.state_dict(), "rng": rng_state()})
-            if self.on_epoch_end is not None:
-                self.on_epoch_end(record)
+        def save(epochs_done: int):
+            save_checkpoint(c["checkpoint_dir"], {"epoch": epochs_done, "history": self.history, "config": c,
+                                                  "model": self.units.state_dict(),
+                                                  "optimizer": self.opt.state_dict(), "rng": rng_state()})
+
+        run_epochs(c, start, self.history, self._epoch, self._evaluate, save, self.on_epoch_end,
+                   progress=lambda epochs: tqdm(epochs, desc="full-graph", disable=not c["progress"], leave=False))
         return make_result(c, self.history, self.units)
 
     def _epoch(self, epoch: int) -> dict:

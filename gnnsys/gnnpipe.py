@@ -74,6 +74,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from gnnsys.datasets.errors import DatasetError
+from gnnsys.epochs import run_epochs
 from gnnsys.samplers import Block
 
 # ----------------------------------------------------------------------------- stage balancing
@@ -540,18 +541,9 @@ class _StageRun:
         start = self._restore() if c["resume"] else 0
         if start == 0 and c["warmup"]:
             self.stage.exact_pass(refresh=True)
-        bar = tqdm(range(start, c["epochs"]), desc=f"gnnpipe stage {self.rank}", leave=False,
-                   disable=not (c["progress"] and self.last))
-        for epoch in bar:
-            record = self._epoch(epoch)
-            if (epoch + 1) % c["eval_every"] == 0 or epoch + 1 == c["epochs"]:
-                record.update(self._evaluate())
-            self.history.append(record)
-            if c["checkpoint_dir"] is not None:
-                self._save(epoch + 1)
-            if self.on_epoch_end is not None:
-                self.on_epoch_end(dict(record, rank=self.rank))
-        return self.history
+        return run_epochs(c, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end,
+                          progress=lambda epochs: tqdm(epochs, desc=f"gnnpipe stage {self.rank}", leave=False,
+                                                       disable=not (c["progress"] and self.last)))
 
     def _epoch(self, epoch: int) -> dict:
         link = self.stage.link
