@@ -92,7 +92,7 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
                     dropout: float = 0.5, norm: str | None = "auto", residual: bool | None = None,
                     input_proj: bool | None = None, heads: int = 4, seed: int = 0, eval_every: int = 1,
                     metric: str = "auto", partition: str = "auto", balance: str = "estimate",
-                    history_momentum: float = 0.0, fresh_grad_scale: float = 1.0, refresh_every: int = 0,
+                    history_momentum: float = 0.0, fresh_grad_scale: float = 1.0, refresh_every: int = 1,
                     warmup: bool = True,
                     device="cpu", checkpoint_dir=None, resume: bool = False, timeout_s: float = 120.0,
                     progress: bool = True, on_epoch_end=None):
@@ -103,7 +103,8 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
     "auto"/"metis"/"rcm"/"range"; stages balanced by "estimate"d or
     "measure"d unit cost); warmup fills the historical embeddings with one
     forward pass before training, and again every `refresh_every` epochs
-    (0: never; see gnnsys.gnnpipe on staleness); history_momentum /
+    (default 1, every epoch; 0: never, pure GNNPipe; see gnnsys.gnnpipe on
+    staleness); history_momentum /
     fresh_grad_scale: see gnnsys.gnnpipe. norm "auto" = "layer" for deep
     models, else None.
     checkpoint_dir/resume: per-worker atomic checkpoints after every epoch.

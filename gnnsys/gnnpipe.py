@@ -25,11 +25,11 @@ that initialised the weights on every stage. `history_momentum` > 0
 smooths the buffer (h <- m h + (1 - m) h_new), PipeGCN's staleness correction;
 `fresh_grad_scale` multiplies the gradient sent into fresh out-of-chunk rows
 (GNNPipe uses 2: an unbiased estimate under a random chunk order).
-`refresh_every` N > 0 repeats the warm-up every N epochs: with N = 1 every
-halo row a chunk reads was computed with the current weights (only its
-dropout mask differs from its owner's), at the cost of one layer-wise
-forward over all chunks per epoch that is not pipelined (stage s+1 waits for
-stage s).
+`refresh_every` N > 0 repeats the warm-up every N epochs: with N = 1 (the
+default) every halo row a chunk reads was computed with the current weights
+(only its dropout mask differs from its owner's), at the cost of one
+layer-wise forward over all chunks per epoch that is not pipelined (stage
+s+1 waits for stage s); N = 0 is GNNPipe as published (history only).
 
 Staleness. Whatever the chunk order, a chunk reads the rows of the chunks
 after it as history, so on an undirected graph half of the cut edges carry

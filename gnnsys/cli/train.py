@@ -15,7 +15,8 @@ from gnnsys.fullgraph import train_fullgraph
 from gnnsys.train import train
 
 TRAINERS = {"minibatch": train, "fullgraph": train_fullgraph}
-DEFAULTS = {name: p.default for name, p in inspect.signature(train).parameters.items()}
+DEFAULTS = {name: p.default for fn in (train_fullgraph, train)  # minibatch defaults win on shared names
+            for name, p in inspect.signature(fn).parameters.items()}
 
 
 def _default(name: str) -> str:
@@ -62,10 +63,12 @@ def add_fullgraph_arguments(p):
     g = p.add_argument_group("full-graph (--mode fullgraph)")
     g.add_argument("--mode", choices=list(TRAINERS), default="minibatch",
                    help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)")
-    g.add_argument("--workers", type=int, help="pipeline stages, one process each (default 1)")
-    g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline (default 1)")
+    g.add_argument("--workers", type=int, help="pipeline stages, one process each")
+    g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline")
     g.add_argument("--partition", choices=["auto", "metis", "rcm", "range"],
-                   help="how nodes are cut into chunks (default auto: METIS)")
+                   help="how nodes are cut into chunks (auto: METIS when installed)")
+    g.add_argument("--refresh-every", type=int,
+                   help="recompute the pipeline's historical embeddings exactly every N epochs (0: never)")
 
 
 def add_optimizer_arguments(p):
@@ -98,7 +101,7 @@ def add_parser(sub):
     p.add_argument("path", help="prepared dataset directory")
     for add in ARGUMENT_GROUPS:
         add(p)
-    for action in p._actions:  # show gnnsys.train's defaults, the only ones
+    for action in p._actions:  # show the trainers' defaults, the only ones
         value = DEFAULTS.get(action.dest)
         if value is not None and not isinstance(value, bool) and action.help:
             action.help += f" (default {_default(action.dest)})"

@@ -27,6 +27,16 @@ def test_train_prints_table_and_writes_json(make_dataset, tmp_path, capsys):
     assert {"config", "metric", "epochs", "best_epoch", "test", "machine"} <= set(result)
 
 
+@pytest.mark.parametrize("argv,refresh_every", [([], 1), (["--refresh-every", "0"], 0)])
+def test_fullgraph_mode_passes_pipeline_options(make_dataset, tmp_path, argv, refresh_every):
+    ds, _ = make_dataset()
+    out = tmp_path / "result.json"
+    assert main(["train", str(ds.path), "--mode", "fullgraph", "--chunks", "2", "--layers", "2", "--epochs", "2",
+                 "--no-progress", "--json", str(out), *argv]) == 0
+    config = json.loads(out.read_text())["config"]
+    assert config["chunks"] == 2 and config["refresh_every"] == refresh_every and config["layers"] == 2
+
+
 @pytest.mark.parametrize("argv,message", [(["--fanouts", "4,x"], "expected comma-separated integers"),
                                           (["--fanouts", "4,0"], "positive or -1"),
                                           (["--model", "gin"], "invalid choice")])
