@@ -39,8 +39,8 @@ single-process training. On tolokers made undirected (88 neighbours per
 node; METIS cuts 33% of the edges at C = 8, 59% at C = 16) a 4-layer GCN
 trails it along the whole curve, with or without dropout: -1.7 AUC points
 at 300 epochs, mean of 3 seeds, C = 8. Refreshing the history every epoch
-cuts that to -0.5 with W = 2 workers, C = 8 and -1.1 with W = 4, C = 16
-(means of 3 seeds, benchmarks/results/gnnpipe_convergence.json) for 14%
+cuts that to -0.1 with W = 2 workers, C = 8 and -0.5 with W = 4, C = 16
+(means of 5 seeds, benchmarks/results/gnnpipe_convergence.json) for 14%
 (W = 2) and 21% (W = 4) more epoch time on 2 cores; fewer chunks close it
 too (C = 2: +0.5, but a larger bubble); stale gradients (PipeGCN's, handed
 to the owner chunk's next backward) and history smoothing (m = 0.5) did not
