@@ -104,9 +104,8 @@ def train_fullgraph(dataset, model: str = "gcn", layers: int = 2, hidden: int = 
     "measure"d unit cost); warmup fills the historical embeddings with one
     forward pass before training, and again every `refresh_every` epochs
     (default 1, every epoch; 0: never, pure GNNPipe; see gnnsys.gnnpipe on
-    staleness); history_momentum /
-    fresh_grad_scale: see gnnsys.gnnpipe. norm "auto" = "layer" for deep
-    models, else None.
+    staleness); history_momentum / fresh_grad_scale: see gnnsys.gnnpipe.
+    norm "auto" = "layer" for deep models, else None.
     checkpoint_dir/resume: per-worker atomic checkpoints after every epoch.
     on_epoch_end(record) is called after each epoch (in every worker, with the
     record's "rank"). Returns a TrainResult (its `model` is the trained units

@@ -96,17 +96,24 @@ def test_evaluating_more_often_does_not_change_pipelined_training():
     assert [e["loss"] for e in runs[0].epochs] == [e["loss"] for e in runs[1].epochs]
 
 
-def test_stages_draw_their_own_dropout_masks():
-    """Every stage builds the same initial weights, then seeds its own dropout stream."""
+def _pipeline_config(ds, **options) -> dict:
+    """train_fullgraph's defaults with `options`, checked as the trainer does."""
     import inspect
 
-    from gnnsys.fullgraph import check_config, units_for
+    from gnnsys.fullgraph import check_config
+
+    defaults = {k: v.default for k, v in inspect.signature(train_fullgraph).parameters.items()
+                if k not in ("dataset", "on_epoch_end")}
+    return check_config(dict(defaults, **options), ds)
+
+
+def test_stages_draw_their_own_dropout_masks():
+    """Every stage builds the same initial weights, then seeds its own dropout stream."""
+    from gnnsys.fullgraph import units_for
     from gnnsys.gnnpipe import _StageRun, prepare_setup
 
     ds = tiny_dataset()
-    defaults = {k: v.default for k, v in inspect.signature(train_fullgraph).parameters.items()
-                if k not in ("dataset", "on_epoch_end")}
-    config = check_config(dict(defaults, workers=2, chunks=2, layers=4, hidden=8, dropout=0.5), ds)
+    config = _pipeline_config(ds, workers=2, chunks=2, layers=4, hidden=8, dropout=0.5)
     setup = prepare_setup(ds, config)
     draws, firsts = [], []
     for rank in (0, 1):
@@ -140,15 +147,10 @@ def test_refresh_makes_every_training_forward_exact(every):
     current weights before each epoch, so every epoch's training loss is the
     whole-graph loss of the weights it starts from; with stale history
     (every=0) only the first epoch's is."""
-    import inspect
-
-    from gnnsys.fullgraph import check_config
     from gnnsys.gnnpipe import _StageRun, prepare_setup
 
     ds = tiny_dataset()
-    defaults = {k: v.default for k, v in inspect.signature(train_fullgraph).parameters.items()
-                if k not in ("dataset", "on_epoch_end")}
-    config = check_config(dict(defaults, chunks=4, layers=4, hidden=8, dropout=0.0, lr=0.05, refresh_every=every), ds)
+    config = _pipeline_config(ds, chunks=4, layers=4, hidden=8, dropout=0.0, lr=0.05, refresh_every=every)
     setup = prepare_setup(ds, config)
     run = _StageRun(setup, config, 0, 1, "cpu")
     run.stage.exact_pass(refresh=True)
