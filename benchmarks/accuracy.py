@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 import gnnsys
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.datasets.prepare import prepare_npz, prepare_planetoid
-from gnnsys.train import machine_info
+from gnnsys.training.result import machine_info
 
 HERE = Path(__file__).resolve().parent
 TOLOKERS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "heterophilous" / "tolokers.npz"

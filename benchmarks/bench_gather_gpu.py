@@ -59,7 +59,7 @@ def timed(fn, repeats: int) -> float:
 def bench_case(row_bytes: int, aligned: bool, args) -> dict:
     """All methods for one row size and layout."""
     from gnnsys.storage.gpu_features import GPUFeatures
-    from gnnsys.storage.mmap_features import RowTable
+    from gnnsys.datasets import RowTable
     from gnnsys.storage.pinned import PinnedFeatures
     from gnnsys.storage.staged import StagedFeatures
 

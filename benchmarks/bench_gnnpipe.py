@@ -47,7 +47,7 @@ def graph_parallel_bytes(dataset, workers, layers, hidden, method, seed=0) -> in
 def bench_epoch(args):
     from gnnsys.datasets import load_dataset
     from gnnsys.fullgraph import train_fullgraph
-    from gnnsys.train import machine_info
+    from gnnsys.training.result import machine_info
 
     rows = []
     for path in args.data:
@@ -112,7 +112,7 @@ def _plot(rows):
 def bench_convergence(args):
     from gnnsys.datasets import load_dataset
     from gnnsys.fullgraph import train_fullgraph
-    from gnnsys.train import machine_info
+    from gnnsys.training.result import machine_info
 
     rows, summary = [], []
     for path in args.data:

@@ -86,7 +86,7 @@ def main(argv=None):
     }
     warm = loaders["sync"].seeds.epoch(0)[0]
     loaders["sync"].sampler.sample(warm)  # compile / load the kernels outside the timings
-    ds.features.source.gather(warm)
+    ds.features.gather(warm)
     runs = {"sampler_only": [], "sync": [], "pipelined": []}
     for rep in range(args.reps):  # interleaved, so load on the machine falls on every mode alike
         runs["sampler_only"].append(time_sampler(loaders["sync"], rep, f"sampler rep {rep + 1}"))

@@ -37,7 +37,7 @@ def sampling_epoch(dataset, args) -> dict:
 def main():
     import gnnsys
     import numba
-    from gnnsys.train import train
+    from gnnsys import train
 
     args = parse_args(__doc__)
     seed_everything(args.seed)

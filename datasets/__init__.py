@@ -1,7 +1,10 @@
-"""gnnsys.datasets: the on-disk dataset format, its readers and writer."""
+"""gnnsys.datasets: the on-disk dataset format, its readers and writer (the
+bottom layer: imports nothing from samplers/, storage/ or the trainers)."""
+from gnnsys.errors import DatasetError
+
 from .arrays import read_arrays
-from .dataset import Dataset, load_dataset
-from .errors import DatasetError
+from .dataset import Dataset, as_dataset, load_dataset
+from .feature_table import RowTable
 from .npz import read_npz
 from .ogb import read_ogb
 from .planetoid import read_planetoid
@@ -9,6 +12,6 @@ from .prepare import prepare_arrays, prepare_npz, prepare_ogb, prepare_planetoid
 from .source import GraphSource
 from .writer import PrepareOptions, write_dataset
 
-__all__ = ["Dataset", "DatasetError", "GraphSource", "PrepareOptions", "load_dataset", "prepare_arrays",
-           "prepare_npz", "prepare_ogb", "prepare_planetoid", "prepare_synthetic", "read_arrays", "read_npz",
-           "read_ogb", "read_planetoid", "write_dataset"]
+__all__ = ["Dataset", "DatasetError", "GraphSource", "PrepareOptions", "RowTable", "as_dataset", "load_dataset",
+           "prepare_arrays", "prepare_npz", "prepare_ogb", "prepare_planetoid", "prepare_synthetic", "read_arrays",
+           "read_npz", "read_ogb", "read_planetoid", "write_dataset"]

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from .csv_reader import csv_chunks, has_header, read_csv
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .npz import NpyArray, integer_labels, mask_ids, npz_keys, pair_layout
 from .source import GraphSource, array_edge_chunks, array_feature_chunks
 

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
 
 
 @contextlib.contextmanager

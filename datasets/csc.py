@@ -10,7 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .source import EdgeChunks
 
 

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
 
 CHUNK_BYTES = 32 << 20  # parsed values held at once: chunk rows = CHUNK_BYTES // (8 * columns)
 _NAN_TEXT = ["nan", "NaN", "NAN", "-nan", "-NaN"]

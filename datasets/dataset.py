@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
+from .feature_table import RowTable
 from .features_file import DTYPES, open_rows
 from .writer import FORMAT, SPLITS
 
@@ -16,19 +18,19 @@ class Dataset:
     """A node-classification graph: CSC tensors, features, labels, splits.
 
     indptr (int64) and indices (int32/int64) hold the in-neighbour lists;
-    `features` supports `features[ids]` (exact stored values) and is a
-    `gnnsys.storage.UnifiedTensor` over a FeatureSource; `labels` is int64 with
-    -1 for unlabelled nodes; `split(name)` gives the ids of train/valid/test.
+    `features` is a RowTable (memory-mapped or in memory; a 2-D tensor is
+    copied into one): `features[ids]` gives the exact stored values and it is
+    the bottom FeatureSource of every placement (gnnsys.storage); `labels` is
+    int64 with -1 for unlabelled nodes; `split(name)` gives the ids of
+    train/valid/test. Training never modifies a Dataset.
     """
 
     def __init__(self, *, name, indptr, indices, features, labels, splits, num_classes,
                  meta=None, path=None, order=None):
-        from gnnsys.storage.base import UnifiedTensor
-
         self.name = name
         self.indptr = indptr
         self.indices = indices
-        self.features = features if isinstance(features, UnifiedTensor) else UnifiedTensor(features)
+        self.features = RowTable.from_tensor(features) if isinstance(features, torch.Tensor) else features
         self.labels = labels
         self.splits = splits
         self.num_classes = int(num_classes)
@@ -67,8 +69,6 @@ class Dataset:
     def from_pyg(cls, data, name: str = "pyg") -> "Dataset":
         """An in-memory Dataset from a torch_geometric `Data` with x, y,
         edge_index and train/val/test masks (or *_idx tensors)."""
-        from gnnsys.storage.mmap_features import RowTable
-
         from .csc import build_csc
         from .source import array_edge_chunks
 
@@ -115,14 +115,17 @@ def _load_array(path: Path, name: str):
 
 def open_features(path, meta):
     """The memory-mapped feature rows of a prepared dataset as a RowTable."""
-    from gnnsys.storage.mmap_features import RowTable
-
     f = meta["features"]
     file = Path(path) / f["file"]
     size = file.stat().st_size if file.is_file() else -1
     if size != meta["num_nodes"] * f["row_stride"]:
         raise DatasetError(file, f"size {size} bytes, expected {meta['num_nodes']} rows x {f['row_stride']}")
     return RowTable(open_rows(file, meta["num_nodes"], f["row_stride"]), f["dim"], DTYPES[f["dtype"]])
+
+
+def as_dataset(dataset) -> Dataset:
+    """`dataset` itself if it is a Dataset, else the dataset prepared at that path."""
+    return dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
 
 
 def load_dataset(path) -> Dataset:

@@ -7,7 +7,8 @@ import numpy as np
 
 from .atomic import sha256_file
 from .dataset import _load_array, open_features, read_meta
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .writer import SPLITS
 
 

@@ -22,7 +22,8 @@ from typing import Iterator
 import numpy as np
 
 from .csv_reader import CHUNK_BYTES
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .source import GraphSource
 
 KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")

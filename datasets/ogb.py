@@ -23,7 +23,8 @@ import numpy as np
 
 from .csc import check_edge_ids
 from .csv_reader import count_columns, csv_chunks, read_count, read_csv
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .npz import NpyArray, integer_labels
 from .source import GraphSource
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .source import GraphSource
 
 EMBEDDED = ("cora",)

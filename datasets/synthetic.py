@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .source import GraphSource
 
 EDGES_PER_CHUNK = 1 << 22

@@ -10,7 +10,8 @@ from tqdm.auto import tqdm
 
 from . import csc
 from .atomic import atomic_directory, sha256_file
-from .errors import DatasetError
+from gnnsys.errors import DatasetError
+
 from .features_file import DTYPES, encode_rows, open_rows, row_stride
 from .source import GraphSource
 

@@ -1,28 +1,39 @@
-"""gnnsys: node-classification GNN training with GPU-direct feature access."""
+"""gnnsys: node-classification GNN training with GPU-direct feature access.
+
+The public API is loaded lazily (PEP 562): `import gnnsys` or
+`import gnnsys.datasets` loads neither torch_geometric nor the trainers;
+`gnnsys.train` and the other names below import their module on first use.
+docs/architecture.md maps the layers.
+"""
+import importlib
 import os
 
 # numba's and torch's OpenMP pools both busy-wait by default; on a machine with
-# few cores they starve each other (an arxiv-shaped sampling epoch took 17.9 s
-# instead of 3.2 s on 2 cores). Must be set before torch is first imported.
+# few cores they starve each other. Must be set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from gnnsys.datasets import (Dataset, DatasetError, load_dataset, prepare_arrays, prepare_npz,  # noqa: E402
-                             prepare_ogb, prepare_planetoid, prepare_synthetic)
-# imported here, not lazily: importing the submodule gnnsys.train would otherwise
-# rebind the attribute `gnnsys.train` to the module. It imports no model code.
-from gnnsys.train import TrainResult, train  # noqa: E402
+_API = {  # public name -> the module that defines it
+    "ConfigError": "gnnsys.errors", "DatasetError": "gnnsys.errors", "GnnsysError": "gnnsys.errors",
+    "GPUUnavailableError": "gnnsys.errors",
+    "Dataset": "gnnsys.datasets", "load_dataset": "gnnsys.datasets", "prepare_arrays": "gnnsys.datasets",
+    "prepare_npz": "gnnsys.datasets", "prepare_ogb": "gnnsys.datasets", "prepare_planetoid": "gnnsys.datasets",
+    "prepare_synthetic": "gnnsys.datasets",
+    "MinibatchLoader": "gnnsys.loader",
+    "FullGraphOptions": "gnnsys.training.options", "MinibatchOptions": "gnnsys.training.options",
+    "TrainResult": "gnnsys.training.result",
+    "train": "gnnsys.minibatch", "train_fullgraph": "gnnsys.fullgraph",
+}
 
-__all__ = ["Dataset", "DatasetError", "MinibatchLoader", "TrainResult", "load_dataset", "prepare_arrays",
-           "prepare_npz", "prepare_ogb", "prepare_planetoid", "prepare_synthetic", "train", "train_fullgraph"]
+__all__ = sorted(_API)
 
 
 def __getattr__(name):
-    if name == "MinibatchLoader":  # imported on first use, so `import gnnsys` stays light
-        from gnnsys.loader import MinibatchLoader
-
-        return MinibatchLoader
-    if name == "train_fullgraph":
-        from gnnsys.fullgraph import train_fullgraph
-
-        return train_fullgraph
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
     raise AttributeError(f"module 'gnnsys' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))

@@ -1,4 +1,5 @@
-"""What this machine can run, in one place: Triton, CUDA, Triton's interpreter.
+"""What this machine can run, in one place: Triton, CUDA, Triton's interpreter
+(a leaf module: every layer may import it; it imports only gnnsys.errors).
 
 Nothing here imports triton at module import: `triton.jit` decides at the
 kernel module's import whether kernels are compiled or interpreted, and the
@@ -14,7 +15,7 @@ import os
 
 import torch
 
-from gnnsys.datasets.errors import DatasetError
+from gnnsys.errors import GPUUnavailableError
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
@@ -32,19 +33,19 @@ def triton_interpreting() -> bool:
 
 
 def require_cuda(what: str) -> None:
-    """Raise a one-line DatasetError naming `what` when CUDA is not available."""
+    """Raise a one-line GPUUnavailableError naming `what` when CUDA is not available."""
     if not HAS_CUDA:
-        raise DatasetError(what, "needs a CUDA GPU, but torch.cuda.is_available() is False on this machine")
+        raise GPUUnavailableError(what, "needs a CUDA GPU, but torch.cuda.is_available() is False on this machine")
 
 
 def require_triton(what: str, device: torch.device) -> None:
-    """Raise a one-line DatasetError unless a Triton kernel can run for `device`:
+    """Raise a one-line GPUUnavailableError unless a Triton kernel can run for `device`:
     compiled on a CUDA device, or interpreted (TRITON_INTERPRET=1) on the CPU."""
     if not HAS_TRITON:
-        raise DatasetError(what, "needs triton, which is not installed (pip install 'gnnsys[gpu]')")
+        raise GPUUnavailableError(what, "needs triton, which is not installed (pip install 'gnnsys[gpu]')")
     if device.type == "cuda":
         require_cuda(what)  # compiled, or interpreted with copies to the host and back
         return
     if not triton_interpreting():
-        raise DatasetError(what, f"runs Triton kernels on a CUDA device, got device {device} "
+        raise GPUUnavailableError(what, f"runs Triton kernels on a CUDA device, got device {device} "
                                  "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)")

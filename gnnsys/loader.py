@@ -36,12 +36,16 @@ class MinibatchLoader:
     e, both functions of (seed, e) only. An error in a stage re-raises in the
     loop with its original traceback; leaving the loop early (break, an
     exception, closing or dropping the iterator) stops the threads.
-    `sampler` picks the sampler kind (see gnnsys.samplers.factory).
+    `sampler`: a Sampler object (gnnsys.samplers.Sampler; `fanouts` and
+    `replace` are then its own and must be left out; `seed` still seeds the
+    shuffle) or the name of a kind that make_sampler builds ("cpu", "gpu",
+    "gpu-pinned"). `features`: the FeatureSource rows come from (for example a
+    placed or cached stack, gnnsys.storage); default the dataset's own table.
     """
 
-    def __init__(self, dataset, split, fanouts, batch_size: int = 1024, shuffle: bool = True,
+    def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,
                  drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
-                 num_workers: int = 1, device="cpu", epoch: int = 0, sampler: str = "cpu"):
+                 num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if num_workers < 1:
@@ -50,12 +54,12 @@ class MinibatchLoader:
         self.dataset = dataset
         self.seeds = SeedBatches(ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
         self.device = torch.device(device)
-        self.sampler = make_sampler(sampler, dataset.indptr, dataset.indices, fanouts, device=self.device,
-                                    seed=seed, replace=replace)
+        self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace)
+        self.features = dataset.features if features is None else features
         self.prefetch = int(prefetch)
         self.num_workers = int(num_workers)
         self.set_epoch(epoch)
-        source = dataset.features.source
+        source = self.features
         self._x_buffers = _BufferPool(source.shape[1], torch.float32, capacity=self.prefetch + 3)
         self._raw_buffers = (None if source.dtype == torch.float32 else
                              _BufferPool(source.shape[1], source.dtype, capacity=2))
@@ -89,7 +93,7 @@ class MinibatchLoader:
     def _gather(self, mb):
         """Stage 2: features (float32) and labels, moved to the device."""
         began = time.perf_counter()
-        source = self.dataset.features.source
+        source = self.features
         ids = mb.input_nodes.to(source.device)
         if source.device.type != "cpu":
             x = source.gather(ids).float()
@@ -110,6 +114,18 @@ class MinibatchLoader:
             timings["transfer_s"] = time.perf_counter() - began
             mb.timings = timings
         return mb
+
+
+def _sampler(sampler, dataset, fanouts, device, seed, replace):
+    """The loader's sampler: `sampler` itself, or the kind it names built over the dataset's graph."""
+    if not isinstance(sampler, str):
+        if fanouts is not None or replace:
+            raise ValueError("fanouts and replace belong to the sampler object; leave them out")
+        return sampler
+    if fanouts is None:
+        raise ValueError(f"sampler {sampler!r} needs fanouts")
+    return make_sampler(sampler, dataset.indptr, dataset.indices, fanouts, device=device, seed=seed,
+                        replace=replace)
 
 
 class _BufferPool:

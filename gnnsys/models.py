@@ -22,6 +22,7 @@ from gnnsys.dropout import HashDropout, relu_dropout
 
 CONVS = ("sage", "gcn", "gat")
 NORMS = (None, "batch", "layer")
+GCN_ADJ_KEY = "gcn_self_loops"  # where gcn_adj_t caches a block's adjacency (Block.cache)
 
 
 def gcn_adj_t(block) -> torch.Tensor:
@@ -35,11 +36,10 @@ def gcn_adj_t(block) -> torch.Tensor:
     its batch, so layer-wise inference would not be exact. Cached on the block
     like its other adjacencies.
     """
-    key = "gcn_self_loops"
     cache = block.cache
-    if key not in cache:
-        cache[key] = _gcn_adj_t(block.indptr, block.indices, block.num_src, block.num_dst)
-    return cache[key]
+    if GCN_ADJ_KEY not in cache:
+        cache[GCN_ADJ_KEY] = _gcn_adj_t(block.indptr, block.indices, block.num_src, block.num_dst)
+    return cache[GCN_ADJ_KEY]
 
 
 def _gcn_adj_t(indptr, indices, num_src, num_dst):

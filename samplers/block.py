@@ -66,9 +66,10 @@ class Block:
         return self.cache["ones"]
 
     def to(self, device, non_blocking: bool = False) -> "Block":
-        """This block on `device`."""
-        return Block(self.indptr.to(device, non_blocking=non_blocking),
-                     self.indices.to(device, non_blocking=non_blocking), self.num_src, self.num_dst)
+        """This block on `device`, its cached adjacencies moved with it."""
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Block(move(self.indptr), move(self.indices), self.num_src, self.num_dst,
+                     {key: move(t) for key, t in self.cache.items()})
 
 
 @dataclass
@@ -90,7 +91,7 @@ class MiniBatch:
     timings: dict = field(default_factory=dict)
 
     def to(self, device, non_blocking: bool = False) -> "MiniBatch":
-        """This minibatch (blocks, x, y) on `device`."""
+        """This minibatch (blocks with their caches, x, y) on `device`."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
         return MiniBatch(move(self.seeds), move(self.input_nodes),
                          [b.to(device, non_blocking) for b in self.blocks], move(self.x), move(self.y),

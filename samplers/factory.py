@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import torch
 
+from .base import Sampler
+
 SAMPLERS = ("cpu", "gpu", "gpu-pinned")
 
 
-def make_sampler(kind: str, indptr, indices, fanouts, device="cpu", seed: int = 0, replace: bool = False):
-    """A sampler with `sample(seeds, epoch, batch) -> MiniBatch`.
+def make_sampler(kind: str, indptr, indices, fanouts, device="cpu", seed: int = 0, replace: bool = False) -> Sampler:
+    """A `Sampler`: `sample(seeds, epoch, batch) -> MiniBatch` on its `device`.
 
     kind "cpu": the numba NeighborSampler (MiniBatch on the CPU); "gpu": the
     Triton sampler with the CSC copied to `device`; "gpu-pinned": the Triton

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from gnnsys._capabilities import require_triton
-from gnnsys.storage.base import check_ids
+from gnnsys.ids import check_ids
 
 from .block import Block, MiniBatch
 from .random_hash import stream_key

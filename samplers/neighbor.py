@@ -151,6 +151,8 @@ class NeighborSampler:
     depend on the number of threads. Safe to call from several threads at once.
     """
 
+    device = torch.device("cpu")  # where its MiniBatches come out (the Sampler protocol)
+
     def __init__(self, indptr, indices, fanouts, replace: bool = False, seed: int = 0):
         self.indptr = _as_numpy(indptr, "indptr", (np.dtype(np.int64),))
         self.indices = _as_numpy(indices, "indices", _ID_DTYPES)

@@ -1,5 +1,13 @@
-"""gnnsys.storage: feature sources (placements), gather kernels, caches."""
-from .base import FeatureSource, UnifiedTensor
-from .mmap_features import RowTable
+"""gnnsys.storage: feature sources (placements) and their gather kernels.
 
-__all__ = ["FeatureSource", "RowTable", "UnifiedTensor"]
+`FeatureSource` is the protocol (storage/base.py); `UnifiedTensor` gives
+`x[ids]` over any source; `placement.unified` places a table on the GPU, in
+pinned host memory (zero-copy Triton gather) or leaves it to the CPU gather.
+`RowTable` (the dataset's memory-mapped table, gnnsys.datasets) is the bottom
+of every stack of sources.
+"""
+from gnnsys.datasets.feature_table import RowTable
+
+from .base import FeatureSource, UnifiedTensor, tiers
+
+__all__ = ["FeatureSource", "RowTable", "UnifiedTensor", "tiers"]

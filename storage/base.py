@@ -1,14 +1,20 @@
-"""The `FeatureSource` protocol and the user-facing `x[ids]` wrapper.
+"""The `FeatureSource` protocol, the stack of sources, and the `x[ids]` wrapper.
 
-Every placement (in memory, memory-mapped file, pinned host, GPU, cached)
-implements `FeatureSource`; training code only ever calls `gather` or indexes a
-`UnifiedTensor`, so changing the placement changes no caller.
+Every placement (in memory, memory-mapped file, pinned host, GPU, staged
+copies) implements `FeatureSource`; training code only ever calls `gather` or
+indexes a `UnifiedTensor`, so changing the placement changes no caller. A
+source may wrap a lower tier (`base`): rows it does not hold itself come from
+there. `storage.placement` builds the stack; the bottom is always the
+dataset's `RowTable` (gnnsys.datasets.feature_table). See
+docs/architecture.md, "Feature tiers".
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Iterator, Protocol, runtime_checkable
 
 import torch
+
+from gnnsys.ids import index_to_ids
 
 
 @runtime_checkable
@@ -16,27 +22,27 @@ class FeatureSource(Protocol):
     """Rows of a [num_nodes, dim] feature table, wherever they live.
 
     gather(ids, out=None) returns rows `ids` (an int32/int64 tensor) as a
-    [len(ids), dim] tensor on `device`, written into `out` when given.
-    gather_async returns a handle whose wait() gives the same tensor.
+    [len(ids), dim] tensor on `device`, written into `out` when given, and
+    raises IndexError for ids outside [0, num_nodes). gather_async returns a
+    handle whose wait() gives the same tensor. `base` is the source this one
+    wraps and falls back to (None for the bottom of a stack).
     """
 
     shape: tuple
     dtype: torch.dtype
     device: torch.device
+    base: "FeatureSource | None"
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None): ...
 
 
-class Ready:
-    """An already-completed gather handle (for synchronous sources)."""
-
-    def __init__(self, value: torch.Tensor):
-        self.value = value
-
-    def wait(self) -> torch.Tensor:
-        return self.value
+def tiers(source: FeatureSource) -> Iterator[FeatureSource]:
+    """The stack of sources from `source` down to the bottom (following `base`)."""
+    while source is not None:
+        yield source
+        source = getattr(source, "base", None)
 
 
 class UnifiedTensor:
@@ -60,27 +66,9 @@ class UnifiedTensor:
     def __len__(self):
         return self.source.shape[0]
 
-    def __getitem__(self, ids) -> torch.Tensor:
-        if isinstance(ids, slice):
-            ids = torch.arange(*ids.indices(self.source.shape[0]))
-        elif isinstance(ids, int):
-            return self.source.gather(torch.tensor([ids]))[0]
-        ids = torch.as_tensor(ids)
-        if ids.dtype == torch.bool:
-            ids = ids.nonzero().flatten()
-        return self.source.gather(ids)
+    def __getitem__(self, index) -> torch.Tensor:
+        ids = index_to_ids(index, self.source.shape[0])
+        return self.source.gather(ids.view(1))[0] if ids.dim() == 0 else self.source.gather(ids)
 
     def __repr__(self):
         return f"UnifiedTensor({type(self.source).__name__}, shape={tuple(self.shape)}, dtype={self.dtype})"
-
-
-def check_ids(ids: torch.Tensor, num_rows: int, name: str = "ids") -> torch.Tensor:
-    """Raise IndexError naming the first id outside [0, num_rows)."""
-    if ids.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"{name} must be int32 or int64, got {ids.dtype}")
-    if ids.numel():
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= num_rows:
-            bad = lo if lo < 0 else hi
-            raise IndexError(f"{name}: id {bad} out of range [0, {num_rows})")
-    return ids

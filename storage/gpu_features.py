@@ -14,8 +14,7 @@ import torch
 from tqdm import tqdm
 
 from gnnsys._capabilities import require_cuda, require_triton
-
-from .mmap_features import RowTable
+from gnnsys.datasets.feature_table import RowTable
 
 COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
 
@@ -45,6 +44,7 @@ class TableFeatures:
     tensors on `device`. `max_programs` caps the kernel's grid (None: 2 per SM)."""
 
     placement = "table"
+    base = None  # holds every row itself
 
     def __init__(self, table: torch.Tensor, dim: int, dtype: torch.dtype, device=None,
                  max_programs: int | None = None):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from gnnsys._capabilities import HAS_CUDA, require_cuda
-from gnnsys.datasets.errors import DatasetError
+from gnnsys.errors import ConfigError
 
 from .base import UnifiedTensor
 from .gpu_features import GPUFeatures, as_row_table
@@ -95,7 +95,7 @@ def place(features, placement: str = "auto", device=None, gpu_memory_budget: flo
     if placement in ("gpu", "pinned"):
         require_cuda(f"placement {placement!r}")
         if device.type != "cuda":
-            raise DatasetError(f"placement {placement!r}", f"needs a CUDA device, got {device}")
+            raise ConfigError(f"placement {placement!r}", f"needs a CUDA device, got {device}")
     rows = as_row_table(features)
     nbytes = rows.table.nbytes
     if placement == "auto":

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from gnnsys._capabilities import require_cuda
+from gnnsys.ids import completed
 
-from .base import Ready
 from .gpu_features import as_row_table
 
 
@@ -25,8 +25,8 @@ class StagedFeatures:
         require_cuda("placement 'cpu-gather' on a CUDA device")
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
-        self.rows = as_row_table(features)
-        self.shape, self.dtype = self.rows.shape, self.rows.dtype
+        self.base = as_row_table(features)  # the lower tier every row comes from
+        self.shape, self.dtype = self.base.shape, self.base.dtype
         self.device = torch.device(device)
         self._buffers = [torch.empty(0, dtype=torch.uint8, pin_memory=True) for _ in range(slots)]
         self._events = [None] * slots
@@ -35,7 +35,7 @@ class StagedFeatures:
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.gather_async(ids, out).wait()
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> Ready:
+    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) :
         """Gather on the CPU (waits only for the copy that last used this slot),
         then queue the copy to the device; the rows are ready in stream order."""
         ids = torch.as_tensor(ids).cpu()
@@ -49,14 +49,14 @@ class StagedFeatures:
             self._buffers[slot] = torch.empty(max(nbytes, 2 * self._buffers[slot].numel()), dtype=torch.uint8,
                                               pin_memory=True)
         staged = self._buffers[slot][:nbytes].view(self.dtype).view(n, dim)
-        self.rows.gather(ids, out=staged)
+        self.base.gather(ids, out=staged)
         if out is None:
             out = torch.empty((n, dim), dtype=self.dtype, device=self.device)
         out.copy_(staged, non_blocking=True)
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.device))
         self._events[slot] = event
-        return Ready(out)
+        return completed(out)
 
     def __repr__(self):
         return f"StagedFeatures(shape={self.shape}, dtype={self.dtype}, device={self.device})"

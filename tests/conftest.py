@@ -1,4 +1,4 @@
-"""Fixtures shared by every test folder: small random graphs and datasets."""
+"""Fixtures shared by every test folder (small random graphs and datasets) and the `gpu` marker."""
 import os
 from pathlib import Path
 
@@ -45,3 +45,13 @@ def make_dataset(tmp_path):
         return load_dataset(path), arrays
 
     return make
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked `gpu` when CUDA is not available."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

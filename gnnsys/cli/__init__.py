@@ -21,12 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Entry point of the console script; returns the exit status."""
-    from gnnsys.datasets.errors import DatasetError
+    from gnnsys.errors import GnnsysError
 
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except DatasetError as e:
+    except GnnsysError as e:
         print(f"gnnsys {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

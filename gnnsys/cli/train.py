@@ -1,22 +1,24 @@
 """`gnnsys train DIR [options]`: train a GNN on a prepared dataset.
 
 Each group of options is one `add_*_arguments(parser)` function listed in
-ARGUMENT_GROUPS; every option's `dest` is the name of a `gnnsys.train`
-keyword, so a new option (e.g. `--mode`, `--features`, `--sampler`) is one
-function here plus that keyword, and nothing else changes. Options left out
-are left out of the call too, so `gnnsys.train`'s defaults are the only ones.
+ARGUMENT_GROUPS; every option's `dest` is the name of a field of the
+trainer's options (gnnsys.training.options), so a new option is one flag
+here plus that field, and nothing else changes. Flags left out are left out
+of the options too, so the dataclasses' defaults are the only ones; a flag
+that the chosen `--mode` has no field for is refused with one line.
 """
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 
-from gnnsys.fullgraph import train_fullgraph
-from gnnsys.train import train
+from gnnsys.errors import ConfigError
+from gnnsys.training.options import FullGraphOptions, MinibatchOptions
 
-TRAINERS = {"minibatch": train, "fullgraph": train_fullgraph}
-DEFAULTS = {name: p.default for fn in (train_fullgraph, train)  # minibatch defaults win on shared names
-            for name, p in inspect.signature(fn).parameters.items()}
+MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
+NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
+DEFAULTS = {f.name: f.default for cls in (FullGraphOptions, MinibatchOptions)  # minibatch defaults win
+            for f in dataclasses.fields(cls)}
 
 
 def _default(name: str) -> str:
@@ -61,7 +63,7 @@ def add_sampling_arguments(p):
 
 def add_fullgraph_arguments(p):
     g = p.add_argument_group("full-graph (--mode fullgraph)")
-    g.add_argument("--mode", choices=list(TRAINERS), default="minibatch",
+    g.add_argument("--mode", choices=list(MODES), default="minibatch",
                    help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)")
     g.add_argument("--workers", type=int, help="pipeline stages, one process each")
     g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline")
@@ -108,10 +110,17 @@ def add_parser(sub):
     return p
 
 
-def options_from_args(args, fn=train) -> dict:
-    """The keywords of the trainer `fn` among the parsed options."""
-    names = inspect.signature(fn).parameters
-    return {k: v for k, v in vars(args).items() if k in names and k != "dataset"}
+def options_from_args(args):
+    """The options of the chosen `--mode` built from the flags given;
+    ConfigError for a flag that mode has no option for."""
+    mode = getattr(args, "mode", "minibatch")
+    cls = MODES[mode]
+    names = {f.name for f in dataclasses.fields(cls)}
+    given = {k: v for k, v in vars(args).items() if k not in NOT_OPTIONS}
+    for name in given:
+        if name not in names:
+            raise ConfigError(f"--{name.replace('_', '-')}", f"does not apply to --mode {mode}")
+    return cls(**given)
 
 
 def format_table(result) -> str:
@@ -128,8 +137,12 @@ def format_table(result) -> str:
 
 
 def run(args) -> int:
-    trainer = TRAINERS[getattr(args, "mode", "minibatch")]
-    result = trainer(args.path, **options_from_args(args, trainer))
+    options = options_from_args(args)
+    if isinstance(options, FullGraphOptions):
+        from gnnsys.fullgraph import train_fullgraph as trainer
+    else:
+        from gnnsys.minibatch import train as trainer
+    result = trainer(args.path, options)
     if result is None:  # a torchrun worker other than the last pipeline stage, which reports
         return 0
     print(format_table(result))

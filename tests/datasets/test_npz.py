@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gnnsys.datasets import load_dataset, npz
-from gnnsys.datasets.errors import DatasetError
+from gnnsys.errors import DatasetError
 from gnnsys.datasets.npz import NpyArray
 from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
                                      run_cli, write_heterophilous)

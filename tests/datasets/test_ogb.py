@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from gnnsys.datasets import load_dataset
-from gnnsys.datasets.errors import DatasetError
+from gnnsys.errors import DatasetError
 from gnnsys.datasets.ogb import read_ogb
 from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
                                      run_cli, write_gz, write_ogb)

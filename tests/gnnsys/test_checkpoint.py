@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnnsys import DatasetError, train
-from gnnsys.checkpoint import FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from gnnsys.training.checkpoints import FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=8, progress=False, prefetch=2, dropout=0.3)
 

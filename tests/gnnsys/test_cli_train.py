@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from gnnsys.checkpoint import FILE
+from gnnsys.training.checkpoints import FILE
 from gnnsys.cli import main
 
 FAST = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "8", "--no-progress"]

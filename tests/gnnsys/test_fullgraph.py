@@ -4,7 +4,10 @@ import torch
 from torch_geometric.data import Data
 
 from gnnsys.datasets import Dataset, DatasetError
-from gnnsys.fullgraph import build_units, full_forward, train_fullgraph
+from gnnsys.errors import ConfigError
+from gnnsys.fullgraph import train_fullgraph
+from gnnsys.training.options import FullGraphOptions
+from gnnsys.units import build_units, full_forward, units_for
 from gnnsys.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
 from gnnsys.partition import chunk_graph, relabel_csc
 from gnnsys.samplers import Block
@@ -96,28 +99,21 @@ def test_evaluating_more_often_does_not_change_pipelined_training():
     assert [e["loss"] for e in runs[0].epochs] == [e["loss"] for e in runs[1].epochs]
 
 
-def _pipeline_config(ds, **options) -> dict:
-    """train_fullgraph's defaults with `options`, checked as the trainer does."""
-    import inspect
-
-    from gnnsys.fullgraph import check_config
-
-    defaults = {k: v.default for k, v in inspect.signature(train_fullgraph).parameters.items()
-                if k not in ("dataset", "on_epoch_end")}
-    return check_config(dict(defaults, **options), ds)
+def _pipeline_config(ds, **options) -> FullGraphOptions:
+    """FullGraphOptions with `options`, completed for `ds` as the trainer does."""
+    return FullGraphOptions(**options).for_dataset(ds)
 
 
 def test_stages_draw_their_own_dropout_masks():
     """Every stage builds the same initial weights, then seeds its own dropout stream."""
-    from gnnsys.fullgraph import units_for
-    from gnnsys.gnnpipe import _StageRun, prepare_setup
+    from gnnsys.gnnpipe import StageRunner, prepare_setup
 
     ds = tiny_dataset()
     config = _pipeline_config(ds, workers=2, chunks=2, layers=4, hidden=8, dropout=0.5)
     setup = prepare_setup(ds, config)
     draws, firsts = [], []
     for rank in (0, 1):
-        run = _StageRun(setup, config, rank, 2, "cpu")
+        run = StageRunner(setup, config, rank, 2, "cpu")
         draws.append(torch.rand(16))
         firsts.append(run.stage.units[0].state_dict())
     assert not torch.equal(draws[0], draws[1])
@@ -147,12 +143,12 @@ def test_refresh_makes_every_training_forward_exact(every):
     current weights before each epoch, so every epoch's training loss is the
     whole-graph loss of the weights it starts from; with stale history
     (every=0) only the first epoch's is."""
-    from gnnsys.gnnpipe import _StageRun, prepare_setup
+    from gnnsys.gnnpipe import StageRunner, prepare_setup
 
     ds = tiny_dataset()
     config = _pipeline_config(ds, chunks=4, layers=4, hidden=8, dropout=0.0, lr=0.05, refresh_every=every)
     setup = prepare_setup(ds, config)
-    run = _StageRun(setup, config, 0, 1, "cpu")
+    run = StageRunner(setup, config, 0, 1, "cpu")
     run.stage.exact_pass(refresh=True)
     block, train = Block.full_graph(setup.indptr, setup.indices), setup.splits["train"]
     exact = []
@@ -198,7 +194,9 @@ def test_reference_resumes_to_the_same_result(tmp_path):
 @pytest.mark.parametrize("kwargs, name", [({"model": "mlp"}, "model"), ({"workers": 9, "layers": 2}, "workers"),
                                           ({"chunks": 3, "norm": "batch"}, "norm"), ({"resume": True}, "resume"),
                                           ({"partition": "kmeans"}, "partition"),
-                                          ({"refresh_every": -1}, "refresh_every")])
+                                          ({"refresh_every": -1}, "refresh_every"),
+                                          ({"chunks": 10_000}, "chunks"), ({"workers": 1.5}, "workers"),
+                                          ({"input_dropout": 0.5}, "input_dropout")])
 def test_bad_options_name_the_option(kwargs, name):
-    with pytest.raises(DatasetError, match=f"^{name}:"):
+    with pytest.raises(ConfigError, match=f"^{name}:"):
         train_fullgraph(tiny_dataset(), **dict(FAST, **kwargs))

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gnnsys.inference import layerwise_inference
+from gnnsys.training.inference import layerwise_inference
 from gnnsys.models import GNN
 from gnnsys.samplers import Block
 

@@ -4,10 +4,10 @@ import json
 import pytest
 import torch
 
-from gnnsys import DatasetError, TrainResult, train
+from gnnsys import ConfigError, GPUUnavailableError, TrainResult, train
 from gnnsys.models import GNN
-from gnnsys.metrics import accuracy, evaluate, resolve_metric, roc_auc
-from gnnsys.train import BREAKDOWN
+from gnnsys.training.metrics import accuracy, evaluate, resolve_metric, roc_auc
+from gnnsys.training.loop import BREAKDOWN
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2)
 
@@ -80,15 +80,17 @@ def test_learns_an_easy_task(make_dataset):
 @pytest.mark.parametrize("options,name", [
     (dict(layers=3), "layers"), (dict(model="gin"), "model"), (dict(fanouts=[0, 2]), "fanouts"),
     (dict(epochs=0), "epochs"), (dict(resume=True), "resume"), (dict(metric="auc"), "metric"),
-    (dict(dropout=1.0), "dropout")])
+    (dict(dropout=1.0), "dropout"), (dict(fanouts="15,10"), "fanouts"), (dict(batch_size=1.5), "batch_size"),
+    (dict(epochs="3"), "epochs"), (dict(seed="a"), "seed"), (dict(device=5), "device"),
+    (dict(device="banana"), "device"), (dict(features="ssd"), "features"), (dict(workers=2), "workers")])
 def test_bad_options_name_the_option(make_dataset, options, name):
     ds, _ = make_dataset()
-    with pytest.raises(DatasetError, match=f"^{name}: "):
+    with pytest.raises(ConfigError, match=f"^{name}: "):
         train(ds, **{**FAST, **options})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
 def test_cuda_without_gpu_is_one_line(make_dataset):
     ds, _ = make_dataset()
-    with pytest.raises(DatasetError, match="^device: needs a CUDA GPU"):
+    with pytest.raises(GPUUnavailableError, match="^device: needs a CUDA GPU"):
         train(ds, device="cuda", **FAST)

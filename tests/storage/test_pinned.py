@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.datasets.errors import DatasetError
+from gnnsys.errors import GPUUnavailableError
 from gnnsys.storage.cuda_stream import SideStreamGather, prefetch
 from gnnsys.storage.gpu_features import copy_rows_into
-from gnnsys.storage.mmap_features import RowTable
+from gnnsys.datasets import RowTable
 from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place
 
 HAS_CUDA = torch.cuda.is_available()
@@ -42,7 +42,7 @@ def test_chunked_copy(tmp_path, chunk_bytes):
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the error without CUDA")
 def test_pinned_needs_cuda():
-    with pytest.raises(DatasetError, match="needs a CUDA GPU"):
+    with pytest.raises(GPUUnavailableError, match="needs a CUDA GPU"):
         PinnedFeatures(torch.zeros(3, 2))
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.datasets.errors import DatasetError
+from gnnsys.errors import GPUUnavailableError
 from gnnsys.storage.placement import PlacedTensor, choose_placement, place_features, unified
 
 HAS_CUDA = torch.cuda.is_available()
@@ -17,7 +17,7 @@ def test_auto_on_cpu_keeps_the_table(make_dataset, caplog):
     with caplog.at_level(logging.INFO, logger="gnnsys.storage.placement"):
         x = place_features(ds, "auto", device="cpu")
     assert isinstance(x, PlacedTensor) and x.placement.kind == "cpu-gather"
-    assert x.source is ds.features.source  # the memory map itself, no copy
+    assert x.source is ds.features  # the memory map itself, no copy
     assert "cpu-gather" in caplog.text
     ids = torch.tensor([39, 0, 5, 5])
     assert torch.equal(x[ids], torch.from_numpy(arrays["x"][ids.numpy()]))
@@ -43,7 +43,7 @@ def test_unknown_placement():
 @pytest.mark.skipif(HAS_CUDA, reason="checks the error without CUDA")
 @pytest.mark.parametrize("placement", ["gpu", "pinned"])
 def test_gpu_placements_need_cuda(placement):
-    with pytest.raises(DatasetError, match=f"placement '{placement}': needs a CUDA GPU") as e:
+    with pytest.raises(GPUUnavailableError, match=f"placement '{placement}': needs a CUDA GPU") as e:
         unified(torch.zeros(4, 2), placement, device="cpu")
     assert "\n" not in str(e.value)
 

@@ -18,7 +18,7 @@ pytest.importorskip("triton")  # interpreted on the CPU: tests/conftest.py sets 
 
 from gnnsys._capabilities import HAS_CUDA, triton_interpreting  # noqa: E402
 from gnnsys.storage.gpu_features import TableFeatures  # noqa: E402
-from gnnsys.storage.mmap_features import RowTable  # noqa: E402
+from gnnsys.datasets import RowTable  # noqa: E402
 
 assert HAS_CUDA or triton_interpreting(), "without CUDA, Triton must run interpreted (tests/conftest.py)"
 
@@ -63,7 +63,7 @@ def test_unaligned_base_pointer_and_grid_cap():
 
 def test_aligned_dataset_rows(make_dataset):
     ds, arrays = make_dataset(num_nodes=50, dim=11)
-    rows = ds.features.source
+    rows = ds.features
     src = TableFeatures(torch.from_numpy(np.array(rows.table)).to(DEVICE), 11, rows.dtype)
     ids = torch.tensor([49, 0, 7, 7, 23])
     assert same_bits(src.gather(ids), torch.from_numpy(arrays["x"][ids.numpy()]))

@@ -1,10 +1,13 @@
-"""Feature rows in memory or memory-mapped from the aligned `features.bin`."""
+"""`RowTable`: feature rows in memory or memory-mapped from the aligned
+`features.bin`, read with a parallel numba gather. It is the bottom of every
+stack of feature sources (gnnsys.storage) and what `Dataset.features` is."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .base import Ready, check_ids
+from gnnsys.ids import check_ids, completed, index_to_ids
+
 from .gather_cpu import gather_rows, word_view
 
 
@@ -13,14 +16,18 @@ class RowTable:
     features.bin or an in-memory array) holding `dim` values of `dtype` per row.
 
     gather copies the requested rows in parallel into a reusable buffer, so a
-    steady-state gather allocates nothing when `out` is passed.
+    steady-state gather allocates nothing when `out` is passed; `table[ids]`
+    (ids, a slice, a boolean mask or an int) returns the exact stored rows.
+    It is a FeatureSource (gnnsys.storage.base) with no lower tier (`base` None).
     """
 
+    base = None
     device = torch.device("cpu")
 
     def __init__(self, table: np.ndarray, dim: int, dtype: torch.dtype):
         if table.dtype != np.uint8 or table.ndim != 2:
             raise TypeError("table must be a 2-D uint8 array of rows")
+        self.mapped = isinstance(table, np.memmap)
         self.table = np.asarray(table)
         self.dtype = dtype
         self.shape = (table.shape[0], dim)
@@ -51,4 +58,15 @@ class RowTable:
 
     def gather_async(self, ids, out=None):
         """gather, already complete (a CPU gather is synchronous)."""
-        return Ready(self.gather(ids, out))
+        return completed(self.gather(ids, out))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index) -> torch.Tensor:
+        ids = index_to_ids(index, self.shape[0])
+        return self.gather(ids.view(1))[0] if ids.dim() == 0 else self.gather(ids)
+
+    def __repr__(self):
+        kind = "memory-mapped" if self.mapped else "in memory"
+        return f"RowTable(shape={self.shape}, dtype={self.dtype}, {kind})"

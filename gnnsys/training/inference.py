@@ -16,11 +16,13 @@ from gnnsys.samplers.neighbor import NeighborSampler
 
 @torch.no_grad()
 def layerwise_inference(model, dataset, nodes=None, batch_size: int = 4096, device="cpu",
-                        progress: bool = False) -> torch.Tensor:
+                        progress: bool = False, features=None) -> torch.Tensor:
     """Outputs of `model` (a GNN with `.layers`) for `nodes` (default: all)
     using every neighbour; [len(nodes), out_dim] float32 on the CPU.
 
     Layers before the last run over all nodes; the last one only over `nodes`.
+    The first layer reads `features` (a FeatureSource, e.g. the placed table;
+    default the dataset's own).
     The model is put in eval mode and restored to its previous mode after.
     """
     if batch_size < 1:
@@ -30,12 +32,13 @@ def layerwise_inference(model, dataset, nodes=None, batch_size: int = 4096, devi
     was_training = model.training
     model.eval()
     try:
-        return _layerwise(model, dataset, nodes, batch_size, torch.device(device), progress)
+        return _layerwise(model, dataset, dataset.features if features is None else features, nodes, batch_size,
+                          torch.device(device), progress)
     finally:
         model.train(was_training)
 
 
-def _layerwise(model, dataset, nodes, batch_size, device, progress):
+def _layerwise(model, dataset, features, nodes, batch_size, device, progress):
     sampler = NeighborSampler(dataset.indptr, dataset.indices, [-1])
     everyone = torch.arange(dataset.num_nodes)
     layers = list(model.layers)
@@ -47,7 +50,7 @@ def _layerwise(model, dataset, nodes, batch_size, device, progress):
                    unit="batch", disable=not progress, leave=False)
         for b, start in enumerate(bar):
             mb = sampler.sample(targets[start:start + batch_size], 0, b)
-            x = dataset.features[mb.input_nodes].float() if h is None else h[mb.input_nodes]
+            x = features.gather(mb.input_nodes).float() if h is None else h[mb.input_nodes]
             out[start:start + batch_size] = layer(x.to(device), mb.blocks[0].to(device)).float().cpu()
         h = out
     return h

@@ -1,0 +1,46 @@
+"""`StageLink`: a stage's point-to-point traffic with its neighbours (torch.distributed)."""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+
+class StageLink:
+    """Point-to-point traffic of one stage with its neighbours (None at the
+    ends): chunk activations forward, their gradients back; counts bytes and
+    seconds spent waiting."""
+
+    def __init__(self, prev: int | None, next: int | None, device):
+        self.prev, self.next, self.device = prev, next, device
+        self.bytes_sent = 0
+        self.wait_s = 0.0
+        self._pending = []
+
+    def post_recv(self, peer, rows: int, dim: int, tag: int):
+        """Start receiving a [rows, dim] float tensor from `peer`."""
+        buf = torch.empty(rows, dim, device=self.device)
+        return buf, dist.irecv(buf, src=peer, tag=tag)
+
+    def wait(self, handle) -> torch.Tensor:
+        """Block until a posted receive completes; returns its tensor."""
+        buf, work = handle
+        t = time.perf_counter()
+        work.wait()
+        self.wait_s += time.perf_counter() - t
+        return buf
+
+    def send(self, peer, tensor: torch.Tensor, tag: int):
+        """Start sending; the tensor is kept alive until `flush`."""
+        tensor = tensor.detach().contiguous()
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        self._pending.append((tensor, dist.isend(tensor, dst=peer, tag=tag)))
+
+    def flush(self):
+        """Wait for every send started so far."""
+        t = time.perf_counter()
+        for _, work in self._pending:
+            work.wait()
+        self._pending.clear()
+        self.wait_s += time.perf_counter() - t

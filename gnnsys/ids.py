@@ -1,0 +1,34 @@
+"""Checks of node-id tensors shared by samplers and feature sources (a leaf)."""
+from __future__ import annotations
+
+import torch
+
+
+def check_ids(ids: torch.Tensor, num_rows: int, name: str = "ids") -> torch.Tensor:
+    """Raise IndexError naming the first id outside [0, num_rows)."""
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be int32 or int64, got {ids.dtype}")
+    if ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= num_rows:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"{name}: id {bad} out of range [0, {num_rows})")
+    return ids
+
+
+def index_to_ids(index, num_rows: int) -> torch.Tensor:
+    """The row ids an index of `x[index]` selects: a slice, a boolean mask, or
+    ids (a tensor, list or array); a Python int gives a 0-d tensor."""
+    if isinstance(index, slice):
+        return torch.arange(*index.indices(num_rows))
+    ids = torch.as_tensor(index)
+    if ids.dtype == torch.bool:
+        return ids.nonzero().flatten()
+    return ids
+
+
+def completed(value):
+    """A torch Future already holding `value` (the async handle of a synchronous gather)."""
+    future = torch.futures.Future()
+    future.set_result(value)
+    return future

@@ -1,0 +1,17 @@
+"""The training core every trainer stands on (docs/architecture.md):
+
+- `options`: typed, checked options (TrainOptions, MinibatchOptions, FullGraphOptions);
+- `loop`: the epoch loop (evaluate every k epochs, checkpoint, callback,
+  progress bar) and the per-epoch record;
+- `result`: TrainResult, the best epoch, machine info;
+- `checkpoints`: atomic save, resume, what is resumable;
+- `evaluation`, `metrics`, `inference`: split scores, accuracy / ROC AUC,
+  exact layer-wise inference.
+
+The minibatch trainer (gnnsys.minibatch), the full-graph reference
+(gnnsys.fullgraph) and GNNPipe (gnnsys.gnnpipe) each add only their epoch.
+"""
+from .options import FullGraphOptions, MinibatchOptions, TrainOptions
+from .result import TrainResult
+
+__all__ = ["FullGraphOptions", "MinibatchOptions", "TrainOptions", "TrainResult"]

@@ -1,0 +1,273 @@
+"""Typed training options: one frozen dataclass per trainer over a shared base.
+
+Options are checked once, when built (`ConfigError` naming the option), and
+then travel as these objects: the CLI builds them from its flags, the Python
+API from keywords, checkpoints store `to_dict()` and compare `resume_key()`.
+`for_dataset(dataset)` fills in what depends on the data (the metric "auto"
+resolves to ROC AUC for two classes, else accuracy; the dataset's name) and
+runs the checks that need it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from gnnsys.errors import ConfigError
+from gnnsys.models import CONVS, NORMS
+from gnnsys.partition import METHODS
+from gnnsys.samplers.factory import SAMPLERS
+from gnnsys.storage.placement import PLACEMENTS
+
+from .metrics import resolve_metric
+
+DEEP_FROM = 4  # full-graph layers from which input_proj/residual/norm default on
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Options every trainer shares.
+
+    model: "sage", "gcn" or "gat"; hidden: hidden width; layers: GNN layers;
+    epochs, lr, weight_decay (Adam); dropout after hidden layers; norm
+    (None, "batch", "layer") and residual for hidden layers; heads (GAT);
+    device ("cpu", "cuda", "cuda:N"); seed; eval_every: evaluate every N
+    epochs (and after the last); metric "auto", "acc" or "auc";
+    checkpoint_dir/resume: an atomic checkpoint after every epoch, and
+    continuing from it; progress: progress bars. dataset: set by
+    `for_dataset` (the dataset's path or name), recorded with the result.
+    """
+
+    model: str = "sage"
+    hidden: int = 256
+    layers: int | None = None
+    epochs: int = 10
+    lr: float = 0.005
+    weight_decay: float = 5e-4
+    dropout: float = 0.5
+    norm: str | None = None
+    residual: bool = False
+    heads: int = 4
+    device: str = "cpu"
+    seed: int = 0
+    eval_every: int = 1
+    metric: str = "auto"
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    progress: bool = True
+    dataset: str | None = None
+
+    # options a resumed run may change; every other one must match the checkpoint
+    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress")
+    POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads")
+
+    def __post_init__(self):
+        self._set("device", str(self.device) if isinstance(self.device, torch.device) else self.device)
+        if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, str):
+            self._set("checkpoint_dir", str(self.checkpoint_dir))
+        self._check_types()
+        self._check()
+
+    def _set(self, name: str, value):
+        object.__setattr__(self, name, value)
+
+    def _check_types(self):
+        """Each value has its field's type (ints are accepted for floats)."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value, allowed = getattr(self, f.name), _runtime_types(hints[f.name])
+            if isinstance(value, int) and not isinstance(value, bool) and float in allowed:
+                self._set(f.name, float(value))
+            elif not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+                names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+                raise ConfigError(f.name, f"must be {names}, got {value!r}")
+
+    def _check(self):
+        if self.model not in CONVS:
+            raise ConfigError("model", f"must be one of {', '.join(CONVS)}, got {self.model!r}")
+        if self.norm not in NORMS:
+            raise ConfigError("norm", f"must be one of {NORMS}, got {self.norm!r}")
+        for name in self.POSITIVE:
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
+        if self.resume and self.checkpoint_dir is None:
+            raise ConfigError("resume", "needs a checkpoint directory")
+        if self.metric not in ("auto", "acc", "auc"):
+            raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}") from None
+        if device.type == "cuda":
+            from gnnsys._capabilities import require_cuda
+
+            require_cuda("device")
+
+    def for_dataset(self, dataset):
+        """These options completed for `dataset` (metric resolved, its name recorded)."""
+        try:
+            metric = resolve_metric(self.metric, dataset.num_classes)
+        except ValueError as e:
+            raise ConfigError("metric", str(e)) from None
+        name = str(dataset.path) if dataset.path is not None else dataset.name
+        return dataclasses.replace(self, metric=metric, dataset=name)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (tuples as lists)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def resume_key(self) -> dict:
+        """The options a checkpoint must share with the run that resumes it."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.RESUMABLE}
+
+    @classmethod
+    def build(cls, options=None, keywords: dict | None = None):
+        """`options` (an instance of cls), or cls built from `keywords` (an
+        unknown keyword is a ConfigError naming it); not both."""
+        keywords = keywords or {}
+        if options is not None:
+            if keywords:
+                raise TypeError(f"pass options or keywords, not both (got {', '.join(sorted(keywords))})")
+            if not isinstance(options, cls):
+                raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
+            return options
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(keywords) - names)
+        if unknown:
+            raise ConfigError(unknown[0], f"is not an option of {cls.__name__} (options: {', '.join(sorted(names))})")
+        return cls(**keywords)
+
+
+@dataclass(frozen=True)
+class MinibatchOptions(TrainOptions):
+    """Options of sampled minibatch training (`gnnsys.train`).
+
+    fanouts: neighbours per layer, output layer first, -1 for all; layers
+    defaults to len(fanouts) and must equal it; batch_size seeds per batch;
+    input_dropout on the input features; eval_batch_size nodes per inference
+    batch; prefetch batches prepared ahead; features: where rows live for a
+    CUDA device ("auto", "gpu", "pinned", "cpu-gather"); sampler "cpu", "gpu"
+    or "gpu-pinned" (both change speed, not results); retain_memory: keep
+    freed memory for reuse (gnnsys.allocator).
+    """
+
+    fanouts: tuple = (15, 10, 5)
+    batch_size: int = 1024
+    input_dropout: float = 0.0
+    eval_batch_size: int = 4096
+    prefetch: int = 4
+    features: str = "auto"
+    sampler: str = "cpu"
+    retain_memory: bool = True
+
+    RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + ("features", "sampler", "retain_memory")
+    POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("batch_size", "eval_batch_size")
+
+    def __post_init__(self):
+        if isinstance(self.fanouts, (list, tuple)):
+            self._set("fanouts", tuple(self.fanouts))
+        if isinstance(self.fanouts, tuple) and self.layers is None:
+            self._set("layers", len(self.fanouts))
+        super().__post_init__()
+
+    def _check(self):
+        super()._check()
+        if not self.fanouts or any(not isinstance(f, int) or f < -1 or f == 0 for f in self.fanouts):
+            raise ConfigError("fanouts", f"must be positive counts or -1 (all), got {list(self.fanouts)}")
+        if self.layers != len(self.fanouts):
+            raise ConfigError("layers", f"{self.layers} layers need {self.layers} fanouts, got {list(self.fanouts)}")
+        if not 0 <= self.input_dropout < 1:
+            raise ConfigError("input_dropout", f"must be in [0, 1), got {self.input_dropout}")
+        if self.prefetch < 0:
+            raise ConfigError("prefetch", f"must be >= 0, got {self.prefetch}")
+        if self.features not in PLACEMENTS:
+            raise ConfigError("features", f"must be one of {', '.join(PLACEMENTS)}, got {self.features!r}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError("sampler", f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+
+
+@dataclass(frozen=True)
+class FullGraphOptions(TrainOptions):
+    """Options of full-graph training (`gnnsys.train_fullgraph`), GNNPipe included.
+
+    workers: pipeline stages (one process each); chunks: node chunks streamed
+    through them (workers = chunks = 1: the single-process reference);
+    partition "auto"/"metis"/"rcm"/"range"; balance "estimate"d or "measure"d
+    unit cost; history_momentum, fresh_grad_scale, refresh_every and warmup:
+    the historical embeddings (see gnnsys.gnnpipe); timeout_s: how long a
+    silent worker may stall. From DEEP_FROM layers, norm "auto" is "layer"
+    and residual/input_proj default on (None: that default).
+    """
+
+    model: str = "gcn"
+    hidden: int = 64
+    layers: int = 2
+    epochs: int = 100
+    lr: float = 0.01
+    norm: str | None = "auto"
+    residual: bool | None = None
+    input_proj: bool | None = None
+    workers: int = 1
+    chunks: int = 1
+    partition: str = "auto"
+    balance: str = "estimate"
+    history_momentum: float = 0.0
+    fresh_grad_scale: float = 1.0
+    refresh_every: int = 1
+    warmup: bool = True
+    timeout_s: float = 120.0
+
+    RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + ("timeout_s",)
+    POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("layers", "workers", "chunks")
+
+    def __post_init__(self):
+        deep = isinstance(self.layers, int) and self.layers >= DEEP_FROM
+        if self.input_proj is None:
+            self._set("input_proj", deep)
+        if self.residual is None:
+            self._set("residual", deep)
+        if self.norm == "auto":
+            self._set("norm", "layer" if deep else None)
+        super().__post_init__()
+
+    @property
+    def pipelined(self) -> bool:
+        """True when the run is GNNPipe (more than one worker or chunk)."""
+        return self.workers > 1 or self.chunks > 1
+
+    def _check(self):
+        super()._check()
+        units = self.layers + int(self.input_proj)
+        if self.workers > units:
+            raise ConfigError("workers", f"{self.workers} workers need at least as many units, the model has {units}")
+        if self.norm == "batch" and self.chunks > 1:
+            raise ConfigError("norm", "batch norm would use per-chunk statistics in the pipeline; use 'layer'")
+        if self.partition not in METHODS:
+            raise ConfigError("partition", f"must be one of {METHODS}, got {self.partition!r}")
+        if self.balance not in ("estimate", "measure"):
+            raise ConfigError("balance", f"must be 'estimate' or 'measure', got {self.balance!r}")
+        if self.refresh_every < 0:
+            raise ConfigError("refresh_every", f"must be >= 0 (0: never), got {self.refresh_every}")
+        if not 0 <= self.history_momentum < 1:
+            raise ConfigError("history_momentum", f"must be in [0, 1), got {self.history_momentum}")
+        if self.timeout_s <= 0:
+            raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
+
+    def for_dataset(self, dataset):
+        if self.chunks > dataset.num_nodes:
+            raise ConfigError("chunks", f"{self.chunks} chunks for {dataset.num_nodes} nodes")
+        return super().for_dataset(dataset)
+
+
+def _runtime_types(hint) -> tuple:
+    """The classes isinstance accepts for a type hint (int | None -> (int, NoneType))."""
+    return tuple(typing.get_origin(a) or a for a in (typing.get_args(hint) or (hint,)))
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
