@@ -16,7 +16,7 @@ from .source import EdgeChunks
 
 
 def index_dtype(num_nodes: int):
-    """int32 node ids while they fit, else int64 (DESIGN.md)."""
+    """int32 node ids while they fit, else int64 (docs/architecture.md, "On-disk dataset format")."""
     return np.int32 if num_nodes < 2**31 else np.int64
 
 

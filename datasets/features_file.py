@@ -1,4 +1,4 @@
-"""The aligned row layout of `features.bin` (DESIGN.md, on-disk format)."""
+"""The aligned row layout of `features.bin` (docs/architecture.md, "On-disk dataset format")."""
 from __future__ import annotations
 
 import numpy as np

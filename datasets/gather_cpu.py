@@ -1,8 +1,9 @@
 """Parallel row gather on the CPU (numba, releases the GIL).
 
 Rows are copied as the widest machine words that divide both the row size and
-the row stride (8 bytes for aligned float tables), which runs at the speed of a
-plain memory copy; byte-wise copies were about 3x slower.
+the row stride (8 bytes for aligned float tables), which runs at about the
+speed of a plain memory copy, unlike byte-wise copies (benchmarks/README.md,
+"Measurements behind design choices").
 """
 from __future__ import annotations
 

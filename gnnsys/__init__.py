@@ -9,7 +9,8 @@ import importlib
 import os
 
 # numba's and torch's OpenMP pools both busy-wait by default; on a machine with
-# few cores they starve each other. Must be set before torch is first imported.
+# few cores they starve each other (benchmarks/README.md, "Measurements behind
+# design choices"). Must be set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _API = {  # public name -> the module that defines it

@@ -3,8 +3,8 @@
 A training step allocates and frees tensors of tens of MB (activations and
 their gradients). glibc serves blocks above its mmap threshold (at most 32 MB)
 with fresh `mmap`s and unmaps them on free, so every step pays a page fault
-per 4 KiB on first touch: on torch 2.13 a ReLU over a 55K x 256 float32
-activation took 41 ms into a new tensor and 8 ms into an existing one.
+per 4 KiB on first touch (the measured cost is in benchmarks/README.md,
+"Measurements behind design choices").
 `retain_freed_memory` stops glibc from using mmap for large blocks and from
 trimming the heap below 1 GiB of free space, so the next step reuses the same
 pages (PyTorch's CPU tuning guide gets the same effect by preloading jemalloc

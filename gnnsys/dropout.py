@@ -1,9 +1,9 @@
 """Dropout whose mask is a hash of (key, element index), and ReLU + dropout fused.
 
 `torch.nn.Dropout` on the CPU draws a Bernoulli tensor with `bernoulli_` and
-keeps it for the backward pass; on torch 2.13 that draw costs about four times
-a 256 x 256 matmul over the same rows and was 40% of a GraphSAGE training step
-(benchmarks/README.md). Here a numba kernel decides each element from a
+keeps it for the backward pass; that draw costs more than a 256 x 256 matmul
+over the same rows (figures in benchmarks/README.md, "Measurements behind
+design choices"). Here a numba kernel decides each element from a
 counter-based splitmix64 draw of (key, index) (`samplers.random_hash`) and
 multiplies in the same pass:
 - `hash_dropout`: backward recomputes the decisions from the key, so no mask

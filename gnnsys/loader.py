@@ -132,8 +132,9 @@ class _BufferPool:
     """Reusable host buffers for gathered rows. A buffer is handed out again
     only when no tensor refers to its memory any more (its storage use count
     is back to the pool's own reference), so rows the caller or autograd
-    still hold are never overwritten. Fresh 50 MB allocations cost more than
-    the gather itself here (page faults), hence the reuse.
+    still hold are never overwritten. A fresh allocation of a batch's rows
+    (tens of MB) page-faults on first touch and costs more than the gather
+    itself (benchmarks/README.md, "Measurements behind design choices").
     """
 
     def __init__(self, dim: int, dtype: torch.dtype, capacity: int):

@@ -2,7 +2,7 @@
 gnnsys (the peers run in their own environments), the benchmark's arguments,
 the timed epoch loops and the JSON line a run prints.
 
-The on-disk format is the contract in DESIGN.md: meta.json, CSC indptr.npy /
+The on-disk format is the contract in docs/architecture.md: meta.json, CSC indptr.npy /
 indices.npy (sources of node v's in-edges are indices[indptr[v]:indptr[v+1]]),
 features.bin with rows row_stride bytes apart, labels.npy and the *_idx.npy
 splits.

@@ -86,3 +86,13 @@ def test_sigkill_then_resume_equals_uninterrupted(make_dataset, tmp_path):
     full, resumed = json.loads((tmp_path / "full.json").read_text()), json.loads(out.read_text())
     assert strip(resumed) == strip(full)
     assert resumed["config"]["checkpoint_dir"] == str(ckpt)
+
+
+@pytest.mark.parametrize("argv, flag", [(["--workers", "2"], "--workers"),
+                                        (["--mode", "fullgraph", "--batch-size", "8"], "--batch-size"),
+                                        (["--mode", "fullgraph", "--input-dropout", "0.5"], "--input-dropout")])
+def test_flag_of_another_mode_is_refused_in_one_line(make_dataset, capsys, argv, flag):
+    ds, _ = make_dataset()
+    assert main(["train", str(ds.path), *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {flag}: does not apply to --mode" in err

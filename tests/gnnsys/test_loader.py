@@ -174,3 +174,40 @@ def test_bad_loader_arguments(make_dataset, kwargs, match):
     ds, _ = make_dataset()
     with pytest.raises(ValueError, match=match):
         MinibatchLoader(ds, "train", [2], **kwargs)
+
+
+class HalvedFeatures:
+    """A FeatureSource over the dataset's table that halves every row (a stand-in tier)."""
+
+    def __init__(self, base):
+        self.base, self.shape, self.dtype, self.device = base, base.shape, base.dtype, base.device
+
+    def gather(self, ids, out=None):
+        rows = self.base.gather(ids) / 2
+        return rows if out is None else out.copy_(rows)
+
+    def gather_async(self, ids, out=None):
+        raise NotImplementedError
+
+
+def test_sampler_object_and_feature_source_are_used(make_dataset):
+    from gnnsys.samplers import NeighborSampler
+
+    ds, _ = make_dataset()
+    sampler = CountingSampler(NeighborSampler(ds.indptr, ds.indices, [3, 2], seed=7))
+    loader = MinibatchLoader(ds, "train", batch_size=8, prefetch=2, seed=7, sampler=sampler,
+                             features=HalvedFeatures(ds.features))
+    by_name = MinibatchLoader(ds, "train", [3, 2], batch_size=8, prefetch=0, seed=7)
+    batches = list(loader)
+    assert sampler.calls == len(batches) == len(by_name)
+    for mb, ref in zip(batches, by_name):
+        assert torch.equal(mb.input_nodes, ref.input_nodes)
+        assert torch.equal(mb.x, ref.x / 2)
+
+
+def test_sampler_object_refuses_sampling_arguments(make_dataset):
+    from gnnsys.samplers import NeighborSampler
+
+    ds, _ = make_dataset()
+    with pytest.raises(ValueError, match="belong to the sampler object"):
+        MinibatchLoader(ds, "train", [3, 2], sampler=NeighborSampler(ds.indptr, ds.indices, [3, 2]))

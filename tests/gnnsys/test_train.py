@@ -94,3 +94,23 @@ def test_cuda_without_gpu_is_one_line(make_dataset):
     ds, _ = make_dataset()
     with pytest.raises(GPUUnavailableError, match="^device: needs a CUDA GPU"):
         train(ds, device="cuda", **FAST)
+
+
+def test_train_leaves_the_dataset_alone_and_runs_twice(make_dataset):
+    ds, _ = make_dataset()
+    features = ds.features
+    first, second = train(ds, epochs=1, **FAST), train(ds, epochs=1, **FAST)
+    assert ds.features is features
+    assert first.epochs[0]["loss"] == second.epochs[0]["loss"]
+
+
+def test_options_object_equals_keywords(make_dataset):
+    from gnnsys import MinibatchOptions
+
+    ds, _ = make_dataset()
+    by_keywords = train(ds, epochs=2, seed=3, **FAST)
+    by_options = train(ds, MinibatchOptions(epochs=2, seed=3, **FAST))
+    assert by_options.epochs[-1]["loss"] == by_keywords.epochs[-1]["loss"]
+    assert by_options.config == by_keywords.config
+    with pytest.raises(TypeError, match="not both"):
+        train(ds, MinibatchOptions(), epochs=2)

@@ -68,3 +68,19 @@ def test_auto_pins_an_in_memory_table_in_place():
     x = unified(t, "auto", "cuda", gpu_memory_budget=0.0, host_memory_budget=0.0)
     assert x.placement.kind == "pinned" and "in place" in x.placement.reason
     x.source.close()
+
+
+def test_tiers_walks_the_stack_to_the_dataset_table(make_dataset):
+    from gnnsys.storage import FeatureSource, tiers
+
+    ds, _ = make_dataset()
+    x = unified(ds.features, "auto", device="cpu")
+    assert list(tiers(x.source)) == [ds.features]
+    assert isinstance(ds.features, FeatureSource)
+
+    class Wrapper:
+        def __init__(self, base):
+            self.base = base
+
+    top = Wrapper(Wrapper(ds.features))
+    assert [type(t).__name__ for t in tiers(top)] == ["Wrapper", "Wrapper", "RowTable"]
