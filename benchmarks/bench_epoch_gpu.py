@@ -7,8 +7,8 @@ prepared under --root with `gnnsys prepare synthetic` when missing.
 Cases: features gpu (resident) | pinned (zero-copy) | cpu-gather, times
 sampler cpu | gpu. Each case trains --epochs epochs (no evaluation); the
 median epoch time of the epochs after the first is reported, with ratios to
-gpu-resident + gpu sampling of the same run. Needs `gnnsys.train` with the
-`features` and `sampler` keywords. Writes benchmarks/results/bench_epoch_gpu.json and .png.
+gpu-resident + gpu sampling of the same run (`gnnsys.train`'s `features` and
+`sampler` options). Writes benchmarks/results/bench_epoch_gpu.json and .png.
 
     python benchmarks/bench_epoch_gpu.py [--graph products|papers] [--root DIR]
 """

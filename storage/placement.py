@@ -9,6 +9,12 @@ fraction of the free GPU memory), else pinned host memory if it fits
 place, else the CPU gathers from the (memory-mapped) table. Without CUDA,
 "auto" keeps the table where it is (memory-mapped or in memory) and "gpu" /
 "pinned" raise a one-line error.
+
+This module builds the stack of FeatureSources the trainers read (`_build`):
+the bottom is the dataset's RowTable; a source above wraps the next through
+its `base` (storage/base.py). Further tiers (an SSD source at the bottom, a
+cache and a victim buffer above) are stacked here, and nothing that reads
+the stack changes (docs/architecture.md, "Feature tiers").
 """
 from __future__ import annotations
 
@@ -110,6 +116,7 @@ def place(features, placement: str = "auto", device=None, gpu_memory_budget: flo
 
 
 def _build(rows, kind: str, device: torch.device, progress: bool):
+    """The stack of sources for placement `kind` over the RowTable `rows`."""
     if kind == "gpu":
         return GPUFeatures.from_rows(rows, device, progress=progress)
     if kind == "pinned":

@@ -10,8 +10,10 @@ runs the checks that need it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -95,18 +97,18 @@ class TrainOptions:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
             raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError("lr", f"must be a finite number > 0, got {self.lr}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError("weight_decay", f"must be a finite number >= 0, got {self.weight_decay}")
         if self.resume and self.checkpoint_dir is None:
             raise ConfigError("resume", "needs a checkpoint directory")
+        if self.checkpoint_dir is not None and Path(self.checkpoint_dir).exists() \
+                and not Path(self.checkpoint_dir).is_dir():
+            raise ConfigError("checkpoint_dir", f"{self.checkpoint_dir} exists and is not a directory")
         if self.metric not in ("auto", "acc", "auc"):
             raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
-        try:
-            device = torch.device(self.device)
-        except RuntimeError:
-            raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}") from None
-        if device.type == "cuda":
-            from gnnsys._capabilities import require_cuda
-
-            require_cuda("device")
+        self._set("device", str(normalize_device(self.device)))
 
     def for_dataset(self, dataset):
         """These options completed for `dataset` (metric resolved, its name recorded)."""
@@ -262,6 +264,25 @@ class FullGraphOptions(TrainOptions):
         if self.chunks > dataset.num_nodes:
             raise ConfigError("chunks", f"{self.chunks} chunks for {dataset.num_nodes} nodes")
         return super().for_dataset(dataset)
+
+
+def normalize_device(device) -> torch.device:
+    """`device` as one canonical torch.device ("cuda" -> "cuda:<current>"), so
+    that devices compare equal when they are the same; ConfigError for a
+    name torch does not know, GPUUnavailableError for CUDA without a GPU."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {device!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {str(device)!r}")
+    if device.type == "cuda":
+        from gnnsys._capabilities import require_cuda
+
+        require_cuda("device")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _runtime_types(hint) -> tuple:

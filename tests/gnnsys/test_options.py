@@ -30,7 +30,9 @@ def test_fullgraph_deep_defaults(layers, deep):
     (MinibatchOptions, {"prefetch": -1}, "prefetch"), (MinibatchOptions, {"sampler": "tpu"}, "sampler"),
     (FullGraphOptions, {"balance": "guess"}, "balance"), (FullGraphOptions, {"timeout_s": 0}, "timeout_s"),
     (FullGraphOptions, {"history_momentum": 1.0}, "history_momentum"), (FullGraphOptions, {"layers": None}, "layers"),
-    (FullGraphOptions, {"fanouts": [2]}, "fanouts")])
+    (FullGraphOptions, {"fanouts": [2]}, "fanouts"), (MinibatchOptions, {"lr": -0.01}, "lr"),
+    (MinibatchOptions, {"lr": float("nan")}, "lr"), (FullGraphOptions, {"weight_decay": -1}, "weight_decay"),
+    (MinibatchOptions, {"device": "banana"}, "device"), (FullGraphOptions, {"device": "meta"}, "device")])
 def test_bad_values_name_the_option(cls, keywords, option):
     with pytest.raises(ConfigError, match=f"^{option}: "):
         cls.build(keywords=keywords)
@@ -54,3 +56,10 @@ def test_resume_key_leaves_out_what_a_resume_may_change():
     assert a.resume_key() == b.resume_key()
     assert a.resume_key() != MinibatchOptions(lr=0.1).resume_key()
     assert "timeout_s" not in FullGraphOptions().resume_key()
+
+
+def test_checkpoint_dir_naming_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="^checkpoint_dir: .* exists and is not a directory"):
+        MinibatchOptions(checkpoint_dir=tmp_path / "f")
+    assert MinibatchOptions(checkpoint_dir=tmp_path).checkpoint_dir == str(tmp_path)
