@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 SUBCOMMANDS = ("prepare", "info", "train")
@@ -23,7 +24,7 @@ def main(argv=None) -> int:
     """Entry point of the console script; returns the exit status."""
     from gnnsys.errors import GnnsysError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(glue_negative_lists(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.run(args)
     except GnnsysError as e:
@@ -32,6 +33,21 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"gnnsys {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+_NEGATIVE_LIST = re.compile(r"-\d+(,-?\d+)+")
+
+
+def glue_negative_lists(argv: list) -> list:
+    """`--fanouts -1,-1` -> `--fanouts=-1,-1`: argparse would take a value
+    that starts with '-' and is not a plain number for an option."""
+    out = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.fullmatch(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ def add_model_arguments(p):
 
 def add_sampling_arguments(p):
     g = p.add_argument_group("sampling")
-    g.add_argument("--fanouts", type=fanout_list, help="neighbours per layer, output layer first")
+    g.add_argument("--fanouts", type=fanout_list, metavar="N,N,...",
+                   help="neighbours per layer, output layer first; -1 takes every neighbour (e.g. --fanouts=-1,-1)")
     g.add_argument("--batch-size", type=int, help="seeds per minibatch")
     g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
     g.add_argument("--sampler", choices=["cpu", "gpu", "gpu-pinned"],
@@ -92,6 +93,8 @@ def add_run_arguments(p):
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
     g.add_argument("--json", dest="json_out", metavar="OUT", help="write the TrainResult JSON here")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+    g.add_argument("--verify", action="store_true",
+                   help="re-check the dataset's checksums and invariants before training (reads every file once)")
 
 
 ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_fullgraph_arguments, add_optimizer_arguments,

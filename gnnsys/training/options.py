@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import torch
 
-from gnnsys.errors import ConfigError
+from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.models import CONVS, NORMS
 from gnnsys.partition import METHODS
 from gnnsys.samplers.factory import SAMPLERS
@@ -39,7 +39,9 @@ class TrainOptions:
     device ("cpu", "cuda", "cuda:N"); seed; eval_every: evaluate every N
     epochs (and after the last); metric "auto", "acc" or "auc";
     checkpoint_dir/resume: an atomic checkpoint after every epoch, and
-    continuing from it; progress: progress bars. dataset: set by
+    continuing from it; progress: progress bars; verify: re-check the
+    prepared dataset's checksums and invariants before training (as `gnnsys
+    info --verify`; reads every file once). dataset: set by
     `for_dataset` (the dataset's path or name), recorded with the result.
     """
 
@@ -60,10 +62,11 @@ class TrainOptions:
     checkpoint_dir: str | None = None
     resume: bool = False
     progress: bool = True
+    verify: bool = False
     dataset: str | None = None
 
     # options a resumed run may change; every other one must match the checkpoint
-    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress")
+    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "verify")
     POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads")
 
     def __post_init__(self):
@@ -111,7 +114,10 @@ class TrainOptions:
         self._set("device", str(normalize_device(self.device)))
 
     def for_dataset(self, dataset):
-        """These options completed for `dataset` (metric resolved, its name recorded)."""
+        """These options completed for `dataset` (metric resolved, its name
+        recorded), after the `verify` check when asked for."""
+        if self.verify:
+            _verify(dataset)
         try:
             metric = resolve_metric(self.metric, dataset.num_classes)
         except ValueError as e:
@@ -264,6 +270,18 @@ class FullGraphOptions(TrainOptions):
         if self.chunks > dataset.num_nodes:
             raise ConfigError("chunks", f"{self.chunks} chunks for {dataset.num_nodes} nodes")
         return super().for_dataset(dataset)
+
+
+def _verify(dataset):
+    """DatasetError unless every checksum and invariant of the prepared dataset holds."""
+    from gnnsys.datasets.inspect import verify
+
+    if dataset.path is None:
+        raise ConfigError("verify", "needs a prepared dataset directory, got an in-memory dataset")
+    problems = verify(dataset.path)
+    if problems:
+        more = f" (and {len(problems) - 1} more; see gnnsys info --verify)" if len(problems) > 1 else ""
+        raise DatasetError(dataset.path, f"--verify failed: {problems[0]}{more}")
 
 
 def normalize_device(device) -> torch.device:

@@ -96,3 +96,21 @@ def test_flag_of_another_mode_is_refused_in_one_line(make_dataset, capsys, argv,
     assert main(["train", str(ds.path), *argv, "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"error: {flag}: does not apply to --mode" in err
+
+
+@pytest.mark.parametrize("argv", [["--fanouts", "-1,-1"], ["--fanouts=-1,-1"], ["--fanouts", "-1,3"]])
+def test_fanouts_of_every_neighbour_parse_with_a_space(make_dataset, tmp_path, argv):
+    ds, _ = make_dataset()
+    out = tmp_path / "r.json"
+    assert main(["train", str(ds.path), *argv, "--epochs", "1", "--batch-size", "8", "--no-progress",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["fanouts"] == [int(v) for v in argv[-1].split("=")[-1].split(",")]
+
+
+def test_verify_flag_checks_the_dataset_before_training(make_dataset, capsys):
+    ds, _ = make_dataset()
+    labels = ds.path / "labels.npy"
+    labels.write_bytes(labels.read_bytes()[:-8] + bytes(8))  # same size, another checksum
+    assert main(["train", str(ds.path), "--verify", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--verify failed" in err and "checksum mismatch" in err
