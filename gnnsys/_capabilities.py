@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from gnnsys.errors import GPUUnavailableError
+from gnnsys.errors import ConfigError, GPUUnavailableError
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
@@ -49,3 +49,20 @@ def require_triton(what: str, device: torch.device) -> None:
     if not triton_interpreting():
         raise GPUUnavailableError(what, f"runs Triton kernels on a CUDA device, got device {device} "
                                  "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)")
+
+
+def normalize_device(device) -> torch.device:
+    """`device` as one canonical torch.device ("cuda" -> "cuda:<current>"), so
+    that devices compare equal when they are the same; ConfigError for a
+    name torch does not know, GPUUnavailableError for CUDA without a GPU."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {device!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {str(device)!r}")
+    if device.type == "cuda":
+        require_cuda("device")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device

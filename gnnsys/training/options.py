@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import torch
 
+from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.models import CONVS, NORMS
 from gnnsys.partition import METHODS
@@ -282,25 +283,6 @@ def _verify(dataset):
     if problems:
         more = f" (and {len(problems) - 1} more; see gnnsys info --verify)" if len(problems) > 1 else ""
         raise DatasetError(dataset.path, f"--verify failed: {problems[0]}{more}")
-
-
-def normalize_device(device) -> torch.device:
-    """`device` as one canonical torch.device ("cuda" -> "cuda:<current>"), so
-    that devices compare equal when they are the same; ConfigError for a
-    name torch does not know, GPUUnavailableError for CUDA without a GPU."""
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {device!r}") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {str(device)!r}")
-    if device.type == "cuda":
-        from gnnsys._capabilities import require_cuda
-
-        require_cuda("device")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _runtime_types(hint) -> tuple:
