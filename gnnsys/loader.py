@@ -8,17 +8,35 @@ i - prefetch has been handed out, so at most `prefetch` batches are in flight
 and memory stays bounded; batches come out in order, identical to a
 synchronous run (`prefetch=0`) because every draw is a function of (seed,
 epoch, batch). The numba kernels release the GIL, so the stages overlap.
+
+On a CUDA device each stage has its own stream (one per sampling thread, one
+for the gather thread) and nothing on the way waits on the host for the GPU:
+a stage queues its work on its stream and the batch travels on with an event
+recorded after that work; the next stage's stream, and at hand-out the
+consumer's current stream, wait on that event (on the GPU), and every tensor
+crossing streams is recorded on the stream that uses it (`record_stream`),
+so the caching allocator never hands its memory out early. A feature
+source's id check (IndexError) is deferred to the hand-out and waits for that
+batch's gather only, never for training work. So the training kernels of
+batch i overlap the sampling and gathers of the next batches. The ordering is
+tested on the CPU with stand-in stream objects (tests/gnnsys/
+test_loader_streams.py); the overlap has not been measured on a GPU yet.
 """
 from __future__ import annotations
 
 import queue
 import threading
 import time
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 
+from gnnsys._capabilities import normalize_device
+from gnnsys.samplers.block import MiniBatch
 from gnnsys.samplers.factory import make_sampler
 from gnnsys.samplers.seeds import SeedBatches
+from gnnsys.storage.cuda_stream import CudaStreams
 
 _POLL_S = 0.05  # how often a blocked stage looks at the stop event
 
@@ -29,8 +47,10 @@ class MinibatchLoader:
     dataset: a gnnsys.datasets.Dataset; split: "train", "valid", "test" or a
     tensor of node ids; fanouts: per layer, output layer first (PyG order), -1
     for all neighbours. Each MiniBatch has `x` (float32 features of
-    input_nodes), `y` (labels of seeds), both on `device`, and `timings`
-    {"sample_s", "gather_s", "wait_s"} (plus "transfer_s" off the CPU).
+    input_nodes), `y` (labels of seeds), both on `device` (normalised: "cuda"
+    is "cuda:<current>") like every other tensor of the batch, and `timings`
+    {"sample_s", "gather_s", "wait_s"} (plus "transfer_s" off the CPU; on a GPU
+    these are host times, the device work runs behind them in stream order).
     `prefetch` batches are prepared ahead (0: everything runs in the caller's
     thread). `set_epoch(e)` picks the shuffle and the sampling stream of epoch
     e, both functions of (seed, e) only. An error in a stage re-raises in the
@@ -41,11 +61,15 @@ class MinibatchLoader:
     shuffle) or the name of a kind that make_sampler builds ("cpu", "gpu",
     "gpu-pinned"). `features`: the FeatureSource rows come from (for example a
     placed or cached stack, gnnsys.storage); default the dataset's own table.
+    `streams`: the stream API of a CUDA device (default
+    gnnsys.storage.cuda_stream.CudaStreams()); a stand-in with the same methods
+    makes the loader order its stages through it on any device.
     """
 
     def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,
                  drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
-                 num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None):
+                 num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None,
+                 streams: CudaStreams | None = None):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if num_workers < 1:
@@ -53,7 +77,7 @@ class MinibatchLoader:
         ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
         self.dataset = dataset
         self.seeds = SeedBatches(ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
-        self.device = torch.device(device)
+        self.device = normalize_device(device)
         self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace)
         self.features = dataset.features if features is None else features
         self.prefetch = int(prefetch)
@@ -63,6 +87,12 @@ class MinibatchLoader:
         self._x_buffers = _BufferPool(source.shape[1], torch.float32, capacity=self.prefetch + 3)
         self._raw_buffers = (None if source.dtype == torch.float32 else
                              _BufferPool(source.shape[1], source.dtype, capacity=2))
+        self._streams = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
+        self._sample_streams = [None] * self.num_workers
+        self._gather_stream = None
+        if self._streams is not None:
+            self._sample_streams = [self._streams.new_stream(self.device) for _ in range(self.num_workers)]
+            self._gather_stream = self._streams.new_stream(self.device)
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -80,40 +110,74 @@ class MinibatchLoader:
     def __iter__(self):
         batches = self.seeds.epoch(self.epoch)
         if self.prefetch == 0:
-            return (self._gather(self._sample(self.epoch, i, b)) for i, b in enumerate(batches))
+            return (self._hand_out(self._gather(self._sample(self.epoch, i, b))) for i, b in enumerate(batches))
         return _Pipeline(self, self.epoch, batches).run()
 
-    def _sample(self, epoch: int, index: int, seeds: torch.Tensor):
-        """Stage 1: the sampled MiniBatch of batch `index`."""
-        began = time.perf_counter()
-        mb = self.sampler.sample(seeds, epoch, index)
-        mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
-        return mb
+    def _on(self, stream):
+        """Context: `stream` is this thread's current stream (nothing off CUDA)."""
+        return nullcontext() if stream is None else self._streams.use(stream)
 
-    def _gather(self, mb):
-        """Stage 2: features (float32) and labels, moved to the device."""
+    def _event_after(self, stream):
+        """An event recorded on `stream` after the work queued on it so far (None off CUDA)."""
+        if stream is None:
+            return None
+        event = self._streams.new_event()
+        event.record(stream)
+        return event
+
+    def _sample(self, epoch: int, index: int, seeds: torch.Tensor, worker: int = 0) -> "_InFlight":
+        """Stage 1: the sampled MiniBatch of batch `index`, on worker `worker`'s stream."""
         began = time.perf_counter()
-        source = self.features
-        ids = mb.input_nodes.to(source.device)
-        if source.device.type != "cpu":
-            x = source.gather(ids).float()
-        elif self._raw_buffers is None:
-            x = source.gather(ids, out=self._x_buffers.take(ids.shape[0]))
-        else:
-            raw = source.gather(ids, out=self._raw_buffers.take(ids.shape[0]))
-            x = self._x_buffers.take(ids.shape[0]).copy_(raw)
-        mb.x = x
-        mb.y = self.dataset.labels[mb.seeds.to(self.dataset.labels.device)]
-        mb.timings["gather_s"] = time.perf_counter() - began
-        if mb.x.device != self.device or mb.blocks[0].indptr.device != self.device:
-            began = time.perf_counter()
-            timings = mb.timings
-            mb = mb.to(self.device)
-            if self.device.type == "cuda":
-                torch.cuda.current_stream(self.device).synchronize()
-            timings["transfer_s"] = time.perf_counter() - began
-            mb.timings = timings
-        return mb
+        stream = self._sample_streams[worker]
+        with self._on(stream):
+            mb = self.sampler.sample(seeds, epoch, index)
+            ready = self._event_after(stream)
+        mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
+        return _InFlight(mb, seeds, ready)
+
+    def _gather(self, item: "_InFlight") -> "_InFlight":
+        """Stage 2: features (float32) and labels, and the whole batch on the
+        device, queued on the gather stream after the sampling; no host wait."""
+        began = time.perf_counter()
+        stream, mb, source = self._gather_stream, item.mb, self.features
+        with self._on(stream):
+            if item.ready is not None:
+                stream.wait_event(item.ready)
+            ids = mb.input_nodes if source.device.type != "cpu" else mb.input_nodes.cpu()
+            if stream is not None:
+                self._streams.record_stream(ids, stream)  # made on the sampling stream, read here
+            item.pending = None
+            if source.device.type != "cpu":
+                item.pending = source.gather_async(ids)
+                x = item.pending.wait().float()
+            elif self._raw_buffers is None:
+                x = source.gather(ids, out=self._x_buffers.take(ids.shape[0]))
+            else:
+                raw = source.gather(ids, out=self._raw_buffers.take(ids.shape[0]))
+                x = self._x_buffers.take(ids.shape[0]).copy_(raw)
+            mb.x, mb.y = x, self.dataset.labels[item.seeds]
+            gathered = time.perf_counter()
+            # tensors already there stay as they are; a copy to the host must be complete when it is read
+            item.mb = mb.to(self.device, non_blocking=self.device.type == "cuda")
+            item.ready = self._event_after(stream)
+        item.mb.timings["gather_s"] = gathered - began
+        if self.device.type != "cpu":
+            item.mb.timings["transfer_s"] = time.perf_counter() - gathered
+        return item
+
+    def _hand_out(self, item: "_InFlight") -> MiniBatch:
+        """The batch, usable on the consumer's current stream: that stream waits
+        on the batch's event and every tensor is recorded as used by it; then the
+        feature source's deferred id check (IndexError; it waits for this
+        batch's gather only)."""
+        if item.ready is not None:
+            current = self._streams.current(self.device)
+            current.wait_event(item.ready)
+            for t in _tensors(item.mb):
+                self._streams.record_stream(t, current)
+        if hasattr(item.pending, "check"):
+            item.pending.check()
+        return item.mb
 
 
 def _sampler(sampler, dataset, fanouts, device, seed, replace):
@@ -126,6 +190,26 @@ def _sampler(sampler, dataset, fanouts, device, seed, replace):
         raise ValueError(f"sampler {sampler!r} needs fanouts")
     return make_sampler(sampler, dataset.indptr, dataset.indices, fanouts, device=device, seed=seed,
                         replace=replace)
+
+
+@dataclass
+class _InFlight:
+    """A batch between stages: its MiniBatch, its seeds as given (on the host:
+    labels are read with them), the event recorded after the last stage's work
+    on that stage's stream (None off CUDA), and the feature gather whose id
+    check is due at hand-out (None for a CPU source, which checks at once)."""
+
+    mb: MiniBatch
+    seeds: torch.Tensor
+    ready: object = None
+    pending: object = None
+
+
+def _tensors(mb: MiniBatch):
+    """Every tensor a MiniBatch holds when it is handed out."""
+    yield from (t for t in (mb.seeds, mb.input_nodes, mb.x, mb.y) if t is not None)
+    for block in mb.blocks:
+        yield from (block.indptr, block.indices, *block.cache.values())
 
 
 class _BufferPool:
@@ -201,8 +285,9 @@ class _Pipeline:
                     self.gate.notify_all()
                 if isinstance(item, _Failed):
                     _reraise(item)
-                item.timings["wait_s"] = wait
-                yield item
+                mb = self.loader._hand_out(item)
+                mb.timings["wait_s"] = wait
+                yield mb
         finally:
             self.close()
 
@@ -233,7 +318,7 @@ class _Pipeline:
             if self.stop.is_set():
                 return
             try:
-                item = self.loader._sample(self.epoch, index, self.batches[index])
+                item = self.loader._sample(self.epoch, index, self.batches[index], worker)
             except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
                 self.sampled[worker].put(_Failed("sample", index, e))
                 return

@@ -8,6 +8,21 @@ without replacement. Relabelling keeps the destination nodes first and
 appends new sources in order of first appearance, and rows are sorted, so the
 MiniBatch equals the CPU sampler's bit for bit.
 
+Host synchronisation: the kernel and the torch ops run in stream order on the
+current stream; the host waits for the device only where a size must be known
+before the next allocation: per layer, once to compact the sampled edges
+(their number) and once in `torch.unique` (the number of distinct nodes); a
+fanout -1 layer once more for its number of edges, and with `csc="pinned"`
+copies the frontier to the host to index the pinned CSC. Seeds are checked
+on the host before they are copied to the device (seeds given on the GPU are
+copied to the host once for that check). Run the sampler on its own stream
+(the loader does) and those waits hold up only the sampling thread.
+
+What is verified where: the samples (equal to the CPU sampler's) in Triton's
+interpreter on the CPU; the kernel's registers and spills in the PTX Triton
+compiles for sm_90 (tests/storage/test_gather_ptx.py); speed only on a GPU
+(benchmarks/bench_epoch_gpu.py; not measured yet).
+
 Import this module only when a kernel is about to run (see gnnsys._capabilities);
 `gnnsys.samplers.factory.make_sampler` does.
 """
@@ -18,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gnnsys._capabilities import require_triton
+from gnnsys._capabilities import normalize_device, require_triton
 from gnnsys.ids import check_ids
 
 from .block import Block, MiniBatch
@@ -27,15 +42,17 @@ from .random_hash import stream_key
 _BLOCK_S = 64  # destination nodes per program step
 
 
-@triton.jit
-def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_ptr, out_ptr, counts_ptr, n_nodes, fanout,
+@triton.jit(do_not_specialize=["stream_key"])
+def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_key, out_ptr, counts_ptr, n_nodes, fanout,
                    REPLACE: tl.constexpr, BLOCK_S: tl.constexpr, KP: tl.constexpr):
-    """out[i, m] = global source m of nodes[i] (m < counts[i]); counts[i] = its sample size."""
+    """out[i, m] = global source m of nodes[i] (m < counts[i]); counts[i] = its sample size.
+    stream_key: the draw stream's 64-bit key as a signed integer (an argument, not a
+    tensor, so the launch copies nothing to the device)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     s_ar = tl.arange(0, BLOCK_S)
     k_ar = tl.arange(0, KP)
-    stream = tl.load(stream_ptr).to(tl.uint64, bitcast=True)
+    stream = stream_key.to(tl.int64).to(tl.uint64, bitcast=True)
     num_tiles = (n_nodes + BLOCK_S - 1) // BLOCK_S
     for tile in range(pid, num_tiles, nprog):
         pos = (tile * BLOCK_S + s_ar).to(tl.int64)
@@ -93,7 +110,7 @@ class GPUNeighborSampler:
 
     def __init__(self, indptr, indices, fanouts, replace: bool = False, seed: int = 0, device="cuda",
                  csc: str = "gpu", max_programs: int | None = None):
-        self.device = torch.device(device)
+        self.device = normalize_device(device)
         require_triton("the GPU sampler", self.device)
         indptr, indices = torch.as_tensor(indptr), torch.as_tensor(indices)
         if indptr.dtype != torch.int64 or indices.dtype not in (torch.int32, torch.int64):
@@ -123,11 +140,12 @@ class GPUNeighborSampler:
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
         """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
-        seeds = torch.as_tensor(seeds).view(-1)
-        seeds = check_ids(seeds.long() if seeds.numel() == 0 else seeds, self.num_nodes, "seeds")
-        seeds = seeds.to(self.device, torch.int64)
-        if torch.unique(seeds).shape[0] != seeds.shape[0]:
+        seeds = torch.as_tensor(seeds).reshape(-1)
+        host = seeds.cpu()
+        check_ids(host.long() if host.numel() == 0 else host, self.num_nodes, "seeds")
+        if torch.unique(host).shape[0] != host.shape[0]:
             raise ValueError("seeds: a node appears more than once")
+        seeds = seeds.to(self.device, torch.int64, non_blocking=True).contiguous()
         frontier, blocks = seeds, []
         for layer, fanout in enumerate(self.fanouts):
             counts, sources = self._sample_layer(frontier, fanout, stream_key(self.seed, epoch, batch, layer))
@@ -147,10 +165,9 @@ class GPUNeighborSampler:
         out = torch.empty((n, fanout), dtype=torch.int64, device=self.device)
         counts = torch.empty(n, dtype=torch.int64, device=self.device)
         if n and fanout:
-            key = torch.tensor([np.uint64(stream).astype(np.int64)], dtype=torch.int64, device=self.device)
-            grid = (min(triton.cdiv(n, _BLOCK_S), self.max_programs or 4 * _sm_count(self.device)),)
-            _sample_kernel[grid](self.indptr, self.indices, nodes, key, out, counts, n, fanout,
-                                 REPLACE=self.replace, BLOCK_S=_BLOCK_S, KP=triton.next_power_of_2(fanout))
+            grid, args, meta = sample_launch_args(self.indptr, self.indices, nodes, stream, out, counts, fanout,
+                                                  self.replace, self.max_programs or 4 * _sm_count(self.device))
+            _sample_kernel[grid](*args, **meta)
         else:
             counts.zero_()
         return counts, out[torch.arange(fanout, device=self.device)[None, :] < counts[:, None]]
@@ -160,8 +177,21 @@ class GPUNeighborSampler:
         starts = self.indptr[host(nodes)].to(self.device)
         counts = self.indptr[host(nodes) + 1].to(self.device) - starts
         first = torch.cumsum(counts, 0) - counts
-        offsets = torch.arange(int(counts.sum()), device=self.device) + torch.repeat_interleave(starts - first, counts)
+        total = int(counts.sum())  # the layer's number of edges: a host sync
+        offsets = (torch.arange(total, device=self.device)
+                   + torch.repeat_interleave(starts - first, counts, output_size=total))
         return counts, self.indices[host(offsets)].to(self.device, torch.int64)
+
+
+def sample_launch_args(indptr, indices, nodes, stream: int, out, counts, fanout: int, replace: bool,
+                       max_programs: int):
+    """(grid, positional arguments, constexpr keywords) of one layer's sampling
+    kernel: the one place a launch is described (the PTX test compiles exactly
+    what would be launched). stream: the layer's unsigned 64-bit stream key."""
+    grid = (min(triton.cdiv(nodes.shape[0], _BLOCK_S), max_programs),)
+    key = int(np.uint64(stream).astype(np.int64))
+    args = (indptr, indices, nodes, key, out, counts, nodes.shape[0], fanout)
+    return grid, args, dict(REPLACE=replace, BLOCK_S=_BLOCK_S, KP=triton.next_power_of_2(fanout))
 
 
 def _relabel(frontier: torch.Tensor, sources: torch.Tensor):
@@ -179,7 +209,8 @@ def _relabel(frontier: torch.Tensor, sources: torch.Tensor):
 
 def _sort_rows(counts: torch.Tensor, local: torch.Tensor, num_src: int) -> torch.Tensor:
     """Local source ids sorted within each destination row."""
-    row = torch.repeat_interleave(torch.arange(counts.shape[0], device=local.device), counts)
+    row = torch.repeat_interleave(torch.arange(counts.shape[0], device=local.device), counts,
+                                  output_size=local.shape[0])  # the size is known: no host sync
     return torch.sort(row * num_src + local).values - row * num_src
 
 

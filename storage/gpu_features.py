@@ -3,7 +3,10 @@
 `TableFeatures` is the FeatureSource over a [num_rows, row_stride] uint8
 table tensor that the GPU can address (GPU memory, or pinned host memory read
 zero-copy); rows come back as dense [n, dim] tensors on `device`.
-`GPUFeatures` copies the whole padded table into GPU memory.
+`GPUFeatures` copies the whole padded table into GPU memory. Devices are
+normalised when a source is built ("cuda" -> "cuda:<current>", see
+gnnsys._capabilities.normalize_device), so a source built for "cuda" accepts
+an `out` allocated on "cuda" (which is "cuda:0").
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnnsys._capabilities import require_cuda, require_triton
+from gnnsys._capabilities import normalize_device, require_cuda, require_triton
 from gnnsys.datasets.feature_table import RowTable
 
 COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
@@ -21,18 +24,28 @@ COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
 
 class PendingGather:
     """A launched gather: wait() returns the rows without a host sync (the
-    kernel runs in stream order); check() synchronises and raises IndexError
-    if an id was outside the table (those rows are zero, never foreign bytes)."""
+    kernel runs in stream order); check() returns them after verifying every
+    id was inside the table, raising IndexError otherwise (those rows are zero,
+    never foreign bytes).
 
-    def __init__(self, value: torch.Tensor, err: torch.Tensor, ids: torch.Tensor, num_rows: int):
-        self.value, self.err, self.ids, self.num_rows = value, err, ids, num_rows
+    err: the first bad position (or len(ids)) in host memory; on a GPU it is
+    copied there behind the kernel, and `done`, an event recorded after that
+    copy, is what check() waits for: the host waits for this gather only,
+    never for other work queued on the stream.
+    """
+
+    def __init__(self, value: torch.Tensor, err: torch.Tensor, ids: torch.Tensor, num_rows: int, done=None):
+        self.value, self.err, self.ids, self.num_rows, self.done = value, err, ids, num_rows, done
 
     def wait(self) -> torch.Tensor:
+        """The rows, in stream order (nothing waits on the host)."""
         return self.value
 
     def check(self) -> torch.Tensor:
-        """The rows, after verifying every id was inside the table (synchronises)."""
-        pos = int(self.err.item())
+        """The rows, after verifying every id was inside the table (waits for this gather's event)."""
+        if self.done is not None:
+            self.done.synchronize()
+        pos = int(self.err[0])
         if pos < self.ids.shape[0]:
             raise IndexError(f"ids: id {int(self.ids[pos])} at position {pos} out of range [0, {self.num_rows})")
         return self.value
@@ -55,7 +68,7 @@ class TableFeatures:
         self.table = table
         self.dtype = dtype
         self.shape = (table.shape[0], dim)
-        self.device = torch.device(device) if device is not None else table.device
+        self.device = normalize_device(device if device is not None else table.device)
         self.max_programs = max_programs
         require_triton(f"{type(self).__name__} on {self.device}", self.device)
 
@@ -66,11 +79,13 @@ class TableFeatures:
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor on `device`; IndexError for an
-        id outside the table (checking synchronises with the device)."""
+        id outside the table (checking waits for this gather to finish)."""
         return self.gather_async(ids, out).check()
 
     def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> PendingGather:
-        """Launch the gather; the handle's wait() gives the rows with no host sync."""
+        """Launch the gather on the current stream; the handle's wait() gives
+        the rows with no host sync, its check() raises IndexError for an id
+        outside the table. `ids` may be strided or on another device."""
         from .triton_gather import gather_rows
 
         ids = torch.as_tensor(ids)
@@ -80,7 +95,14 @@ class TableFeatures:
         elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or out.device != self.device:
             raise ValueError(f"out must be a {self.dtype} tensor of shape {(n, self.shape[1])} on {self.device}")
         err = gather_rows(self.table, ids, out, self.max_programs)
-        return PendingGather(out, err, ids, self.shape[0])
+        done = None
+        if err.is_cuda:
+            host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+            host.copy_(err, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+            err = host
+        return PendingGather(out, err, ids, self.shape[0], done)
 
     def __repr__(self):
         return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}, device={self.device})"
@@ -128,7 +150,7 @@ class GPUFeatures(TableFeatures):
         """Copy `features` (see `as_row_table`) into GPU memory, chunk by chunk."""
         require_cuda("placement 'gpu'")
         rows = as_row_table(features)
-        device = torch.device(device)
+        device = normalize_device(device)
         table = torch.empty(rows.table.shape, dtype=torch.uint8, device=device)
         copy_rows_into(rows.table, table, progress=progress)
         return cls(table, rows.shape[1], rows.dtype, device, max_programs)

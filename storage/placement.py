@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnnsys._capabilities import HAS_CUDA, require_cuda
+from gnnsys._capabilities import HAS_CUDA, normalize_device, require_cuda
 from gnnsys.errors import ConfigError
 
 from .base import UnifiedTensor
@@ -74,7 +74,7 @@ def choose_placement(table_bytes: int, device, gpu_memory_budget: float = 0.5, h
     for name, value in (("gpu_memory_budget", gpu_memory_budget), ("host_memory_budget", host_memory_budget)):
         if not 0 <= value <= 1:
             raise ValueError(f"{name} must be a fraction in [0, 1], got {value}")
-    device = torch.device(device)
+    device = normalize_device(device)
     mib = table_bytes / 2**20
     if device.type != "cuda":
         return Placement("cpu-gather", table_bytes, f"device {device}: the CPU gathers rows from the table")
@@ -95,13 +95,11 @@ def place(features, placement: str = "auto", device=None, gpu_memory_budget: flo
     one, or a 2-D tensor) placed for `device` (default: cuda if available)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
-    device = torch.device(device if device is not None else ("cuda" if HAS_CUDA else "cpu"))
-    if device.type == "cuda":
-        require_cuda(f"device {device}")
     if placement in ("gpu", "pinned"):
         require_cuda(f"placement {placement!r}")
-        if device.type != "cuda":
-            raise ConfigError(f"placement {placement!r}", f"needs a CUDA device, got {device}")
+    device = normalize_device(device if device is not None else ("cuda" if HAS_CUDA else "cpu"))
+    if placement in ("gpu", "pinned") and device.type != "cuda":
+        raise ConfigError(f"placement {placement!r}", f"needs a CUDA device, got {device}")
     rows = as_row_table(features)
     nbytes = rows.table.nbytes
     if placement == "auto":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnsys._capabilities import require_cuda
+from gnnsys._capabilities import normalize_device, require_cuda
 from gnnsys.ids import completed
 
 from .gpu_features import as_row_table
@@ -27,7 +27,7 @@ class StagedFeatures:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.base = as_row_table(features)  # the lower tier every row comes from
         self.shape, self.dtype = self.base.shape, self.base.dtype
-        self.device = torch.device(device)
+        self.device = normalize_device(device)
         self._buffers = [torch.empty(0, dtype=torch.uint8, pin_memory=True) for _ in range(slots)]
         self._events = [None] * slots
         self._next = 0

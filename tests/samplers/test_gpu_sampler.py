@@ -49,6 +49,17 @@ def test_same_minibatch_as_cpu_sampler(fanouts, replace, index_dtype):
         assert torch.equal(g.indptr.cpu(), w.indptr) and torch.equal(g.indices.cpu(), w.indices)
 
 
+@pytest.mark.parametrize("seeds", [torch.arange(40)[3::4], torch.tensor([[30, 1], [2, 17], [5, 8]]).t()[0]])
+def test_strided_seeds_are_read_by_value(seeds):
+    assert not seeds.is_contiguous()
+    indptr, indices = random_csc()
+    want = NeighborSampler(indptr, indices, [3, 2], seed=7).sample(seeds.contiguous(), epoch=0, batch=1)
+    got = make_sampler("gpu", indptr, indices, [3, 2], DEVICE, seed=7).sample(seeds, 0, 1)
+    assert torch.equal(got.input_nodes.cpu(), want.input_nodes)
+    for g, w in zip(got.blocks, want.blocks, strict=True):
+        assert torch.equal(g.indptr.cpu(), w.indptr) and torch.equal(g.indices.cpu(), w.indices)
+
+
 def test_sample_statistics():
     # 300 destinations, each with the same 12 distinct in-neighbours 0..11 (a simple graph)
     n, deg, fanout = 312, 12, 5
@@ -88,6 +99,16 @@ def test_pinned_csc_matches_gpu_csc():
     a = make_sampler("gpu", indptr, indices, [10, 5], "cuda", seed=1).sample(seeds)
     b = make_sampler("gpu-pinned", indptr, indices, [10, 5], "cuda", seed=1).sample(seeds)
     assert torch.equal(a.input_nodes, b.input_nodes)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_device_cuda_is_cuda_zero_everywhere():
+    indptr, indices = random_csc()
+    sampler = make_sampler("gpu", indptr, indices, [3, 2], "cuda")
+    assert sampler.device == torch.device("cuda", torch.cuda.current_device())
+    mb = sampler.sample(torch.tensor([5, 1, 30]))
+    assert {t.device for b in mb.blocks for t in (b.indptr, b.indices)} | {mb.input_nodes.device} == {sampler.device}
 
 
 def test_bench_epoch_gpu_parses_args():

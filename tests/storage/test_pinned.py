@@ -1,18 +1,25 @@
 """Pinned host placement, the staging copy and side-stream gathers.
 
 Pinning needs CUDA; without it the tests check the clear error, the pure
-logic (what can be pinned in place, chunked copies) and the stream code path
-on CPU sources. The GPU tests are marked `gpu` and skip without one.
+logic (what can be pinned in place, chunked copies), every pinning decision
+through a stand-in for the CUDA runtime (tests/storage/fakes.py), and the
+stream ordering through recording stand-ins for streams and events. The GPU
+tests are marked `gpu` and skip without one.
 """
+import gc
+import logging
+
 import numpy as np
 import pytest
 import torch
 
 from gnnsys.errors import GPUUnavailableError
+from gnnsys.storage import pinned as pinned_module
 from gnnsys.storage.cuda_stream import SideStreamGather, prefetch
-from gnnsys.storage.gpu_features import copy_rows_into
+from gnnsys.storage.gpu_features import PendingGather, TableFeatures, copy_rows_into
 from gnnsys.datasets import RowTable
-from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place
+from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place, pin_table, release_pin
+from tests.storage.fakes import FakePinning, RecordingStreams
 
 HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -75,6 +82,149 @@ def test_side_stream_on_cpu_is_inline():
     x = torch.randn(6, 3)
     g = SideStreamGather(RowTable.from_tensor(x))
     assert g.stream is None and torch.equal(g.gather(torch.tensor([5, 0])), x[[5, 0]])
+
+
+@pytest.fixture(autouse=True)
+def no_registration_left():
+    """Every test gives back every registration it made."""
+    yield
+    gc.collect()
+    assert pinned_module._registrations == {}
+
+
+def table_source(x: torch.Tensor) -> TableFeatures:
+    """x's rows in a 128-byte-stride table gathered by the Triton kernel (interpreted on the CPU)."""
+    table = torch.zeros(x.shape[0], 128, dtype=torch.uint8)
+    table[:, :x.shape[1] * 4] = x.view(torch.uint8)
+    return TableFeatures(table, x.shape[1], torch.float32)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the Triton kernel runs interpreted on the CPU here")
+def test_side_stream_gather_and_prefetch_check_ids():
+    x = torch.randn(5, 3)
+    gatherer = SideStreamGather(table_source(x))
+    assert torch.equal(gatherer.gather(torch.tensor([4, 0])), x[[4, 0]])
+    with pytest.raises(IndexError, match="id 5 at position 1 out of range"):
+        gatherer.gather(torch.tensor([1, 5]))
+    batches = [torch.tensor([0, 1]), torch.tensor([2, -1]), torch.tensor([3])]
+    rows = prefetch(gatherer, batches, depth=1)
+    assert torch.equal(next(rows), x[[0, 1]])
+    with pytest.raises(IndexError, match="id -1 at position 1"):
+        next(rows)
+
+
+def test_side_stream_orders_the_gather_with_events():
+    streams = RecordingStreams()
+    x = torch.randn(6, 3)
+    gatherer = SideStreamGather(RowTable.from_tensor(x), streams=streams)
+    side = gatherer.stream.name
+    ids = torch.tensor([5, 0])
+    handle = gatherer.gather_async(ids)
+    rows = handle.wait()
+    assert torch.equal(rows, x[[5, 0]])
+    me = "MainThread"
+    consumer = f"default@{me}"
+    event = next(e[1] for e in streams.log if e[0] == "record")
+    assert streams.log == [
+        ("wait_stream", side, consumer, me),  # ids were made on the caller's stream
+        ("use", side, me), ("record", event, side, me), ("leave", side, me),
+        ("record_stream", id(ids), side, me),  # read on the side stream
+        ("wait_event", consumer, event, me),  # the caller's stream waits on the GPU, the host does not
+        ("record_stream", id(rows), consumer, me),  # made on the side stream, used on the caller's
+    ]
+
+
+def test_pending_gather_check_waits_for_its_own_event():
+    err = torch.tensor([3])  # "no error" until the copy behind the kernel lands
+
+    class CopyLands:
+        def synchronize(self):
+            err[0] = 1  # the kernel found a bad id at position 1
+
+    value, ids = torch.zeros(3, 2), torch.tensor([0, 9, 1])
+    with pytest.raises(IndexError, match="id 9 at position 1 out of range \\[0, 4\\)"):
+        PendingGather(value, err, ids, 4, done=CopyLands()).check()
+    assert PendingGather(value, torch.tensor([3]), ids, 10).check() is value
+
+
+def test_pin_in_place_registers_once_and_unregisters_after_pending_work():
+    table = np.zeros((4, 128), np.uint8)
+    pinning = FakePinning()
+    pin = pin_table(table, pinning, progress=False)
+    assert pin.in_place and pin.tensor.data_ptr() == table.ctypes.data
+    release_pin(pinning, pin)
+    assert pinning.log == [("register", table.ctypes.data, table.nbytes), ("synchronize",),
+                           ("unregister", table.ctypes.data)]
+
+
+def test_memory_pinned_by_someone_else_is_used_as_it_is():
+    table = np.zeros((4, 128), np.uint8)
+    pinning = FakePinning(pinned={table.ctypes.data})
+    pin = pin_table(table, pinning, progress=False)
+    release_pin(pinning, pin)
+    assert pin.in_place and pinning.log == []  # registering it again would leave a pending CUDA error
+
+
+def test_a_table_pinned_twice_shares_one_registration():
+    table = np.zeros((4, 128), np.uint8)
+    pinning = FakePinning()
+    first, second = pin_table(table, pinning, False), pin_table(table[1:], pinning, False)
+    assert len(pinning.calls("register")) == 1 and second.in_place
+    release_pin(pinning, first)
+    assert pinning.calls("unregister") == []  # the second still reads it
+    release_pin(pinning, second)
+    assert pinning.calls("unregister") == [("unregister", table.ctypes.data)]
+
+
+def test_failed_registration_is_cleared_and_an_exact_copy_is_pinned(caplog):
+    table = np.arange(3 * 1000, dtype=np.int64).astype(np.uint8).reshape(3, 1000)  # 3000 bytes
+    pinning = FakePinning(codes=[712])  # cudaErrorHostMemoryAlreadyRegistered
+    with caplog.at_level(logging.WARNING, logger="gnnsys.storage.pinned"):
+        pin = pin_table(table, pinning, progress=False)
+    register_in_place, clear, register_copy = pinning.log
+    assert register_in_place == ("register", table.ctypes.data, 3000) and clear == ("clear_error",)
+    assert register_copy[2] == 3000  # exactly the table, not torch's power-of-two rounding (4096)
+    assert not pin.in_place and np.array_equal(pin.tensor.numpy(), table)
+    assert [r.getMessage().count("\n") for r in caplog.records] == [0]
+    assert "CUDA error 712" in caplog.text and "pinning a copy instead" in caplog.text
+    release_pin(pinning, pin)
+    assert pinning.log[-1] == ("unregister", register_copy[1])
+
+
+def test_a_memmap_is_copied_into_an_exactly_sized_registered_buffer(tmp_path):
+    mm = np.memmap(tmp_path / "f.bin", np.uint8, "w+", shape=(5, 384))
+    mm[:] = np.random.default_rng(2).integers(0, 256, mm.shape, dtype=np.uint8)
+    pinning = FakePinning()
+    pin = pin_table(np.memmap(tmp_path / "f.bin", np.uint8, "r", shape=(5, 384)), pinning, progress=False)
+    assert pinning.calls("register") == [("register", pin.tensor.data_ptr(), 5 * 384)]
+    assert np.array_equal(pin.tensor.numpy(), mm)
+    release_pin(pinning, pin)
+
+
+def test_a_copy_that_cannot_be_pinned_is_a_clear_error(tmp_path):
+    mm = np.memmap(tmp_path / "f.bin", np.uint8, "w+", shape=(2, 128))
+    pinning = FakePinning(codes=[2])
+    with pytest.raises(GPUUnavailableError, match="cannot pin .* MiB of host memory .*CUDA error 2") as e:
+        pin_table(mm[:, :64], pinning, progress=False)
+    assert "\n" not in str(e.value) and pinning.log[-1] == ("clear_error",)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the Triton kernel runs interpreted on the CPU here")
+def test_a_collected_pinned_table_is_unregistered(monkeypatch):
+    monkeypatch.setattr(pinned_module, "require_cuda", lambda what: None)
+    x = torch.randn(8, 4)
+    pinning = FakePinning()
+    features = PinnedFeatures(x, device="cpu", pinning=pinning, progress=False)
+    assert torch.equal(features.gather(torch.tensor([7, 2])), x[[7, 2]])
+    ptr = features.table.data_ptr()
+    del features
+    gc.collect()
+    assert pinning.log[1:] == [("synchronize",), ("unregister", ptr)]
+    with PinnedFeatures(x, device="cpu", pinning=pinning, progress=False) as closed:
+        pass
+    del closed
+    gc.collect()  # close() ended the registration; collecting does not end it again
+    assert pinning.calls("unregister") == [("unregister", ptr)] * 2
 
 
 @pytest.mark.gpu

@@ -17,8 +17,9 @@ import torch
 pytest.importorskip("triton")  # interpreted on the CPU: tests/conftest.py sets TRITON_INTERPRET
 
 from gnnsys._capabilities import HAS_CUDA, triton_interpreting  # noqa: E402
+from gnnsys.storage import UnifiedTensor  # noqa: E402
 from gnnsys.storage.gpu_features import TableFeatures  # noqa: E402
-from gnnsys.datasets import RowTable  # noqa: E402
+from tests.storage.fakes import pretend_cuda  # noqa: E402
 
 assert HAS_CUDA or triton_interpreting(), "without CUDA, Triton must run interpreted (tests/conftest.py)"
 
@@ -43,7 +44,8 @@ IDS = [3, 3, 40, 0, 17, 2, 40, 9]  # unsorted, repeated
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("dim,stride", [(7, 128), (33, 256), (64, 256), (5, None), (3, None)])
+@pytest.mark.parametrize("dim,stride", [(7, 128), (33, 256), (64, 256), (5, None), (3, None), (100, 512),
+                                        (602, 2432), (25, 112)])
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 def test_gather_is_bit_exact(dtype, dim, stride, id_dtype):
     x = torch.randn(41, dim, generator=torch.Generator().manual_seed(dim)).to(dtype)
@@ -92,15 +94,43 @@ def test_out_of_range_id_is_never_read(bad):
         handle.check()
 
 
-def test_plan_word_size_and_rotation():
+@pytest.mark.parametrize("table_ptr,stride,row_bytes,expect", [
+    # elem, load_vec, store_vec, rotate, row_v, load_v, src_stride_v, base_off_v
+    (4096, 512, 400, (4, 4, 4, False, 25, 25, 32, 0)),  # fp32 x 100 (products): 16-byte loads and stores
+    (4096, 2432, 2408, (4, 4, 2, False, 301, 151, 152, 0)),  # fp32 x 602: stores 8 bytes, loads the padded row
+    (4096, 256, 200, (4, 4, 2, False, 25, 13, 16, 0)),  # fp16 x 100
+    (4096, 28, 28, (4, 1, 1, True, 7, 7, 7, 0)),  # unaligned in-memory rows: rotated, 4-byte words
+    (4096 + 6, 10, 10, (2, 1, 1, True, 5, 5, 5, 3)),  # a table starting 6 bytes past a line
+    (4096 + 32, 112, 100, (4, 4, 1, True, 25, 7, 7, 2)),  # 16-byte loads of rotated rows
+])
+def test_plan_vector_widths_and_rotation(table_ptr, stride, row_bytes, expect):
     from gnnsys.storage.triton_gather import plan_gather
 
-    aligned = plan_gather(4096, 512, 1024, 400)
-    assert (aligned.word, aligned.vec, aligned.rotate) == (16, 4, False)
-    odd = plan_gather(4096, 28, 1024, 28)
-    assert (odd.word, odd.vec, odd.rotate, odd.row_w) == (4, 1, True, 7)
-    halves = plan_gather(4096 + 6, 10, 1024, 10)
-    assert (halves.word, halves.rotate, halves.base_off_w) == (2, True, 3)
+    p = plan_gather(table_ptr, stride, 1024, row_bytes)
+    assert (p.elem, p.load_vec, p.store_vec, p.rotate, p.row_v, p.load_v, p.src_stride_v, p.base_off_v) == expect
+    assert p.load_v * p.load_vec * p.elem <= stride  # loading whole vectors never leaves the row's stride
+
+
+def strided_ids():
+    """Non-contiguous id tensors: a step, a stride-0 expand, a transposed column."""
+    return {"step": torch.arange(40)[::5], "expand": torch.tensor([7]).expand(6),
+            "column": torch.tensor([[3, 9], [0, 1], [40, 2]]).t()[0]}
+
+
+@pytest.mark.parametrize("kind", ["step", "expand", "column"])
+def test_strided_ids_are_read_by_value(kind):
+    x = torch.randn(41, 100)
+    ids = strided_ids()[kind]
+    assert not ids.is_contiguous()
+    source = TableFeatures(padded_table(x, 512), 100, torch.float32)
+    assert same_bits(source.gather(ids), x[ids])
+    assert same_bits(UnifiedTensor(source)[ids], x[ids])
+
+
+def test_cuda_device_is_normalised(monkeypatch):
+    pretend_cuda(monkeypatch)
+    source = TableFeatures(padded_table(torch.randn(4, 2), 128).cpu(), 2, torch.float32, device="cuda")
+    assert source.device == torch.device("cuda:0")  # what a tensor allocated on "cuda" reports
 
 
 def test_bench_gather_gpu_parses_args():

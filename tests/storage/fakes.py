@@ -1,0 +1,131 @@
+"""Stand-ins for CUDA in tests of the decisions the GPU path makes on the CPU.
+
+`RecordingStreams` has the methods of storage.cuda_stream.CudaStreams and
+logs every stream and event call (with the calling thread's name) in order;
+`FakePinning` has the methods of storage.pinned.HostPinning and logs the
+runtime calls; `pretend_cuda` makes gnnsys believe a GPU is present, for
+code that only names a CUDA device.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+import torch
+
+
+def pretend_cuda(monkeypatch) -> None:
+    """gnnsys sees CUDA (device "cuda" normalises to "cuda:0"); nothing runs on it."""
+    import gnnsys._capabilities as caps
+
+    monkeypatch.setattr(caps, "HAS_CUDA", True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+class FakeEvent:
+    """An event: record(stream) and synchronize() are logged."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+
+    def record(self, stream):
+        self.log.append(("record", self.name, stream.name, threading.current_thread().name))
+
+    def synchronize(self):
+        self.log.append(("synchronize", self.name, threading.current_thread().name))
+
+    def __repr__(self):
+        return self.name
+
+
+class FakeStream:
+    """A stream: wait_event, wait_stream and synchronize are logged."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+
+    def wait_event(self, event):
+        self.log.append(("wait_event", self.name, event.name, threading.current_thread().name))
+
+    def wait_stream(self, other):
+        self.log.append(("wait_stream", self.name, other.name, threading.current_thread().name))
+
+    def synchronize(self):
+        self.log.append(("synchronize", self.name, threading.current_thread().name))
+
+    def __repr__(self):
+        return self.name
+
+
+class RecordingStreams:
+    """storage.cuda_stream.CudaStreams' methods over FakeStream/FakeEvent; `log`
+    holds every call in order; `current` is the calling thread's stream (a
+    thread's default stream is named after the thread, as CUDA's per-thread
+    current stream)."""
+
+    def __init__(self):
+        self.log: list = []
+        self._count = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _name(self, kind: str) -> str:
+        with self._lock:
+            self._count += 1
+            return f"{kind}{self._count}"
+
+    def new_stream(self, device):
+        return FakeStream(self.log, self._name("stream"))
+
+    def current(self, device):
+        stack = getattr(self._local, "stack", None)
+        if stack:
+            return stack[-1]
+        return FakeStream(self.log, f"default@{threading.current_thread().name}")
+
+    @contextmanager
+    def use(self, stream):
+        self._local.stack = getattr(self._local, "stack", [])
+        self._local.stack.append(stream)
+        self.log.append(("use", stream.name, threading.current_thread().name))
+        try:
+            yield
+        finally:
+            self._local.stack.pop()
+            self.log.append(("leave", stream.name, threading.current_thread().name))
+
+    def new_event(self):
+        return FakeEvent(self.log, self._name("event"))
+
+    def record_stream(self, tensor, stream):
+        self.log.append(("record_stream", id(tensor), stream.name, threading.current_thread().name))
+
+
+class FakePinning:
+    """storage.pinned.HostPinning's methods: `pinned` holds the addresses that
+    count as pinned by someone else; register() returns the next of `codes`
+    (CUDA error codes), then 0 (success); `log` records the calls."""
+
+    def __init__(self, codes=(), pinned=()):
+        self.codes, self.pinned, self.log = list(codes), set(pinned), []
+
+    def is_pinned(self, host: torch.Tensor) -> bool:
+        return host.data_ptr() in self.pinned
+
+    def register(self, ptr: int, nbytes: int) -> int:
+        self.log.append(("register", ptr, nbytes))
+        return self.codes.pop(0) if self.codes else 0
+
+    def unregister(self, ptr: int) -> int:
+        self.log.append(("unregister", ptr))
+        return 0
+
+    def clear_error(self) -> None:
+        self.log.append(("clear_error",))
+
+    def synchronize(self) -> None:
+        self.log.append(("synchronize",))
+
+    def calls(self, name: str) -> list:
+        """The logged calls named `name`."""
+        return [c for c in self.log if c[0] == name]
