@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,12 +16,13 @@ from gnnsys.errors import DatasetError
 def atomic_directory(target, overwrite: bool = False):
     """Yield a temporary sibling directory of `target`; on success rename it to
     `target`. An existing `target` is refused unless `overwrite`, and is kept
-    intact until the new one is complete. On failure the temporary is removed."""
-    target = Path(target)
+    intact until the new one is complete. On failure the temporary is removed.
+    The directory gets the permissions the umask gives a new one."""
+    target = Path(os.path.abspath(target))
     if target.exists() and not overwrite:
         raise DatasetError(target, "output already exists (use --overwrite to replace it)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = _new_directory(target.parent, f".{target.name}.tmp-")
     try:
         yield tmp
         old = None
@@ -33,6 +35,18 @@ def atomic_directory(target, overwrite: bool = False):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _new_directory(parent: Path, prefix: str) -> Path:
+    """A new empty directory parent/<prefix><random hex>, made with the umask's
+    permissions (tempfile.mkdtemp would make it 0700)."""
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
 
 
 def atomic_write_bytes(path, data: bytes):

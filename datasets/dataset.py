@@ -1,7 +1,6 @@
 """`Dataset`: a prepared dataset loaded for training, and `load_dataset`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,8 @@ from gnnsys.errors import DatasetError
 
 from .feature_table import RowTable
 from .features_file import DTYPES, open_rows
-from .writer import FORMAT, SPLITS
+from .invariants import check_dataset
+from .meta import SPLITS, read_meta
 
 
 class Dataset:
@@ -22,7 +22,9 @@ class Dataset:
     copied into one): `features[ids]` gives the exact stored values and it is
     the bottom FeatureSource of every placement (gnnsys.storage); `labels` is
     int64 with -1 for unlabelled nodes; `split(name)` gives the ids of
-    train/valid/test. Training never modifies a Dataset.
+    train/valid/test. Training never modifies a Dataset. The arrays'
+    invariants (datasets.invariants.check_dataset) are checked when it is
+    made: DatasetError names the array, or its file when loaded from `path`.
     """
 
     def __init__(self, *, name, indptr, indices, features, labels, splits, num_classes,
@@ -37,6 +39,7 @@ class Dataset:
         self.meta = meta or {}
         self.path = path
         self.order = order
+        check_dataset(self)
 
     @property
     def num_nodes(self) -> int:
@@ -91,26 +94,19 @@ class Dataset:
                    num_classes=int(y.max()) + 1)
 
 
-def read_meta(path) -> dict:
-    """meta.json of a prepared dataset; DatasetError if missing or not ours."""
-    path = Path(path)
-    meta_file = path / "meta.json"
-    if not meta_file.is_file():
-        raise DatasetError(path, "not a prepared gnnsys dataset (no meta.json)")
+def _load_array(path: Path, name: str) -> np.ndarray:
+    """The signed-integer .npy array `name` of the dataset at `path`, in
+    native byte order; DatasetError if it cannot be read or holds anything else."""
     try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as e:
-        raise DatasetError(meta_file, f"not valid JSON ({e.msg})", row=e.lineno)
-    if meta.get("format") != FORMAT:
-        raise DatasetError(meta_file, f"format is {meta.get('format')!r}, expected {FORMAT!r}")
-    return meta
-
-
-def _load_array(path: Path, name: str):
-    try:
-        return np.load(path / name)
-    except (OSError, ValueError) as e:
+        arr = np.load(path / name)
+    except (OSError, ValueError, EOFError) as e:
         raise DatasetError(path / name, f"cannot read ({e})")
+    if not isinstance(arr, np.ndarray):
+        arr.close()
+        raise DatasetError(path / name, "expected a .npy array, got an npz archive")
+    if arr.dtype.kind != "i":
+        raise DatasetError(path / name, f"expected a .npy array of signed integers, got {arr.dtype}")
+    return arr.astype(arr.dtype.newbyteorder("="), copy=False)
 
 
 def open_features(path, meta):
@@ -131,7 +127,10 @@ def as_dataset(dataset) -> Dataset:
 def load_dataset(path) -> Dataset:
     """Open a prepared dataset directory. Features stay memory-mapped from
     features.bin (`dataset.features[ids]` reads just those rows); the graph,
-    labels and splits are read into memory."""
+    labels and splits are read into memory. meta.json is checked against its
+    schema and the arrays against their invariants (one vectorised pass, no
+    checksums: that is `gnnsys info --verify`); a failure is a DatasetError
+    naming the file."""
     path = Path(path)
     meta = read_meta(path)
     tensor = lambda name: torch.from_numpy(_load_array(path, name))  # noqa: E731

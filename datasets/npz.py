@@ -1,198 +1,34 @@
-"""`gnnsys prepare npz`: one .npz with the heterophilous-benchmark keys, and
-the sliced .npy/.npz reading that the ogb and arrays readers share.
+"""`gnnsys prepare npz`: one .npz in either of two layouts, told apart by its keys.
 
-The npz kind (Platonov et al. 2023, yandex-research/heterophilous-graphs)
-holds node_features [N, F], node_labels [N], edges [E, 2] and
-train_masks / val_masks / test_masks, either [S, N] (S splits; `--split-index`
-picks one) or [N].
+The heterophilous benchmark's (Platonov et al. 2023,
+yandex-research/heterophilous-graphs; KEYS): node_features [N, F],
+node_labels [N], edges [E, 2] and train_masks / val_masks / test_masks,
+either [S, N] (S splits; `--split-index` picks one) or [N].
 
-`NpyArray` reads one array in .npy format, a .npy file or a member of an .npz
-(compressed or not), in slices: it parses the header with numpy.lib.format
-and reads rows from the file or zip member handle, so memory is bounded by the
-slice and not by the array.
+The gnn-benchmark CSR layout (Shchur et al. 2018, shchur/gnn-benchmark, read
+by PyG's Amazon, Coauthor and CitationFull): the adjacency as
+adj_data / adj_indices / adj_indptr / adj_shape (row i's edges go from i to
+the columns listed), features as attr_data / attr_indices / attr_indptr /
+attr_shape or a dense attr_matrix, labels [N]. It stores no split
+(`--random-split`, `--seed`). Any other key (node_names, idx_to_class, ...,
+often pickled Python objects) is never read, so never unpickled. A file
+without features gets one-hot identity features, with a note. Feature values
+are kept as stored (PyG's loader sets every non-zero to 1).
 """
 from __future__ import annotations
 
-import contextlib
-import zipfile
-import zlib
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
-from .csv_reader import CHUNK_BYTES
 from gnnsys.errors import DatasetError
 
+from .npy import NpyArray, integer_labels, mask_ids, npz_keys
+from .random_split import parse_fractions, split_randomly
 from .source import GraphSource
 
 KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
 _SPLIT_KEYS = {"train": "train_masks", "valid": "val_masks", "test": "test_masks"}
-
-
-def npz_keys(path) -> list[str]:
-    """The array names in an .npz archive."""
-    path = Path(path)
-    with _guard(path):
-        with zipfile.ZipFile(path) as zf:
-            return [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
-
-
-@contextlib.contextmanager
-def _guard(label):
-    """Turn a failure to read a file or archive member into a DatasetError."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise DatasetError(label, "file not found") from None
-    except IsADirectoryError:
-        raise DatasetError(label, "is a directory, expected a file") from None
-    except zipfile.BadZipFile as e:
-        raise DatasetError(label, f"not a valid npz/zip archive or corrupt ({e})") from None
-    except (zlib.error, EOFError) as e:
-        raise DatasetError(label, f"corrupt or truncated compressed data ({e})") from None
-    except (OSError, ValueError) as e:
-        raise DatasetError(label, f"cannot read ({e})") from None
-
-
-class NpyArray:
-    """One array in .npy format (a .npy file, or the member `key` of an .npz),
-    read whole or in slices without loading the rest.
-
-    `label` names it in errors ("data.npz[edge_index]"); `shape`, `dtype` and
-    `fortran_order` come from the header.
-    """
-
-    def __init__(self, path, key: str | None = None):
-        self.path = Path(path)
-        self.key = key
-        self.label = str(self.path) if key is None else f"{self.path}[{key}]"
-        if key is not None and key not in npz_keys(self.path):
-            raise DatasetError(self.label, f"no array {key!r} in the archive (has {', '.join(npz_keys(self.path))})")
-        with self._open() as f:
-            self.offset = f.tell()
-        if self.dtype.hasobject:
-            raise DatasetError(self.label, "holds Python objects; expected a numeric array")
-
-    def __len__(self):
-        return self.shape[0] if self.shape else 1
-
-    @contextlib.contextmanager
-    def _open(self):
-        """A binary handle positioned at the start of the data."""
-        with _guard(self.label), contextlib.ExitStack() as stack:
-            if self.key is None:
-                f = stack.enter_context(open(self.path, "rb"))
-            else:
-                zf = stack.enter_context(zipfile.ZipFile(self.path))
-                f = stack.enter_context(zf.open(self.key + ".npy"))
-            version = np.lib.format.read_magic(f)
-            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            if read_header is None:
-                raise DatasetError(self.label, f"unsupported .npy format version {version}")
-            self.shape, self.fortran_order, self.dtype = read_header(f)
-            yield f
-
-    def _read(self, f, count: int) -> np.ndarray:
-        out = np.empty(count, self.dtype)
-        view = memoryview(out).cast("B")
-        done = 0
-        while done < view.nbytes:
-            got = f.readinto(view[done:])
-            if not got:
-                raise DatasetError(self.label, f"truncated: {done} of {view.nbytes} bytes of data")
-            done += got
-        return out
-
-    def read(self) -> np.ndarray:
-        """The whole array (for the small ones: labels, masks, counts)."""
-        with self._open() as f:
-            flat = self._read(f, int(np.prod(self.shape)))
-        return flat.reshape(self.shape, order="F" if self.fortran_order else "C")
-
-    def row_chunks(self, rows: int | None = None) -> Iterator[np.ndarray]:
-        """Slices [k, *shape[1:]] along the first axis, in order."""
-        row_items = int(np.prod(self.shape[1:]))
-        if self.fortran_order and len(self.shape) > 1 and row_items > 1:
-            raise DatasetError(self.label, "is stored in Fortran order; save it in C order "
-                               "(numpy.ascontiguousarray) to read it in row slices")
-        rows = rows or max(1, CHUNK_BYTES // max(1, row_items * self.dtype.itemsize))
-        with self._open() as f:
-            for start in range(0, len(self), rows):
-                k = min(rows, len(self) - start)
-                yield self._read(f, k * row_items).reshape((k,) + tuple(self.shape[1:]))
-
-    def pair_layout(self, prefer: str = "rows") -> str:
-        """pair_layout of this array's shape."""
-        return pair_layout(self.shape, self.label, prefer)
-
-    def pair_chunks(self, layout: str, count: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(a, b) slices of a 2-column ("rows", [E, 2]) or 2-row ("columns", [2, E])
-        array, `count` pairs at a time; in C or Fortran order."""
-        n = self.shape[0] if layout == "rows" else self.shape[1]
-        count = count or max(1, CHUNK_BYTES // (2 * self.dtype.itemsize))
-        interleaved = (layout == "rows") != self.fortran_order
-        if interleaved:
-            with self._open() as f:
-                for start in range(0, n, count):
-                    pairs = self._read(f, 2 * min(count, n - start)).reshape(-1, 2)
-                    yield pairs[:, 0], pairs[:, 1]
-            return
-        with self._open() as first, self._open() as second:
-            _skip(second, n * self.dtype.itemsize)
-            for start in range(0, n, count):
-                k = min(count, n - start)
-                yield self._read(first, k), self._read(second, k)
-
-
-def pair_layout(shape, label: str, prefer: str = "rows") -> str:
-    """"rows" for an [E, 2] edge array, "columns" for [2, E]; `prefer` settles [2, 2]."""
-    if len(shape) != 2 or 2 not in shape:
-        raise DatasetError(label, f"shape {tuple(shape)}, expected [E, 2] or [2, E]")
-    if shape[0] == shape[1] == 2:
-        return prefer
-    return "rows" if shape[1] == 2 else "columns"
-
-
-def _skip(f, nbytes: int):
-    """Advance a handle by `nbytes`. A zip member is read through in bounded
-    pieces (ZipExtFile.seek would read up to 16 MiB at once)."""
-    if not isinstance(f, zipfile.ZipExtFile):
-        f.seek(nbytes, 1)
-        return
-    while nbytes > 0 and (got := len(f.read(min(nbytes, CHUNK_BYTES)))):
-        nbytes -= got
-
-
-def integer_labels(values: np.ndarray, label: str, num_nodes: int) -> np.ndarray:
-    """Labels as int64 [num_nodes]: [N] or [N, 1], integers or integral floats,
-    NaN (OGB's mark for no label) becoming -1."""
-    values = np.asarray(values)
-    if values.ndim == 2 and values.shape[1] == 1:
-        values = values[:, 0]
-    if values.shape != (num_nodes,):
-        raise DatasetError(label, f"shape {values.shape}, expected [{num_nodes}] (one label per node)")
-    if values.dtype.kind == "f":
-        known = ~np.isnan(values)
-        bad = np.flatnonzero(known & ((values != np.round(values)) | ~np.isfinite(values)))
-        if bad.size:
-            raise DatasetError(label, f"label {values[bad[0]]:g} is not an integer", row=int(bad[0]))
-        return np.where(known, values, -1).astype(np.int64)
-    if values.dtype.kind not in "iu":
-        raise DatasetError(label, f"labels must be integers, got {values.dtype}")
-    return values.astype(np.int64)
-
-
-def mask_ids(mask: np.ndarray, label: str, num_nodes: int) -> np.ndarray:
-    """Node ids where a boolean (or 0/1) mask of length num_nodes is set."""
-    mask = np.asarray(mask)
-    if mask.shape != (num_nodes,):
-        raise DatasetError(label, f"mask shape {mask.shape}, expected [{num_nodes}]")
-    if mask.dtype != bool:
-        if mask.dtype.kind not in "iu" or not np.isin(mask, (0, 1)).all():
-            raise DatasetError(label, f"expected a boolean mask, got {mask.dtype} values")
-    return np.flatnonzero(mask).astype(np.int64)
 
 
 def _split_mask(arr: NpyArray, split_index: int, num_nodes: int) -> np.ndarray:
@@ -206,9 +42,24 @@ def _split_mask(arr: NpyArray, split_index: int, num_nodes: int) -> np.ndarray:
     return mask_ids(masks[split_index], arr.label, num_nodes)
 
 
-def read_npz(path, *, split_index: int = 0, name: str | None = None) -> GraphSource:
-    """A GraphSource over a heterophilous-benchmark .npz (keys in KEYS)."""
+def read_npz(path, *, split_index: int | None = None, random_split=None, seed: int = 0,
+             name: str | None = None) -> GraphSource:
+    """A GraphSource over an .npz in the heterophilous layout (`split_index`
+    picks a stored split, default 0) or the gnn-benchmark CSR layout (split
+    at random by `random_split` fractions with `seed`), whichever it holds."""
     path = Path(path)
+    if "adj_indptr" in npz_keys(path):
+        if split_index is not None:
+            raise DatasetError("--split-index", f"{path} holds the gnn-benchmark CSR layout, which stores no "
+                               "split; give --random-split")
+        return _read_csr_layout(path, random_split, seed, name or path.stem)
+    if random_split is not None:
+        raise DatasetError("--random-split", f"{path} holds the heterophilous layout with its own splits; "
+                           "give --split-index")
+    return _read_heterophilous(path, split_index or 0, name or path.stem)
+
+
+def _read_heterophilous(path: Path, split_index: int, name: str) -> GraphSource:
     arrays = {key: NpyArray(path, key) for key in KEYS}
     feats, edges = arrays["node_features"], arrays["edges"]
     if len(feats.shape) != 2 or feats.dtype.kind not in "fiub":
@@ -218,23 +69,111 @@ def read_npz(path, *, split_index: int = 0, name: str | None = None) -> GraphSou
     labels = integer_labels(arrays["node_labels"].read(), arrays["node_labels"].label, n)
     splits = {s: _split_mask(arrays[key], split_index, n) for s, key in _SPLIT_KEYS.items()}
     return GraphSource(
-        name=name or path.stem, kind="npz", num_nodes=n, feature_dim=feats.shape[1],
+        name=name, kind="npz", num_nodes=n, feature_dim=feats.shape[1],
         edge_chunks=lambda: edges.pair_chunks(layout),
         feature_chunks=lambda: (c.astype(np.float32, copy=False) for c in feats.row_chunks()),
         labels=labels, splits=splits,
         edge_file=edges.label, feature_file=feats.label, label_file=arrays["node_labels"].label,
         split_files={s: arrays[key].label for s, key in _SPLIT_KEYS.items()},
-        inputs=[path], extra={"split_index": split_index},
+        inputs=[path], extra={"layout": "heterophilous", "split_index": split_index},
         expected_num_edges=edges.shape[0] if layout == "rows" else edges.shape[1])
+
+
+def _csr(path: Path, prefix: str, rows: int | None = None):
+    """(indptr, indices member, shape) of the CSR matrix stored as <prefix>_indptr,
+    _indices, _shape, after checking that the lists lie inside the indices and
+    hold column ids within the shape (`rows`: the row count it must have)."""
+    shape = NpyArray(path, f"{prefix}_shape").read().reshape(-1)
+    label = f"{path}[{prefix}_shape]"
+    if shape.size != 2 or shape.dtype.kind not in "iu" or shape.min() < 0 or (rows is not None and shape[0] != rows):
+        want = f"[{rows}, columns]" if rows is not None else "[rows, columns]"
+        raise DatasetError(label, f"holds {shape.tolist()}, expected {want}")
+    indices = NpyArray(path, f"{prefix}_indices")
+    indptr = NpyArray(path, f"{prefix}_indptr").read()
+    label = f"{path}[{prefix}_indptr]"
+    if indptr.shape != (shape[0] + 1,) or indptr.dtype.kind not in "iu":
+        raise DatasetError(label, f"shape {indptr.shape} of {indptr.dtype}, expected {shape[0] + 1} integers")
+    if indptr[0] != 0 or (np.diff(indptr) < 0).any() or indptr[-1] != len(indices):
+        raise DatasetError(label, f"must rise from 0 to the {len(indices)} entries of {prefix}_indices")
+    return indptr.astype(np.int64), indices, (int(shape[0]), int(shape[1]))
+
+
+def _features(path: Path, keys, n: int):
+    """(feature_chunks, dim, label, notes) of the attributes, or of one-hot identity rows."""
+    import scipy.sparse as sp
+
+    if "attr_matrix" in keys:
+        dense = NpyArray(path, "attr_matrix")
+        if dense.shape[:1] != (n,) or len(dense.shape) != 2 or dense.dtype.kind not in "fiub":
+            raise DatasetError(dense.label, f"shape {dense.shape} of {dense.dtype}, expected a numeric [{n}, F] array")
+        return (lambda: (c.astype(np.float32, copy=False) for c in dense.row_chunks())), dense.shape[1], \
+            dense.label, []
+    if "attr_indptr" in keys:
+        indptr, indices, shape = _csr(path, "attr", rows=n)
+        matrix = sp.csr_matrix((NpyArray(path, "attr_data").read(), indices.read(), indptr), shape=shape)
+        try:
+            matrix.check_format(full_check=True)
+        except ValueError as e:
+            raise DatasetError(f"{path}[attr_indices]", f"not a valid CSR matrix ({e})") from None
+        return (lambda: (matrix[a:a + 4096].toarray().astype(np.float32, copy=False)
+                         for a in range(0, n, 4096))), shape[1], f"{path}[attr_data]", []
+    if n * n * 4 > 4 << 30:
+        raise DatasetError(path, f"holds no attribute arrays (attr_matrix or attr_data/attr_indices/attr_indptr/"
+                           f"attr_shape), and one-hot features for {n} nodes would take {n * n * 4 / 2**30:.0f} GiB")
+
+    def one_hot():
+        for a in range(0, n, 4096):
+            rows = np.zeros((min(4096, n - a), n), np.float32)
+            rows[np.arange(rows.shape[0]), a + np.arange(rows.shape[0])] = 1
+            yield rows
+
+    return one_hot, n, f"{path} (one-hot)", [f"{path.name} holds no attribute arrays: features are one-hot "
+                                             f"node ids ({n} x {n})"]
+
+
+def _read_csr_layout(path: Path, random_split, seed: int, name: str) -> GraphSource:
+    if random_split is None:
+        raise DatasetError("--random-split", f"{path} holds the gnn-benchmark CSR layout, which stores no split: "
+                           "give --random-split TRAIN,VALID,TEST (and --seed)")
+    indptr, dst, (n, m) = _csr(path, "adj")
+    if n != m:
+        raise DatasetError(f"{path}[adj_shape]", f"holds [{n}, {m}], expected a square adjacency matrix")
+    keys = npz_keys(path)
+    feature_chunks, dim, feature_file, notes = _features(path, keys, n)
+    label_arr = NpyArray(path, "labels")
+    labels = integer_labels(label_arr.read(), label_arr.label, n)
+
+    def edge_chunks():
+        start = 0
+        for targets in dst.row_chunks():
+            sources = np.searchsorted(indptr, np.arange(start, start + len(targets)), side="right") - 1
+            start += len(targets)
+            yield sources, targets
+
+    return GraphSource(
+        name=name, kind="npz", num_nodes=n, feature_dim=dim, edge_chunks=edge_chunks,
+        feature_chunks=feature_chunks, labels=labels, splits=split_randomly(labels, random_split, seed),
+        edge_file=dst.label, feature_file=feature_file, label_file=label_arr.label,
+        split_files={s: "--random-split" for s in _SPLIT_KEYS}, inputs=[path], notes=notes,
+        extra={"layout": "gnn-benchmark", "random_split": list(parse_fractions(random_split)), "seed": seed},
+        expected_num_edges=len(dst))
 
 
 def add_arguments(parser):
     """The npz kind's arguments."""
-    parser.add_argument("path", help=".npz with node_features, node_labels, edges, train/val/test_masks")
-    parser.add_argument("--split-index", type=int, default=0, help="which of the stored splits to use (default 0)")
+    parser.add_argument("path", help=".npz in the heterophilous layout (node_features, node_labels, edges, "
+                        "train/val/test_masks) or the gnn-benchmark CSR layout (adj_*, attr_* or attr_matrix, "
+                        "labels), told apart by its keys")
+    parser.add_argument("--split-index", type=int,
+                        help="heterophilous layout: which of the stored splits to use (default 0)")
+    parser.add_argument("--random-split", metavar="TRAIN,VALID,TEST",
+                        help="gnn-benchmark layout (no stored split): random split of the labelled nodes by "
+                             "fractions, e.g. 0.6,0.2,0.2")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
     parser.add_argument("--name", help="dataset name (default: the file's stem)")
 
 
 def source_from_args(args) -> GraphSource:
     """read_npz from parsed arguments."""
-    return read_npz(args.path, split_index=args.split_index, name=args.name)
+    return read_npz(args.path, split_index=args.split_index, random_split=args.random_split, seed=args.seed,
+                    name=args.name)

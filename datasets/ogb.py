@@ -25,7 +25,7 @@ from .csc import check_edge_ids
 from .csv_reader import count_columns, csv_chunks, read_count, read_csv
 from gnnsys.errors import DatasetError
 
-from .npz import NpyArray, integer_labels
+from .npy import NpyArray, integer_labels
 from .source import GraphSource
 
 INVERSE_CHOICES = ("auto", "yes", "no")

@@ -7,7 +7,9 @@ loader, the test rows tx/ty belong to the test.index ids: the rows are laid
 out at the sorted ids and then moved to the ids in file order; the full range
 min..max of the test ids gets a row, and ids with no tx row (CiteSeer's
 isolated nodes) get a zero feature row and label -1. Split: train = the first
-len(y) nodes, valid = the next 500, test = test.index.
+len(y) nodes, valid = the next 500, test = test.index. The graph is PyG's:
+the files list some edges twice and some self-loops, which are removed unless
+`raw_edges` (CiteSeer: 9,104 edges, not 9,464).
 
 Only Cora is embedded in the package (gnnsys/data/cora); other datasets are
 read from `root`. The pickles are loaded with an unpickler that admits only
@@ -24,6 +26,7 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
+from .csc import check_edge_ids
 from .source import GraphSource
 
 EMBEDDED = ("cora",)
@@ -103,7 +106,9 @@ def _rows(obj, file, what: str):
     return arr
 
 
-def _edges(graph, file):
+def _edges(graph, file, num_nodes: int, raw: bool):
+    """(src, dst) of the node -> neighbours dict, ids checked; unless `raw`,
+    without self-loops and repeats, sorted by (src, dst) as PyG's coalesce."""
     if not isinstance(graph, dict):
         raise DatasetError(file, f"expected a dict node -> neighbours, got {type(graph).__name__}")
     try:
@@ -111,11 +116,17 @@ def _edges(graph, file):
         dst = np.concatenate([np.asarray(list(v), np.int64) for v in graph.values()])
     except (TypeError, ValueError, OverflowError) as e:
         raise DatasetError(file, f"node ids must be integers ({e})") from None
-    return src, dst
+    src, dst = check_edge_ids(src, dst, num_nodes, str(file), 0)
+    if raw:
+        return src, dst
+    keep = src != dst
+    pairs = np.unique(src[keep] * num_nodes + dst[keep])
+    return pairs // num_nodes, pairs % num_nodes
 
 
-def read_planetoid(name: str = "cora", root=None) -> GraphSource:
-    """A GraphSource over ind.<name>.* in `root` (default: the embedded Cora)."""
+def read_planetoid(name: str = "cora", root=None, raw_edges: bool = False) -> GraphSource:
+    """A GraphSource over ind.<name>.* in `root` (default: the embedded Cora);
+    `raw_edges` keeps the duplicate edges and self-loops of the files."""
     import scipy.sparse as sp
 
     from .source import array_edge_chunks
@@ -160,7 +171,7 @@ def read_planetoid(name: str = "cora", root=None) -> GraphSource:
     labels[allx.shape[0] + gaps] = -1
     labels = labels[perm]
 
-    src, dst = _edges(obj["graph"], files["graph"])
+    src, dst = _edges(obj["graph"], files["graph"], n, raw_edges)
     chunk = 1 << 14
 
     def feature_chunks():
@@ -175,15 +186,18 @@ def read_planetoid(name: str = "cora", root=None) -> GraphSource:
                 "test": np.sort(test_index)},
         edge_file=str(files["graph"]), feature_file=str(files["allx"]), label_file=str(files["ally"]),
         split_files={"train": str(files["y"]), "valid": str(files["ally"]), "test": str(files["test.index"])},
-        inputs=list(files.values()), expected_num_edges=int(src.shape[0]))
+        inputs=list(files.values()), extra={"raw_edges": raw_edges}, expected_num_edges=int(src.shape[0]))
 
 
 def add_arguments(parser):
     """The planetoid kind's arguments."""
     parser.add_argument("--name", default="cora", help="dataset name in the file names ind.<name>.* (default cora)")
     parser.add_argument("--root", help="folder with the ind.<name>.* files (default: the embedded Cora)")
+    parser.add_argument("--raw-edges", action="store_true",
+                        help="keep the duplicate edges and self-loops the files list (by default they are "
+                             "removed, giving PyG's Planetoid graph)")
 
 
 def source_from_args(args) -> GraphSource:
     """read_planetoid from parsed arguments."""
-    return read_planetoid(args.name, args.root)
+    return read_planetoid(args.name, args.root, args.raw_edges)

@@ -9,8 +9,8 @@
 Each is `write_dataset(read_<kind>(...), out, PrepareOptions(**options))`:
 the reader's required arguments come first, then `out`, then keywords that
 are either the reader's or PrepareOptions fields (to_undirected, self_loops,
-dedup, reorder, align, dtype, overwrite, nan_to_zero, progress). Readers are
-imported on first use.
+dedup, reorder, align, dtype, overwrite, nan_to_zero, normalize_features,
+remap_labels, progress). Readers are imported on first use.
 """
 from __future__ import annotations
 

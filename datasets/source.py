@@ -25,7 +25,8 @@ class GraphSource:
     feature_chunks() yields float arrays of shape [rows, feature_dim] covering
     nodes 0..num_nodes-1 in order. labels is int64 [num_nodes] with -1 for
     unlabelled nodes; splits maps "train"/"valid"/"test" to int64 node ids.
-    edge_file / feature_file name the inputs in error messages.
+    edge_file / feature_file name the inputs in error messages. notes are
+    one-line remarks for the user (shown by the CLI, kept in meta.json).
     """
 
     name: str
@@ -43,6 +44,7 @@ class GraphSource:
     split_files: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
     expected_num_edges: int | None = None
 
 

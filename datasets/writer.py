@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -13,11 +14,8 @@ from .atomic import atomic_directory, sha256_file
 from gnnsys.errors import DatasetError
 
 from .features_file import DTYPES, encode_rows, open_rows, row_stride
+from .meta import FORMAT, SPLITS, VERSION, is_dataset_dir
 from .source import GraphSource
-
-FORMAT = "gnnsys-dataset"
-VERSION = 1
-SPLITS = ("train", "valid", "test")
 
 
 @dataclass
@@ -32,11 +30,16 @@ class PrepareOptions:
     dtype: str = "float32"
     overwrite: bool = False
     nan_to_zero: bool = False
+    normalize_features: str = "none"
+    remap_labels: bool = False
     progress: bool = True
 
     def check(self):
+        """DatasetError naming the option whose value is not one it takes."""
         if self.self_loops not in ("keep", "drop"):
             raise DatasetError("--self-loops", f"must be keep or drop, got {self.self_loops!r}")
+        if self.normalize_features not in ("none", "row"):
+            raise DatasetError("--normalize-features", f"must be none or row, got {self.normalize_features!r}")
         if self.reorder not in ("none", "degree"):
             raise DatasetError("--reorder", f"must be none or degree, got {self.reorder!r}")
         if self.dtype not in DTYPES:
@@ -50,21 +53,44 @@ def _bar(opts, total, desc, unit):
                 dynamic_ncols=True, leave=False)
 
 
-def check_labels(src: GraphSource) -> tuple[np.ndarray, int]:
-    """Labels as int64 [N] and the class count; raises on bad values."""
+def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int, list | None]:
+    """Labels as int64 [N], the class count, and with `remap` the original
+    label of each class (else None); raises on bad values.
+
+    Labels are integers >= 0, or -1 for unlabelled nodes. Without `remap`,
+    class c is label c: the count (the source's, else the largest label + 1)
+    may not exceed the node count, and an inferred one must have at least
+    half of its classes present. With `remap`, the distinct labels, sorted,
+    become classes 0..C-1.
+    """
     labels = np.asarray(src.labels)
     if labels.shape != (src.num_nodes,):
         raise DatasetError(src.label_file, f"expected {src.num_nodes} labels, got shape {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise DatasetError(src.label_file, f"labels must be integers, got {labels.dtype}")
     labels = labels.astype(np.int64)
-    known = labels[labels >= 0]
-    num_classes = src.num_classes if src.num_classes is not None else (int(known.max()) + 1 if known.size else 0)
-    bad = np.flatnonzero((labels < -1) | (labels >= num_classes))
+    below = np.flatnonzero(labels < -1)
+    if below.size:
+        raise DatasetError(src.label_file, f"label {labels[below[0]]} out of range (classes are >= 0; -1 marks "
+                           "an unlabelled node)", row=int(below[0]))
+    known = labels >= 0
+    if remap:
+        original, labels[known] = np.unique(labels[known], return_inverse=True)
+        return labels, int(original.size), original.tolist()
+    inferred = src.num_classes is None
+    num_classes = (int(labels.max()) + 1 if known.any() else 0) if inferred else src.num_classes
+    bad = np.flatnonzero(labels >= num_classes)
     if bad.size:
         raise DatasetError(src.label_file, f"label {labels[bad[0]]} out of range [0, {num_classes})",
                            row=int(bad[0]))
-    return labels, num_classes
+    if num_classes > max(src.num_nodes, 1):
+        raise DatasetError(src.label_file, f"{num_classes} classes (labels up to {num_classes - 1}) for "
+                           f"{src.num_nodes} nodes; use --remap-labels to number the distinct labels 0..C-1")
+    used = int(np.count_nonzero(np.bincount(labels[known], minlength=num_classes))) if inferred else num_classes
+    if 2 * used < num_classes:
+        raise DatasetError(src.label_file, f"only {used} of the {num_classes} classes 0..{num_classes - 1} "
+                           f"occur; use --remap-labels to number them 0..{used - 1}")
+    return labels, num_classes, None
 
 
 def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
@@ -123,6 +149,8 @@ def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order):
                     raise DatasetError(src.feature_file, "NaN or inf in features (use --nan-to-zero to "
                                        "replace them with 0)", row=start + r)
                 chunk = np.where(finite, chunk, 0)
+            if opts.normalize_features == "row":
+                chunk = normalize_rows(chunk)
             rows[start:start + chunk.shape[0], :body] = encode_rows(chunk, opts.dtype)
             start += chunk.shape[0]
             bar.update(chunk.shape[0])
@@ -145,15 +173,42 @@ def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order):
     return stride
 
 
+def normalize_rows(chunk: np.ndarray) -> np.ndarray:
+    """Each row divided by its sum (`--normalize-features row`, the row
+    normalisation of Kipf and Welling's GCN); rows summing to 0 stay as they are."""
+    x = chunk.astype(np.float64 if chunk.dtype == np.float64 else np.float32)
+    sums = x.sum(axis=1, keepdims=True)
+    return np.divide(x, sums, out=x, where=sums != 0)
+
+
+def check_output(out_dir, overwrite: bool):
+    """DatasetError unless `out_dir` may be written: it does not exist, or
+    `overwrite` is set and it is a gnnsys dataset or an empty directory (and
+    not the current directory, which renaming would pull from under the shell)."""
+    out_dir = Path(os.path.abspath(out_dir))
+    if not out_dir.exists():
+        return
+    if not overwrite:
+        raise DatasetError(out_dir, "output already exists (use --overwrite to replace it)")
+    if not out_dir.is_dir():
+        raise DatasetError(out_dir, "exists and is not a directory; --overwrite replaces only a gnnsys dataset "
+                           "or an empty directory")
+    if Path.cwd().resolve().is_relative_to(out_dir.resolve()):
+        raise DatasetError(out_dir, "is the current directory or holds it; give an --out elsewhere")
+    if not is_dataset_dir(out_dir) and any(out_dir.iterdir()):
+        raise DatasetError(out_dir, "is neither a gnnsys dataset nor empty; --overwrite replaces only those, "
+                           "so its files are left alone")
+
+
 def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None) -> Path:
     """Write `src` to `out_dir` (via a temporary sibling renamed into place)
-    and return the path. Raises DatasetError on bad input; writes nothing then."""
+    and return its absolute path. Raises DatasetError on bad input or an
+    output it may not replace (check_output); writes nothing then."""
     opts = opts or PrepareOptions()
     opts.check()
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not opts.overwrite:
-        raise DatasetError(out_dir, "output already exists (use --overwrite to replace it)")
-    labels, num_classes = check_labels(src)
+    out_dir = Path(os.path.abspath(out_dir))
+    check_output(out_dir, opts.overwrite)
+    labels, num_classes, original_labels = check_labels(src, opts.remap_labels)
     splits = check_splits(src, labels)
     with atomic_directory(out_dir, overwrite=opts.overwrite) as tmp:
         with _bar(opts, None, "edges", "edges") as bar:
@@ -191,19 +246,22 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
             "graph": {"layout": "csc", "indptr": "indptr.npy", "indices": "indices.npy"},
             "features": {"file": "features.bin", "dtype": opts.dtype, "dim": int(src.feature_dim),
                          "row_stride": int(stride), "align": int(opts.align)},
-            "labels": {"file": "labels.npy", "num_classes": int(num_classes)},
+            "labels": {"file": "labels.npy", "num_classes": int(num_classes),
+                       **({"original_labels": original_labels} if original_labels is not None else {})},
             "splits": {name: f"{name}_idx.npy" for name in SPLITS},
             "order": "order.npy" if order is not None else None,
             "checksums": checksums,
             "source": {"kind": src.kind, "inputs": [Path(p).name for p in src.inputs],
                        "options": {k: v for k, v in asdict(opts).items() if k != "progress"},
-                       "tool": f"gnnsys {_version()}", **src.extra},
+                       "tool": f"gnnsys {tool_version()}", **({"notes": src.notes} if src.notes else {}),
+                       **src.extra},
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out_dir
 
 
-def _version() -> str:
+def tool_version() -> str:
+    """The installed gnnsys version ("unknown" when not installed)."""
     from importlib.metadata import PackageNotFoundError, version
     try:
         return version("gnnsys")

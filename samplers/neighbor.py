@@ -7,6 +7,13 @@ their positions, new sources are appended in order of first appearance), and
 `_sort_rows` sorts each row's local ids. The next layer's destination nodes
 are this layer's sources, so one global -> local map serves the whole batch
 and `input_nodes` lists the seeds first.
+
+The kernels never read outside their arrays, whatever the graph holds: seeds
+are checked by `_claim_seeds`, each node's edge range by `_count` (inside
+[0, len(indices)), not reversed) and each sampled id by `_relabel` (inside
+[0, num_nodes)) before it indexes anything, so a corrupted graph raises
+DatasetError. The checks cost a comparison per sampled node and edge; the
+graph itself is never scanned (load_dataset checks it once, on loading).
 """
 from __future__ import annotations
 
@@ -16,19 +23,31 @@ import numba
 import numpy as np
 import torch
 
+from gnnsys.errors import DatasetError
+
 from .block import Block, MiniBatch
 from .random_hash import draw_below, node_key, stream_key
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _count(indptr, nodes, fanout, replace, counts, starts, degrees):
+def _count(indptr, nodes, fanout, replace, num_edges, counts, starts, degrees):
     """counts[i + 1] = number of sources drawn for nodes[i]; starts[i] and
     degrees[i] = its first edge and in-degree (indptr is read at random only
-    here; the passes that follow read these arrays in order)."""
+    here; the passes that follow read these arrays in order). A node whose
+    edge range is not inside [0, num_edges) gets degree -1 and no sources;
+    returns how many did."""
+    bad = 0
     for i in numba.prange(nodes.shape[0]):
         v = nodes[i]
         start = indptr[v]
-        deg = indptr[v + 1] - start
+        end = indptr[v + 1]
+        if start < 0 or end < start or end > num_edges:
+            bad += 1
+            starts[i] = 0
+            degrees[i] = -1
+            counts[i + 1] = 0
+            continue
+        deg = end - start
         starts[i] = start
         degrees[i] = deg
         if fanout < 0:
@@ -37,6 +56,7 @@ def _count(indptr, nodes, fanout, replace, counts, starts, degrees):
             counts[i + 1] = fanout if deg > 0 else 0
         else:
             counts[i + 1] = min(fanout, deg)
+    return bad
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -96,10 +116,13 @@ def _claim_seeds(seeds, local):
 @numba.njit(nogil=True, cache=True)
 def _relabel(sources, local, frontier, size):
     """Local ids of `sources`; unseen nodes are appended to frontier[size:].
-    Returns (local ids, new frontier size)."""
+    Returns (local ids, new frontier size, -1), or stops at the first source
+    outside [0, len(local)) and returns its position as the third value."""
     out = np.empty(sources.shape[0], np.int64)
     for e in range(sources.shape[0]):
         u = sources[e]
+        if u < 0 or u >= local.shape[0]:
+            return out, size, e
         lid = local[u]
         if lid < 0:
             lid = size
@@ -107,7 +130,7 @@ def _relabel(sources, local, frontier, size):
             frontier[size] = u
             size += 1
         out[e] = lid
-    return out, size
+    return out, size, -1
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -200,14 +223,22 @@ class NeighborSampler:
             num_dst = size
             indptr = np.zeros(num_dst + 1, np.int64)
             starts, degrees = np.empty(num_dst, np.int64), np.empty(num_dst, np.int64)
-            _count(self.indptr, frontier[:num_dst], fanout, self.replace, indptr, starts, degrees)
+            if _count(self.indptr, frontier[:num_dst], fanout, self.replace, self.indices.shape[0], indptr,
+                      starts, degrees):
+                v = int(frontier[np.flatnonzero(degrees < 0)[0]])
+                raise DatasetError("indptr", f"node {v}'s edge range [{self.indptr[v]}, {self.indptr[v + 1]}) "
+                                   f"is not inside the {self.indices.shape[0]} edges: a corrupted graph")
             np.cumsum(indptr, out=indptr)
             sources = np.empty(int(indptr[-1]), self.indices.dtype)
             stream = np.uint64(stream_key(self.seed, epoch, batch, layer))
             _fill(self.indices, frontier[:num_dst], starts, degrees, indptr, self.replace, stream, sources)
             grown = np.empty(num_dst + sources.shape[0], np.int64)
             grown[:num_dst] = frontier[:num_dst]
-            ids, size = _relabel(sources, local, grown, num_dst)
+            ids, size, bad = _relabel(sources, local, grown, num_dst)
+            if bad >= 0:
+                v = int(frontier[np.searchsorted(indptr, bad, side="right") - 1])
+                raise DatasetError("indices", f"node {v}'s in-neighbour list holds node id {int(sources[bad])}, "
+                                   f"out of range [0, {self.num_nodes}): a corrupted graph")
             frontier = grown
             _sort_rows(indptr, ids)
             blocks.append(Block(torch.from_numpy(indptr), torch.from_numpy(ids), size, num_dst))

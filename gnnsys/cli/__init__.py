@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 
@@ -12,7 +13,10 @@ SUBCOMMANDS = ("prepare", "info", "train")
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
+    from gnnsys.datasets.writer import tool_version
+
     parser = argparse.ArgumentParser(prog="gnnsys", description="Train GNNs on graphs too large for GPU memory.")
+    parser.add_argument("--version", action="version", version=f"gnnsys {tool_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"gnnsys.cli.{name}")
@@ -21,7 +25,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status. Output cut
+    short by its reader (`gnnsys info --json | head`) ends quietly with status
+    141, as for a process that SIGPIPE killed."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141
+
+
+def _main(argv) -> int:
     from gnnsys.errors import GnnsysError
 
     args = build_parser().parse_args(glue_negative_lists(sys.argv[1:] if argv is None else list(argv)))

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from gnnsys.cli import main
-from gnnsys.datasets import csv_reader, load_dataset, npz
+from gnnsys.datasets import csv_reader, load_dataset, npy
 from gnnsys.datasets.inspect import verify
 
 
@@ -76,6 +77,37 @@ def write_heterophilous(path, a, num_splits=2):
     return path
 
 
+class _Trap:
+    """Unpickling it creates `marker` (a stand-in for code a crafted file would run)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def write_gnn_benchmark(path, a, attrs="csr", objects_to=None):
+    """An .npz in the gnn-benchmark CSR layout holding `a` (edge list kept as
+    is, repeats included); attrs "csr", "dense" or "none"; with `objects_to`,
+    optional keys hold pickled objects that would create that file if unpickled."""
+    n = len(a["y"])
+    order = np.lexsort((a["dst"], a["src"]))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(a["src"], minlength=n))])
+    arrays = {"adj_data": np.ones(len(order), np.float32), "adj_indices": a["dst"][order], "adj_indptr": indptr,
+              "adj_shape": np.array([n, n]), "labels": a["y"]}
+    if attrs == "csr":
+        x = sp.csr_matrix(a["x"])
+        arrays.update(attr_data=x.data, attr_indices=x.indices, attr_indptr=x.indptr, attr_shape=np.array(x.shape))
+    elif attrs == "dense":
+        arrays["attr_matrix"] = a["x"]
+    if objects_to is not None:
+        arrays["node_names"] = np.array([_Trap(objects_to)] + [f"n{i}" for i in range(1, n)], dtype=object)
+        arrays["idx_to_class"] = np.array({0: _Trap(objects_to)}, dtype=object)
+    np.savez(path, **arrays)
+    return path
+
+
 def run_cli(capsys, *argv):
     """gnnsys.cli.main(argv) -> (status, stdout, stderr)."""
     capsys.readouterr()
@@ -133,4 +165,4 @@ def check_verify_catches_corruption(out, tmp_path, capsys):
 def small_chunks(monkeypatch):
     """Make every chunked reader use tiny chunks, so tests cross chunk borders."""
     monkeypatch.setattr(csv_reader, "CHUNK_BYTES", 64)
-    monkeypatch.setattr(npz, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(npy, "CHUNK_BYTES", 64)

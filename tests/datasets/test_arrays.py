@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from gnnsys.datasets import load_dataset
-from gnnsys.datasets.arrays import read_arrays, split_randomly
+from gnnsys.datasets.arrays import read_arrays
+from gnnsys.datasets.random_split import split_randomly
 from gnnsys.errors import DatasetError
 from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
                                      run_cli)

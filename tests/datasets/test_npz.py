@@ -2,12 +2,14 @@ import tracemalloc
 
 import numpy as np
 import pytest
+import torch
 
-from gnnsys.datasets import load_dataset, npz
+from gnnsys.datasets import load_dataset, npy
+from gnnsys.datasets.npy import NpyArray
+from gnnsys.datasets.random_split import split_randomly
 from gnnsys.errors import DatasetError
-from gnnsys.datasets.npz import NpyArray
 from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
-                                     run_cli, write_heterophilous)
+                                     run_cli, write_gnn_benchmark, write_heterophilous)
 
 
 @pytest.mark.parametrize("reorder", ["none", "degree"])
@@ -57,7 +59,7 @@ def test_pair_chunks(tmp_path, shape, order, compressed):
 def test_members_are_read_in_slices(tmp_path, monkeypatch):
     edges = np.arange(2 * 500_000, dtype=np.int64).reshape(2, -1)  # 8 MB
     np.savez(tmp_path / "big.npz", edge_index=edges, node_feat=np.ones((100_000, 10), np.float32))
-    monkeypatch.setattr(npz, "CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(npy, "CHUNK_BYTES", 1 << 16)
     tracemalloc.start()
     total = 0
     for a, b in NpyArray(tmp_path / "big.npz", "edge_index").pair_chunks("columns"):
@@ -112,3 +114,64 @@ def test_truncated_member_data(tmp_path):
     (tmp_path / "x.npy").write_bytes(data[:-8])
     with pytest.raises(DatasetError, match=r"x.npy: truncated: 152 of 160 bytes"):
         list(NpyArray(tmp_path / "x.npy").row_chunks())
+
+
+@pytest.mark.parametrize("attrs", ["csr", "dense", "none"])
+def test_gnn_benchmark_layout(tmp_path, capsys, small_chunks, attrs):
+    a = graph_arrays(unlabelled=3)
+    a["src"][:3], a["dst"][:3] = [5, 5, 9], [6, 6, 9]  # a repeated edge and a self-loop, kept as stored
+    marker = tmp_path / "unpickled"
+    path = write_gnn_benchmark(tmp_path / "amazon.npz", a, attrs, objects_to=marker)
+    out = tmp_path / "out"
+    status, _, err = run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.25,0.25", "--seed", "4",
+                             "-o", out, "--no-progress")
+    assert status == 0, err
+    assert not marker.exists()
+    expected = {**a, **split_randomly(a["y"], "0.5,0.25,0.25", 4)}
+    if attrs == "none":
+        expected["x"] = np.eye(40, dtype=np.float32)
+        assert err.strip() == "gnnsys prepare: note: amazon.npz holds no attribute arrays: features are one-hot " \
+                              "node ids (40 x 40)"
+    ds = check_round_trip(out, expected)
+    assert ds.name == "amazon" and ds.meta["source"]["layout"] == "gnn-benchmark"
+    assert ds.meta["source"]["random_split"] == [0.5, 0.25, 0.25] and ds.meta["source"]["seed"] == 4
+    assert bool(ds.meta["source"].get("notes")) == (attrs == "none")
+
+
+def test_gnn_benchmark_layout_matches_pyg(tmp_path, capsys):
+    from torch_geometric.io import read_npz as pyg_read_npz
+
+    a = graph_arrays()
+    a["x"] = (np.random.default_rng(2).random((40, 6)) < 0.3).astype(np.float32)  # PyG sets non-zeros to 1
+    path = write_gnn_benchmark(tmp_path / "g.npz", a)
+    out = tmp_path / "out"
+    assert run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "--to-undirected",
+                   "--self-loops", "drop", "--dedup", "-o", out, "--no-progress")[0] == 0
+    ds, ref = load_dataset(out), pyg_read_npz(str(path))
+    assert torch.equal(ds.features[torch.arange(40)], ref.x) and torch.equal(ds.labels, ref.y)
+    assert sorted(map(tuple, ds.edge_index().T.tolist())) == sorted(map(tuple, ref.edge_index.T.tolist()))
+
+
+@pytest.mark.parametrize("case,words", [
+    ("attr index out of range", ["g.npz[attr_indices]", "not a valid CSR matrix"]),
+    ("adj indptr falls", ["g.npz[adj_indptr]", "must rise from 0 to the 160 entries of adj_indices"]),
+    ("adj not square", ["g.npz[adj_shape]", "holds [40, 41], expected a square adjacency matrix"]),
+    ("edge out of range", ["g.npz[adj_indices]: row 0: node id 40 out of range [0, 40)"]),
+    ("labels missing", ["g.npz[labels]", "no array 'labels'"]),
+])
+def test_bad_gnn_benchmark_layout(tmp_path, capsys, case, words):
+    path = write_gnn_benchmark(tmp_path / "g.npz", graph_arrays())
+    data = dict(np.load(path))
+    if case == "attr index out of range":
+        data["attr_indices"][0] = 6
+    elif case == "adj indptr falls":
+        data["adj_indptr"][5] = data["adj_indptr"][7] + 1
+    elif case == "adj not square":
+        data["adj_shape"] = np.array([40, 41])
+    elif case == "edge out of range":
+        data["adj_indices"][0] = 40
+    else:
+        del data["labels"]
+    np.savez(path, **data)
+    assert_fails(run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "-o", tmp_path / "out"),
+                 *words, folder=tmp_path, allowed=["g.npz"])

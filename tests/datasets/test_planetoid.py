@@ -30,7 +30,7 @@ def _dump(path, obj):
 def write_citeseer_like(folder, num_allx=520, seed=0):
     """Planetoid files named citeseer: num_allx allx rows (the first 10 are x),
     test ids num_allx..num_allx+11 with +4 and +9 missing (no tx row), 3
-    classes, an undirected graph listing one edge twice."""
+    classes, an undirected graph listing one edge twice and a self-loop."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     onehot = lambda k: np.eye(3, dtype=np.int32)[rng.integers(0, 3, k)]  # noqa: E731
@@ -39,7 +39,7 @@ def write_citeseer_like(folder, num_allx=520, seed=0):
     allx, ally = feats(num_allx), onehot(num_allx)
     parts = {"x": allx[:10], "y": ally[:10], "allx": allx, "ally": ally, "tx": feats(10), "ty": onehot(10)}
     graph = defaultdict(list)
-    for s, d in [(0, 1), (1, 2), (2, test[0]), (test[1], test[2]), (num_allx + 4, 3), (5, num_allx + 9), (0, 1)]:
+    for s, d in [(0, 1), (1, 2), (2, test[0]), (test[1], test[2]), (num_allx + 4, 3), (5, num_allx + 9), (0, 1), (7, 7)]:
         graph[int(s)].append(int(d))
         graph[int(d)].append(int(s))
     for name, obj in {**parts, "graph": graph}.items():
@@ -50,7 +50,7 @@ def write_citeseer_like(folder, num_allx=520, seed=0):
 
 def test_embedded_cora_matches_pyg(tmp_path, capsys):
     out = tmp_path / "cora"
-    status, stdout, _ = run_cli(capsys, "prepare", "planetoid", "--name", "cora", "--out", out, "--dedup")
+    status, stdout, _ = run_cli(capsys, "prepare", "planetoid", "--name", "cora", "--out", out)
     assert status == 0 and "2,708" in stdout
     ds = load_dataset(out)
     ref = _pyg(EMBEDDED, "cora")
@@ -62,9 +62,12 @@ def test_embedded_cora_matches_pyg(tmp_path, capsys):
     check_verify_catches_corruption(out, tmp_path, capsys)
 
 
-def test_keeps_duplicate_edges_without_dedup(tmp_path):
-    src = read_planetoid("cora")
-    assert sum(len(s) for s, _ in src.edge_chunks()) == 10858  # 10,556 distinct
+@pytest.mark.parametrize("raw_edges,count", [(False, 10556), (True, 10858)])
+def test_duplicate_edges_are_removed_unless_raw_edges(raw_edges, count):
+    src = read_planetoid("cora", raw_edges=raw_edges)
+    pairs = np.concatenate([s * 10**4 + d for s, d in src.edge_chunks()])
+    assert pairs.size == count and (np.unique(pairs).size == count) != raw_edges
+    assert src.extra == {"raw_edges": raw_edges}
 
 
 def test_missing_test_rows_like_citeseer(tmp_path, capsys):
@@ -74,7 +77,7 @@ def test_missing_test_rows_like_citeseer(tmp_path, capsys):
                    "--no-progress")[0] == 0
     ds = load_dataset(out)
     n, gaps = 532, [524, 529]
-    assert ds.num_nodes == n and ds.num_classes == 3 and ds.num_edges == 14
+    assert ds.num_nodes == n and ds.num_classes == 3 and ds.num_edges == 12
     x, y = ds.features[torch.arange(n)].numpy(), ds.labels.numpy()
     for i, node in enumerate(test):  # the i-th tx/ty row belongs to the i-th test id of the file
         assert np.array_equal(x[node], parts["tx"][i].toarray()[0]) and y[node] == parts["ty"][i].argmax()
@@ -82,6 +85,10 @@ def test_missing_test_rows_like_citeseer(tmp_path, capsys):
     assert np.array_equal(x[:520], parts["allx"].toarray()) and np.array_equal(y[:520], parts["ally"].argmax(1))
     ref = _pyg(tmp_path / "raw", "citeseer")
     assert torch.equal(ds.features[torch.arange(n)], ref.x)
+    assert sorted(map(tuple, ds.edge_index().T.tolist())) == sorted(map(tuple, ref.edge_index.T.tolist()))
+    assert run_cli(capsys, "prepare", "planetoid", "--name", "citeseer", "--root", tmp_path / "raw", "-o",
+                   tmp_path / "raw-edges", "--raw-edges", "--no-progress")[0] == 0
+    assert load_dataset(tmp_path / "raw-edges").num_edges == 16  # (0, 1) twice each way, (7, 7) twice
     assert np.array_equal(np.delete(y, gaps), np.delete(ref.y.numpy(), gaps))  # PyG labels the gaps 0
     assert ds.split("train").tolist() == list(range(10)) and ds.split("test").tolist() == sorted(test)
     assert ds.split("valid").tolist() == list(range(10, 510))

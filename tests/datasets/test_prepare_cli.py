@@ -1,11 +1,16 @@
 """Bad input to `gnnsys prepare` (one line, status 2, nothing left behind),
 output-directory safety, and the prepare_* Python API."""
 import gzip
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from gnnsys.cli import main
 from gnnsys.datasets import load_dataset, writer
+from gnnsys.datasets.writer import tool_version
 from gnnsys.datasets.inspect import verify
 from gnnsys.datasets.prepare import prepare_arrays, prepare_ogb, prepare_planetoid
 from tests.datasets.conftest import assert_fails, graph_arrays, run_cli, write_gz, write_ogb
@@ -129,3 +134,33 @@ def test_python_api(tmp_path):
     assert prepare_ogb.__name__ == "prepare_ogb" and "read_ogb" in prepare_ogb.__doc__
     with pytest.raises(TypeError, match="unexpected keyword|got an unexpected"):
         prepare_ogb(root, tmp_path / "d", no_such_option=1)
+
+
+def test_version_and_help_texts(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"gnnsys {tool_version()}"
+    with pytest.raises(SystemExit):
+        main(["prepare", "planetoid", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("--self-loops {keep,drop} keep or drop edges from a node to itself (default keep)",
+                  "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
+                  "--normalize-features {none,row} row: divide each feature row by its sum",
+                  "--remap-labels number the distinct labels 0..C-1"):
+        assert words in text, words
+
+
+@pytest.mark.parametrize("command", ["info {ds} --json", "prepare planetoid --out {tmp}/cora --no-progress",
+                                     "train {ds} --epochs 1 --fanouts 3 --hidden 8 --no-progress"])
+def test_output_into_a_closed_pipe_ends_quietly(make_dataset, tmp_path, command):
+    """`gnnsys info --json | head` and the like: no BrokenPipeError traceback,
+    the status of a process killed by SIGPIPE."""
+    ds, _ = make_dataset()
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gnnsys", *command.format(ds=ds.path, tmp=tmp_path).split()],
+                              stdout=write, stderr=subprocess.PIPE, timeout=300)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr.decode()) == (141, "")

@@ -1,8 +1,9 @@
 import numba
 import pytest
 import torch
+from numba.core.caching import NullCache
 
-from gnnsys.dropout import HashDropout, hash_dropout, relu_dropout
+from gnnsys.dropout import HashDropout, _masked_scale, _scale_where_positive, hash_dropout, relu_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
@@ -76,3 +77,8 @@ def test_invalid_probability_and_module():
     m.eval()
     assert m(x) is x
     assert "p=0.5" in repr(m)
+
+
+def test_kernels_are_cached_on_disk():
+    for kernel in (_masked_scale, _scale_where_positive):
+        assert not isinstance(kernel._cache, NullCache), kernel

@@ -6,9 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from numba.core.caching import NullCache
+
+from gnnsys.datasets import Dataset
 from gnnsys.datasets.csc import build_csc
 from gnnsys.datasets.source import array_edge_chunks
+from gnnsys.errors import DatasetError
 from gnnsys.samplers import NeighborSampler
+from gnnsys.samplers.neighbor import _claim_seeds, _count, _fill, _relabel, _sort_rows
 
 
 def random_csc(num_nodes=80, num_edges=900, seed=0, index_dtype=np.int32):
@@ -220,3 +225,56 @@ def test_bad_graph_and_seeds():
     with pytest.raises(ValueError, match="epoch and batch"):
         sampler.sample([1], epoch=-1)
     assert torch.equal(sampler.sample([4, 2]).seeds, torch.tensor([4, 2]))  # map left clean
+
+
+def _node_with_neighbours(indptr, at_least=2):
+    return int(np.flatnonzero(np.diff(indptr) >= at_least)[0])
+
+
+@pytest.mark.parametrize("corruption, message", [
+    ("id past the end", r"indices: node {v}'s in-neighbour list holds node id 80, out of range \[0, 80\)"),
+    ("negative id", r"indices: node {v}'s in-neighbour list holds node id -1, out of range"),
+    ("reversed range", r"indptr: node {v}'s edge range \[\d+, -?\d+\) is not inside the \d+ edges"),
+    ("range past the end", r"indptr: node {v}'s edge range \[\d+, 1000000000000\) is not inside the \d+ edges"),
+])
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_corrupted_graph_raises_instead_of_reading_outside_it(corruption, message, replace):
+    """The sampler checks each node's edge range and each sampled id inside
+    its kernels, so a graph corrupted after any load-time check is an error,
+    never a read outside the arrays."""
+    indptr, indices = random_csc()
+    v = _node_with_neighbours(indptr)
+    if corruption == "id past the end":
+        indices[indptr[v]:indptr[v + 1]] = 80
+    elif corruption == "negative id":
+        indices[indptr[v]:indptr[v + 1]] = -1
+    elif corruption == "reversed range":
+        indptr[v + 1] = indptr[v] - 1
+    else:
+        indptr[v + 1] = 10**12
+    sampler = NeighborSampler(indptr, indices, [-1, 3], replace=replace)
+    with pytest.raises(DatasetError, match=message.format(v=v)):
+        sampler.sample([v])
+
+
+def test_training_on_a_dataset_corrupted_in_memory_raises():
+    """A Dataset made in memory (no load_dataset), its indices corrupted
+    after it was checked: training stops with DatasetError (before the
+    sampler's own checks, this was a read outside the arrays)."""
+    from gnnsys import train
+
+    indptr, indices = random_csc()
+    g = torch.Generator().manual_seed(0)
+    ds = Dataset(name="mem", indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
+                 features=torch.randn(80, 4, generator=g), labels=torch.randint(0, 3, (80,), generator=g),
+                 splits={"train": torch.arange(0, 40), "valid": torch.arange(40, 60), "test": torch.arange(60, 80)},
+                 num_classes=3)
+    v = _node_with_neighbours(indptr[:41], at_least=1)
+    ds.indices[ds.indptr[v]] = 10**6
+    with pytest.raises(DatasetError, match=r"in-neighbour list holds node id 1000000, out of range \[0, 80\)"):
+        train(ds, fanouts=(-1, -1), epochs=1, batch_size=8, hidden=8, progress=False)
+
+
+def test_kernels_are_cached_on_disk():
+    for kernel in (_count, _fill, _claim_seeds, _relabel, _sort_rows):
+        assert not isinstance(kernel._cache, NullCache), kernel

@@ -1,0 +1,82 @@
+"""The cheap invariants of a Dataset's arrays, checked whenever a Dataset is
+made (so on every `load_dataset`): one vectorised pass over the graph, the
+labels and the splits, no checksum. What they guarantee is what the kernels
+that index with these arrays rely on: every node id is in range, every
+neighbour list lies inside `indices`, every label fits the class count.
+"""
+from __future__ import annotations
+
+import torch
+
+from gnnsys.errors import DatasetError
+
+
+def _is_integer(t: torch.Tensor) -> bool:
+    return not (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool)
+
+
+def _vector(t, file, dtypes=None):
+    """`t` if it is a 1-D tensor of integers (of `dtypes`, when given)."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 1:
+        shape = tuple(t.shape) if hasattr(t, "shape") else type(t).__name__
+        raise DatasetError(file, f"expected a 1-D integer tensor, got {shape}")
+    if not _is_integer(t) or (dtypes and t.dtype not in dtypes):
+        want = " or ".join(str(d).removeprefix("torch.") for d in dtypes) if dtypes else "integers"
+        raise DatasetError(file, f"expected {want}, got {str(t.dtype).removeprefix('torch.')}")
+    return t
+
+
+def _in_range(t, lo: int, hi: int, file, what: str):
+    """DatasetError naming the first value of `t` outside [lo, hi)."""
+    if t.numel() == 0:
+        return
+    low, high = torch.aminmax(t)
+    if int(low) < lo or int(high) >= hi:
+        row = int(torch.nonzero((t < lo) | (t >= hi))[0])
+        raise DatasetError(file, f"{what} {int(t[row])} out of range [{lo}, {hi})", row=row)
+
+
+def files_of(meta: dict, path) -> dict:
+    """The name each array has in error messages: its file when the dataset
+    was loaded from `path`, else its attribute (Dataset.indices, ...)."""
+    if path is None or not meta:
+        names = {k: f"Dataset.{k}" for k in ("indptr", "indices", "labels", "features")}
+        return {**names, **{s: f"Dataset.splits[{s!r}]" for s in ("train", "valid", "test")}}
+    return {"indptr": path / meta["graph"]["indptr"], "indices": path / meta["graph"]["indices"],
+            "labels": path / meta["labels"]["file"], "features": path / meta["features"]["file"],
+            **{s: path / f for s, f in meta["splits"].items()}}
+
+
+def check_dataset(ds) -> None:
+    """Raise DatasetError naming the array (its file when loaded) whose
+    invariant fails: indptr int64, starting at 0, never decreasing, ending at
+    len(indices); indices int32/int64 in [0, N); labels N integers in
+    [-1, num_classes); features N rows; split ids in [0, N); the counts in
+    meta.json, when there is one, equal to the arrays'."""
+    file = files_of(ds.meta, ds.path)
+    indptr = _vector(ds.indptr, file["indptr"], (torch.int64,))
+    indices = _vector(ds.indices, file["indices"], (torch.int32, torch.int64))
+    n = indptr.shape[0] - 1
+    if n < 0 or int(indptr[0]) != 0:
+        raise DatasetError(file["indptr"], "must start with 0")
+    if ds.meta and n != ds.meta["num_nodes"]:
+        raise DatasetError(file["indptr"], f"holds {n + 1} entries, meta.json says {ds.meta['num_nodes']} nodes")
+    falls = indptr[1:] < indptr[:-1]
+    if bool(falls.any()):
+        row = int(torch.nonzero(falls)[0]) + 1
+        raise DatasetError(file["indptr"], f"decreases from {int(indptr[row - 1])} to {int(indptr[row])}", row=row)
+    if int(indptr[-1]) != indices.shape[0]:
+        raise DatasetError(file["indptr"], f"ends at {int(indptr[-1])}, but indices holds {indices.shape[0]} ids")
+    if ds.meta and indices.shape[0] != ds.meta["num_edges"]:
+        raise DatasetError(file["indices"], f"holds {indices.shape[0]} ids, meta.json says "
+                           f"{ds.meta['num_edges']} edges")
+    _in_range(indices, 0, n, file["indices"], "node id")
+    labels = _vector(ds.labels, file["labels"])
+    if labels.shape[0] != n:
+        raise DatasetError(file["labels"], f"holds {labels.shape[0]} labels for {n} nodes")
+    _in_range(labels, -1, ds.num_classes, file["labels"], "label")
+    if ds.features.shape[0] != n:
+        raise DatasetError(file["features"], f"holds {ds.features.shape[0]} rows for {n} nodes")
+    for name, ids in ds.splits.items():
+        where = file.get(name, f"Dataset.splits[{name!r}]")
+        _in_range(_vector(ids, where), 0, n, where, "node id")
