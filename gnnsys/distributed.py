@@ -21,6 +21,14 @@ Fault handling has three layers, so nothing hangs:
 3. collectives and point-to-point waits time out after `timeout_s` (a worker
    that hangs without dying). A worker that dies without reporting (a signal,
    `os._exit`) is named by its exit code / signal by `launch`.
+
+What the user sees: under `launch`, one `WorkerError` (a GnnsysError, so the
+CLI prints it as one line); the workers print nothing (the survivors'
+lost-connection errors are consequences), and the launcher prints a
+traceback only for an unexpected error (not a GnnsysError) of the root cause,
+which its worker left in the store under `TRACEBACK_KEY` + rank. Under
+torchrun, which has no such parent, each worker prints its traceback and
+why it stopped.
 """
 from __future__ import annotations
 
@@ -37,11 +45,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tqdm import tqdm
+
+from gnnsys.errors import GnnsysError
 
 ERROR_KEY = "gnnsys/error"
+TRACEBACK_KEY = "gnnsys/traceback/"  # + rank
 
 
-class WorkerError(RuntimeError):
+class WorkerError(GnnsysError, RuntimeError):
     """A worker failed: `rank` and a one-line `cause` (exception or exit status)."""
 
     def __init__(self, rank: int, cause: str):
@@ -78,11 +90,12 @@ def _describe(exc: BaseException) -> str:
 
 class _Watchdog:
     """A thread that exits this process (status 1) when another worker reported
-    a failure or the store stopped answering; `stop()` ends it and waits, so that
-    no store call is in flight while the process group and interpreter shut down."""
+    a failure or the store stopped answering, saying why on stderr unless
+    `quiet`; `stop()` ends it and waits, so that no store call is in flight
+    while the process group and interpreter shut down."""
 
-    def __init__(self, store, rank: int, poll_s: float):
-        self.store, self.rank, self.poll_s = store, rank, poll_s
+    def __init__(self, store, rank: int, poll_s: float, quiet: bool):
+        self.store, self.rank, self.poll_s, self.quiet = store, rank, poll_s, quiet
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="gnnsys-watchdog", daemon=True)
         self._thread.start()
@@ -95,7 +108,8 @@ class _Watchdog:
             except Exception as e:  # noqa: BLE001 - any store failure means the group is gone
                 cause = f"lost the rendezvous store ({_describe(e)})"
             if cause is not None and not self._stop.is_set():
-                print(f"gnnsys worker {self.rank}: stopping: {cause}", file=sys.stderr, flush=True)
+                if not self.quiet:
+                    print(f"gnnsys worker {self.rank}: stopping: {cause}", file=sys.stderr, flush=True)
                 os._exit(1)
 
     def stop(self):
@@ -104,24 +118,39 @@ class _Watchdog:
         self._thread.join()
 
 
-def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, timeout_s, poll_s):
-    """Set up the process group, run fn, report a failure to the store."""
+def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, timeout_s, poll_s, quiet):
+    """Set up the process group, run fn, report a failure to the store; print
+    its traceback too unless `quiet` (under `launch`, which tells the user)."""
+    # tqdm's default lock holds a multiprocessing semaphore that a worker ending by
+    # os._exit or a signal never releases (the resource tracker then warns of a leak
+    # at exit); a worker shares no bar with another process, so a thread lock does.
+    tqdm.set_lock(threading.RLock())
     try:
         dist.init_process_group(backend, store=dist.PrefixStore("pg", pg_store), rank=rank,
                                 world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
-        watchdog = _Watchdog(watch_store, rank, poll_s)
+        watchdog = _Watchdog(watch_store, rank, poll_s, quiet)
         fn(WorkerContext(rank, world_size, backend, device), *args)
         dist.barrier()
         watchdog.stop()
     except BaseException as e:
-        try:
-            watch_store.compare_set(ERROR_KEY, "", f"worker {rank}: {_describe(e)}")  # the first report wins
-        except Exception:  # noqa: BLE001 - the store may be gone; exiting non-zero still tells the launcher
-            pass
-        traceback.print_exc()
-        sys.stderr.flush()
+        _report(watch_store, rank, e)
+        if not quiet:
+            traceback.print_exc()
+            sys.stderr.flush()
         os._exit(1)  # skip destroy/atexit hooks that could block on dead peers
     dist.destroy_process_group()
+
+
+def _report(store, rank: int, exc: BaseException):
+    """The traceback of an unexpected error (not a GnnsysError, not an
+    interrupt) under TRACEBACK_KEY + rank, then "worker R: Type: message"
+    under ERROR_KEY unless a failure was reported before (the first report wins)."""
+    try:
+        if isinstance(exc, Exception) and not isinstance(exc, GnnsysError):
+            store.set(f"{TRACEBACK_KEY}{rank}", "".join(traceback.format_exception(exc)))
+        store.compare_set(ERROR_KEY, "", f"worker {rank}: {_describe(exc)}")
+    except Exception:  # noqa: BLE001 - the store may be gone; exiting non-zero still tells the launcher
+        pass
 
 
 def _device_for(local_rank: int, device: str) -> torch.device:
@@ -137,7 +166,7 @@ def _spawned(rank, fn, args, world_size, device, host, port, timeout_s, poll_s):
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
     watch = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
-    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s)
+    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=True)
 
 
 def launch(fn, world_size: int, args: tuple = (), *, device: str = "cpu", timeout_s: float = 120.0,
@@ -189,15 +218,19 @@ def _watch(procs, store, deadline_s, poll_s):
 def _raise_root_cause(procs, store):
     """A worker that died without reporting (a signal, or a status other than
     the 1 of a reported failure) is the root cause: its peers' reports only
-    say that the connection to it broke. Otherwise the first report wins."""
+    say that the connection to it broke. Otherwise the first report wins,
+    after its worker's traceback of an unexpected error (on stderr)."""
     codes = {r: p.exitcode for r, p in enumerate(procs)}
     silent = [r for r, c in codes.items() if c not in (None, 0, 1)]
     if silent:
         first = min(silent, key=lambda r: (codes[r] >= 0, r))  # signals before statuses
         raise WorkerError(first, _exit_cause(codes[first]))
     if store.check([ERROR_KEY]):
-        rank, _, cause = store.get(ERROR_KEY).decode().partition(": ")
-        raise WorkerError(int(rank.split()[-1]), cause)
+        worker, _, cause = store.get(ERROR_KEY).decode().partition(": ")
+        rank = int(worker.split()[-1])
+        if store.check([f"{TRACEBACK_KEY}{rank}"]):
+            print(store.get(f"{TRACEBACK_KEY}{rank}").decode(), end="", file=sys.stderr, flush=True)
+        raise WorkerError(rank, cause)
     first = min(r for r, c in codes.items() if c not in (None, 0))
     raise WorkerError(first, _exit_cause(codes[first]))
 
@@ -230,4 +263,4 @@ def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_
     store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
     watch = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
                           is_master=False, timeout=timeout)
-    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s)
+    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=False)

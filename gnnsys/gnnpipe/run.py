@@ -12,7 +12,8 @@ import torch.distributed as dist
 
 from gnnsys.errors import DatasetError
 from gnnsys.samplers import Block
-from gnnsys.training.checkpoints import FILE, load_checkpoint, restore_training_state, save_checkpoint, training_state
+from gnnsys.training.checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state,
+                                         save_checkpoint, training_state)
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import epoch_record, run_epochs
 from gnnsys.units import units_for
@@ -151,11 +152,14 @@ class StageRunner:
                                        stage_ptr=self.setup.stage_ptr, hist=hist))
 
     def _restore(self) -> int:
-        """Load the newest epoch that every worker has saved; 0 if none."""
+        """Load the newest epoch that every worker has saved; 0 if none (said
+        once, by rank 0)."""
         states = [s for s in (load_checkpoint(self._slot(e)) for e in (0, 1)) if s is not None]
         mine = max((s["epoch"] for s in states), default=0)
         common = int(self._all_reduce([float(mine)], dist.ReduceOp.MIN)[0])
         if common == 0:
+            if self.rank == 0:
+                note_fresh_start(self.options.checkpoint_dir)
             return 0
         file = self._slot(common) / FILE
         state = next((s for s in states if s["epoch"] == common), None)

@@ -1,6 +1,10 @@
-"""The epoch loop every trainer shares, and the record each epoch leaves."""
+"""The epoch loop every trainer shares, the record each epoch leaves, and
+the progress bars of training (`progress_bar`: live on a terminal, one
+compact line per epoch in a log)."""
 from __future__ import annotations
 
+import sys
+import time
 from typing import Callable
 
 from tqdm.auto import tqdm
@@ -25,19 +29,79 @@ def run_epochs(options, start: int, history: list, train_epoch: Callable[[int], 
     epoch's record, `evaluate()` adds the metrics every `eval_every` epochs and
     after the last, the record joins `history`, `save(epochs_done)`
     checkpoints when options.checkpoint_dir is set, then `on_epoch_end(record)`.
-    `bar` names a progress bar over the epochs (shown when `show_bar`,
-    default options.progress). Returns `history`."""
-    epochs = range(start, options.epochs)
-    if bar is not None:
-        epochs = tqdm(epochs, desc=bar, leave=False,
-                      disable=not (options.progress if show_bar is None else show_bar))
-    for epoch in epochs:
-        record = train_epoch(epoch)
-        if (epoch + 1) % options.eval_every == 0 or epoch + 1 == options.epochs:
-            record.update(evaluate())
-        history.append(record)
-        if options.checkpoint_dir is not None:
-            save(epoch + 1)
-        if on_epoch_end is not None:
-            on_epoch_end(record)
+    `bar` names a progress bar over the epochs (`progress_bar`, one line per
+    epoch off a terminal; shown when `show_bar`, default options.progress).
+    Returns `history`."""
+    shown = bar is not None and (options.progress if show_bar is None else show_bar)
+    with progress_bar(options.epochs, bar, "epoch", shown, line_per_step=True, done=start) as epochs_bar:
+        for epoch in range(start, options.epochs):
+            record = train_epoch(epoch)
+            if (epoch + 1) % options.eval_every == 0 or epoch + 1 == options.epochs:
+                record.update(evaluate())
+            history.append(record)
+            if options.checkpoint_dir is not None:
+                save(epoch + 1)
+            epochs_bar.set_postfix({k: f"{record[k]:.4f}" for k in ("loss", "valid") if record[k] is not None})
+            epochs_bar.update()
+            if on_epoch_end is not None:
+                on_epoch_end(record)
     return history
+
+
+def progress_bar(total: int, desc: str, unit: str, enabled: bool, line_per_step: bool = False, done: int = 0):
+    """A progress bar over `total` steps of `unit`, `done` of them already,
+    with `update()`, `set_postfix(values)` and `close()` (also a context
+    manager): tqdm's live bar on a terminal or in a notebook; otherwise (a
+    log file, a pipe) a `LineProgress` writing one compact line to stderr when
+    it closes, or after every step when `line_per_step` (a bar over epochs);
+    silent unless `enabled`."""
+    if enabled and _live():
+        return tqdm(total=total, initial=done, desc=desc, unit=unit, leave=False)
+    return LineProgress(total, desc, unit, line_per_step, sys.stderr if enabled else None, done)
+
+
+def _live() -> bool:
+    """Whether a bar can redraw in place: stderr is a terminal, or tqdm.auto chose notebook widgets."""
+    notebook = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)
+    return notebook or (sys.stderr is not None and sys.stderr.isatty())
+
+
+class LineProgress:
+    """A progress bar for a log: "desc: n/total unit, seconds, postfix" on
+    one line to `file` when closed, or after every step when `per_step`;
+    writes nothing when `file` is None. `done`: steps counted already. The
+    methods progress_bar's callers use of tqdm's bar."""
+
+    def __init__(self, total: int, desc: str, unit: str, per_step: bool, file, done: int = 0):
+        self.total, self.desc, self.unit, self.per_step, self.file = total, desc, unit, per_step, file
+        self.n, self.postfix, self.began, self.closed = done, {}, time.perf_counter(), False
+
+    def update(self, n: int = 1):
+        """Count `n` more steps (and write the line, per step)."""
+        self.n += n
+        if self.per_step:
+            self._write()
+
+    def set_postfix(self, values: dict | None = None, **more):
+        """The values shown after the count (e.g. the running loss)."""
+        self.postfix = {**(values or {}), **more}
+
+    def close(self):
+        """Write the line (unless written per step); idempotent."""
+        if not self.closed and not self.per_step:
+            self._write()
+        self.closed = True
+
+    def _write(self):
+        if self.file is None:
+            return
+        extra = "".join(f", {k}={v}" for k, v in self.postfix.items())
+        self.file.write(f"{self.desc}: {self.n}/{self.total} {self.unit}, "
+                        f"{time.perf_counter() - self.began:.1f} s{extra}\n")
+        self.file.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,11 +1,15 @@
-"""Atomic checkpoints, and resume ending exactly like an uninterrupted run."""
+"""Atomic checkpoints of tensors and plain data only (a pickled object is
+refused and never runs), and resume ending exactly like an uninterrupted run."""
+import logging
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gnnsys import DatasetError, train
+from gnnsys import DatasetError, train, train_fullgraph
+from gnnsys.cli import main
 from gnnsys.training.checkpoints import FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=8, progress=False, prefetch=2, dropout=0.3)
@@ -23,12 +27,17 @@ def assert_same_run(a, b):
         assert torch.equal(p, q), name
 
 
-def test_rng_state_round_trip():
-    state = rng_state()
-    first = (torch.rand(3), np.random.rand(), random.random())
-    set_rng_state(state)
-    again = (torch.rand(3), np.random.rand(), random.random())
-    assert torch.equal(first[0], again[0]) and first[1:] == again[1:]
+def draws():
+    """One draw of every generator, Gaussian ones included (they cache a second value)."""
+    return torch.rand(3).tolist(), np.random.rand(), np.random.randn(), random.random(), random.gauss(0, 1)
+
+
+def test_rng_state_round_trips_through_a_checkpoint(tmp_path):
+    np.random.randn(), random.gauss(0, 1)  # leave a cached Gaussian in both states
+    save_checkpoint(tmp_path, {"rng": rng_state()})
+    first = draws()
+    set_rng_state(load_checkpoint(tmp_path)["rng"])
+    assert draws() == first
 
 
 def test_save_is_atomic_and_load(tmp_path):
@@ -82,9 +91,23 @@ def test_resume_with_more_epochs_equals_longer_run(make_dataset, tmp_path):
     assert_same_run(again, full)
 
 
-def test_resume_without_checkpoint_starts_fresh(make_dataset, tmp_path):
+TRAINERS = {"minibatch": lambda ds, **kw: train(ds, **FAST, **kw),
+            "fullgraph": lambda ds, **kw: train_fullgraph(ds, layers=2, hidden=16, progress=False, **kw),
+            "gnnpipe": lambda ds, **kw: train_fullgraph(ds, layers=2, hidden=16, chunks=2, progress=False, **kw)}
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+@pytest.mark.parametrize("made", [False, True])
+def test_resume_without_checkpoint_says_so_and_starts_fresh(make_dataset, tmp_path, caplog, trainer, made):
     ds, _ = make_dataset()
-    assert_same_run(train(ds, epochs=2, checkpoint_dir=tmp_path, resume=True, **FAST), train(ds, epochs=2, **FAST))
+    ckpt = tmp_path / "ckpt"
+    if made:
+        ckpt.mkdir()
+    with caplog.at_level(logging.WARNING, logger="gnnsys.training.checkpoints"):
+        resumed = TRAINERS[trainer](ds, epochs=2, checkpoint_dir=ckpt, resume=True)
+    assert [r.getMessage() for r in caplog.records if r.name == "gnnsys.training.checkpoints"] == \
+        [f"resume: no checkpoint in {ckpt}; training from the first epoch"]
+    assert comparable(resumed) == comparable(TRAINERS[trainer](ds, epochs=2))
 
 
 def test_resume_refuses_other_options(make_dataset, tmp_path):
@@ -92,3 +115,44 @@ def test_resume_refuses_other_options(make_dataset, tmp_path):
     train(ds, epochs=1, checkpoint_dir=tmp_path, **FAST)
     with pytest.raises(DatasetError, match="different options \\(hidden, lr\\); cannot resume"):
         train(ds, epochs=2, checkpoint_dir=tmp_path, resume=True, **{**FAST, "hidden": 8, "lr": 0.1})
+
+
+class Payload:
+    """Pickles as a call of open(marker, "w"): loading it with pickle creates the file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_checkpoint_with_a_pickled_object_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "payload-ran"
+    torch.save({"epoch": 1, "model": Payload(marker)}, tmp_path / FILE)
+    with pytest.raises(DatasetError) as info:
+        load_checkpoint(tmp_path)
+    assert str(info.value) == (f"{tmp_path / FILE}: refused: needs io.open, but a checkpoint holds only tensors and "
+                               "plain data (loading this file could run code)")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "fullgraph"])
+def test_resume_from_a_pickled_object_exits_2_in_one_line(make_dataset, tmp_path, capsys, mode):
+    ds, _ = make_dataset()
+    marker = tmp_path / "payload-ran"
+    torch.save({"epoch": 1, "model": Payload(marker)}, tmp_path / FILE)
+    argv = ["train", str(ds.path), "--mode", mode, "--epochs", "2", "--hidden", "8", "--no-progress",
+            "--checkpoint-dir", str(tmp_path), "--resume"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"gnnsys train: error: {tmp_path / FILE}: refused: needs io.open")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value, kind", [(np.float64(0.5), "float64"), (np.arange(3), "ndarray"),
+                                         (Path("x"), "PosixPath"), ({1, 2}, "set")])
+def test_save_refuses_what_a_weights_only_load_would(tmp_path, value, kind):
+    with pytest.raises(TypeError, match=f"^checkpoint state\\['history'\\]\\[0\\] is a {kind}: "):
+        save_checkpoint(tmp_path, {"history": [value]})
+    assert not (tmp_path / FILE).exists()

@@ -1,16 +1,16 @@
 """`gnnsys train`: table, JSON, argument errors, and a real kill + --resume."""
+import io
 import json
-import os
+import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
-from gnnsys.training.checkpoints import FILE
 from gnnsys.cli import main
+from gnnsys.training.checkpoints import load_checkpoint
 
 FAST = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "8", "--no-progress"]
 
@@ -60,27 +60,34 @@ def test_missing_dataset_exits_2(tmp_path, capsys):
     assert "not a prepared gnnsys dataset" in capsys.readouterr().err
 
 
+KILLED_AFTER_EPOCH = """
+import os, signal, sys
+import gnnsys.minibatch
+from gnnsys.cli import main
+
+def sigkill_after(epochs):
+    def hook(record):  # called once the epoch's checkpoint is in place
+        if record["epoch"] + 1 == epochs:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return hook
+
+real = gnnsys.minibatch.train
+gnnsys.minibatch.train = lambda path, options: real(path, options, on_epoch_end=sigkill_after(int(sys.argv[1])))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 def test_sigkill_then_resume_equals_uninterrupted(make_dataset, tmp_path):
-    """Kill the process (SIGKILL) once a checkpoint exists; --resume finishes
-    with the same losses, metrics and weights as a run that was never killed."""
+    """`gnnsys train` is killed (SIGKILL) right after its second checkpoint;
+    --resume finishes with the same losses and metrics as a run never killed."""
     ds, _ = make_dataset(num_nodes=200, num_edges=2000)
-    epochs, ckpt = "10", tmp_path / "ckpt"
-    argv = [sys.executable, "-m", "gnnsys", "train", str(ds.path), "--epochs", epochs, *FAST,
-            "--checkpoint-dir", str(ckpt)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (ckpt / FILE).exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    alive = proc.poll() is None
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    if not alive:
-        pytest.skip("the run finished before it could be killed")
-    killed_at = torch.load(ckpt / FILE, weights_only=False)["epoch"]
-    assert killed_at < int(epochs)
+    ckpt = tmp_path / "ckpt"
+    argv = ["train", str(ds.path), "--epochs", "4", *FAST, "--checkpoint-dir", str(ckpt)]
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_EPOCH, "2", *argv], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL and load_checkpoint(ckpt)["epoch"] == 2
     out = tmp_path / "resumed.json"
-    assert subprocess.run(argv + ["--resume", "--json", str(out)], capture_output=True).returncode == 0
-    assert main(["train", str(ds.path), "--epochs", epochs, *FAST, "--json", str(tmp_path / "full.json")]) == 0
+    assert subprocess.run([sys.executable, "-m", "gnnsys", *argv, "--resume", "--json", str(out)]).returncode == 0
+    assert main(["train", str(ds.path), "--epochs", "4", *FAST, "--json", str(tmp_path / "full.json")]) == 0
     strip = lambda r: ([{k: v for k, v in e.items() if k not in ("time_s", "breakdown")}  # noqa: E731
                         for e in r["epochs"]], r["best_epoch"], r["test"])
     full, resumed = json.loads((tmp_path / "full.json").read_text()), json.loads(out.read_text())
@@ -90,7 +97,7 @@ def test_sigkill_then_resume_equals_uninterrupted(make_dataset, tmp_path):
 
 @pytest.mark.parametrize("argv, flag", [(["--workers", "2"], "--workers"),
                                         (["--mode", "fullgraph", "--batch-size", "8"], "--batch-size"),
-                                        (["--mode", "fullgraph", "--input-dropout", "0.5"], "--input-dropout")])
+                                        (["--refresh-every", "0"], "--refresh-every")])
 def test_flag_of_another_mode_is_refused_in_one_line(make_dataset, capsys, argv, flag):
     ds, _ = make_dataset()
     assert main(["train", str(ds.path), *argv, "--no-progress"]) == 2
@@ -114,3 +121,38 @@ def test_verify_flag_checks_the_dataset_before_training(make_dataset, capsys):
     assert main(["train", str(ds.path), "--verify", *FAST]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--verify failed" in err and "checksum mismatch" in err
+
+
+def test_resume_without_a_checkpoint_says_so_in_one_line(make_dataset, tmp_path):
+    ds, _ = make_dataset()
+    ckpt = tmp_path / "none"
+    run = subprocess.run([sys.executable, "-m", "gnnsys", "train", str(ds.path), "--epochs", "1", *FAST,
+                          "--checkpoint-dir", str(ckpt), "--resume"], capture_output=True, text=True)
+    assert run.returncode == 0
+    assert run.stderr == f"resume: no checkpoint in {ckpt}; training from the first epoch\n"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--batch-size", "8"], r"epoch (\d)/3: 4/4 batch, \d+\.\d s, loss=\d\.\d{4}, seeds_s=[\d,]+"),
+    (["--mode", "fullgraph"], r"full-graph: (\d)/3 epoch, \d+\.\d s, loss=\d\.\d{4}, valid=\d\.\d{4}"),
+    (["--mode", "fullgraph", "--chunks", "2"],
+     r"gnnpipe stage 0: (\d)/3 epoch, \d+\.\d s, loss=\d\.\d{4}, valid=\d\.\d{4}")])
+def test_progress_off_a_terminal_is_one_line_per_epoch(make_dataset, capsys, argv, line):
+    ds, _ = make_dataset()  # 30 training nodes: 4 minibatches of 8
+    assert main(["train", str(ds.path), "--epochs", "3", "--hidden", "8", *argv]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [int(re.fullmatch(line, e)[1]) for e in err] == [1, 2, 3]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_terminal_is_a_live_bar(make_dataset, monkeypatch):
+    ds, _ = make_dataset()
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert main(["train", str(ds.path), "--epochs", "2", "--hidden", "8", "--batch-size", "8"]) == 0
+    drawn = sys.stderr.getvalue()
+    assert "\r" in drawn and "epoch 2/2:" in drawn and "4/4" in drawn
+    assert "\n" not in drawn  # redrawn in place, and not left behind

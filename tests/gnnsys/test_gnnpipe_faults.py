@@ -1,8 +1,9 @@
 """A worker that raises or dies stops every worker within seconds with an
-error naming it; a pipelined run killed mid-way resumes from per-worker
-checkpoints to the uninterrupted result."""
+error naming it (one line through the CLI); a pipelined run killed mid-way
+resumes from per-worker checkpoints to the uninterrupted result."""
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,3 +61,30 @@ def test_pipeline_resumes_from_worker_checkpoints(tmp_path):
     resumed = train_fullgraph(ds, workers=2, chunks=2, checkpoint_dir=tmp_path, resume=True, **dict(FAST, epochs=3))
     for a, b in zip(trajectory(full), trajectory(resumed)):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+
+
+def sigkill_rank_1(record):
+    if record["rank"] == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+KILL_A_WORKER = """
+import sys
+sys.path.insert(0, sys.argv[1])  # the spawned workers import the hook's module too
+import gnnsys.fullgraph
+import test_gnnpipe_faults as me
+from gnnsys.cli import main
+
+real = gnnsys.fullgraph.train_fullgraph
+gnnsys.fullgraph.train_fullgraph = lambda path, options: real(path, options, on_epoch_end=me.sigkill_rank_1)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_killed_worker_is_one_line_through_the_cli(make_dataset):
+    """No gloo traceback from the surviving worker, no leaked-semaphore warning."""
+    ds, _ = make_dataset()
+    run = subprocess.run([sys.executable, "-c", KILL_A_WORKER, str(Path(__file__).parent), "train", str(ds.path),
+                          "--mode", "fullgraph", "--workers", "2", "--layers", "2", "--hidden", "8", "--epochs", "3",
+                          "--no-progress"], capture_output=True, text=True, timeout=3 * BOUND_S)
+    assert (run.returncode, run.stderr) == (2, "gnnsys train: error: worker 1 failed: killed by signal SIGKILL\n")

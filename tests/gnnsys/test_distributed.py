@@ -1,0 +1,57 @@
+"""What a user sees when a worker started by `launch` fails: one WorkerError
+line, plus the traceback of an unexpected error in the worker that failed
+first; never the survivors' communication errors or a leaked-semaphore warning."""
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from gnnsys.errors import ConfigError
+
+LAUNCH = """
+import sys
+sys.path.insert(0, sys.argv[1])  # the spawned workers import this test module
+import test_distributed as me
+from gnnsys.distributed import WorkerError, launch
+
+try:
+    launch(me.fail, 2, (sys.argv[2],), timeout_s=30)
+except WorkerError as e:
+    sys.exit(print(e, file=sys.stderr) or 2)
+"""
+
+
+def fail(ctx, how):
+    """Both ranks hold a progress bar (tqdm's lock); rank 1 fails `how` while rank 0 waits for it."""
+    with tqdm(total=1, disable=True):
+        if ctx.rank == 0:
+            dist.recv(torch.empty(1), src=1)
+        elif how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif how == "config":
+            raise ConfigError("lr", "must be > 0")
+        else:
+            raise ValueError("a bug")
+
+
+@pytest.mark.parametrize("how, traceback, line", [
+    ("kill", None, "worker 1 failed: killed by signal SIGKILL"),
+    ("config", None, "worker 1 failed: ConfigError: lr: must be > 0"),
+    ("bug", "ValueError: a bug", "worker 1 failed: ValueError: a bug")])
+def test_a_failed_worker_is_one_line_and_a_bug_its_traceback(how, traceback, line):
+    run = subprocess.run([sys.executable, "-c", LAUNCH, str(Path(__file__).parent), how], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2
+    *before, last = run.stderr.splitlines()
+    assert last == line
+    if traceback is None:
+        assert before == []
+    else:  # rank 1's traceback alone: rank 0's lost connection stays quiet
+        assert before[0] == "Traceback (most recent call last):" and before[-1] == traceback
+        assert run.stderr.count("Traceback") == 1
