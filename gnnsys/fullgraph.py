@@ -9,14 +9,13 @@ worker and the graph into chunks. Both return a TrainResult.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
 from gnnsys.samplers import Block
-from gnnsys.training.checkpoints import FILE, load_checkpoint, restore_training_state, save_checkpoint, training_state
+from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import epoch_record, run_epochs
 from gnnsys.training.options import FullGraphOptions
@@ -30,7 +29,7 @@ def train_fullgraph(dataset, options: FullGraphOptions | None = None, *, on_epoc
 
     dataset: a Dataset or the path of a prepared dataset (never modified).
     Options come as a FullGraphOptions or as its keywords (model, layers,
-    hidden, workers, chunks, epochs, lr, weight_decay, dropout, norm,
+    hidden, workers, chunks, epochs, lr, weight_decay, dropout, input_dropout, norm,
     residual, input_proj, heads, seed, eval_every, metric, partition, balance,
     history_momentum, fresh_grad_scale, refresh_every, warmup, device,
     checkpoint_dir, resume, timeout_s, progress; see FullGraphOptions), not
@@ -70,9 +69,8 @@ class ReferenceTrainer:
     def run(self) -> TrainResult:
         o = self.options
         start = 0
-        if o.resume and (state := load_checkpoint(o.checkpoint_dir)) is not None:
-            start, self.history = restore_training_state(state, Path(o.checkpoint_dir) / FILE, o, self.units,
-                                                         self.opt)
+        if o.resume:
+            start, self.history = resume_training(o, self.units, self.opt)
         run_epochs(o, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end,
                    bar="full-graph")
         return make_result(o, self.history, self.units)

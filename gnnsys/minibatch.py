@@ -12,16 +12,14 @@ run ends with exactly the result of an uninterrupted one.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from gnnsys.datasets import as_dataset
-from gnnsys.training.checkpoints import FILE, load_checkpoint, restore_training_state, save_checkpoint, training_state
+from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.evaluation import eval_nodes, split_scores
-from gnnsys.training.loop import BREAKDOWN, epoch_record, run_epochs
+from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
 
@@ -54,6 +52,7 @@ class MinibatchTrainer:
 
     def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None):
         from gnnsys.models import GNN
+        from gnnsys.samplers.block import gcn_degree
         from gnnsys.storage.placement import place_features
 
         self.dataset, self.options, self.on_epoch_end = dataset, options, on_epoch_end
@@ -64,13 +63,16 @@ class MinibatchTrainer:
         self.model = GNN(o.model, dataset.num_features, o.hidden, dataset.num_classes, o.layers,
                          dropout=o.dropout, norm=o.norm, residual=o.residual, heads=o.heads,
                          input_dropout=o.input_dropout).to(self.device)
+        self.degree = gcn_degree(dataset.indptr, dataset.indices).to(self.device) if self.model.needs_degree else None
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
         self.history = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
 
     def run(self) -> TrainResult:
         o = self.options
-        start = self._restore() if o.resume else 0
+        start = 0
+        if o.resume:
+            start, self.history = resume_training(o, self.model, self.optimizer)
         loader = self._loader() if start < o.epochs else None
         run_epochs(o, start, self.history, lambda epoch: self._epoch(loader, epoch), self._evaluate, self._save,
                    self.on_epoch_end)
@@ -91,19 +93,14 @@ class MinibatchTrainer:
         times = dict.fromkeys(BREAKDOWN, 0.0)
         total_loss, seen = 0.0, 0
         began = time.perf_counter()
-        bar = tqdm(total=len(loader), desc=f"epoch {epoch + 1}/{self.options.epochs}", unit="batch",
-                   disable=not self.options.progress, leave=False)
+        bar = progress_bar(len(loader), f"epoch {epoch + 1}/{self.options.epochs}", "batch", self.options.progress)
         with bar:
             for mb in loader:
                 for k in BREAKDOWN:
                     times[k] += mb.timings.get(k, 0.0)
-                t = time.perf_counter()
-                if mb.x.device != self.device:
-                    mb = mb.to(self.device)
-                    times["transfer_s"] += self._elapsed(t)
-                    t = time.perf_counter()
+                t = time.perf_counter()  # the loader hands batches out on self.device
                 loss = self._step(mb)
-                times["compute_s"] += self._elapsed(t)
+                times["compute_s"] += time.perf_counter() - t  # _step's loss.item() waited for this stream only
                 n = mb.seeds.shape[0]
                 total_loss += loss * n
                 seen += n
@@ -112,13 +109,10 @@ class MinibatchTrainer:
                                 seeds_s=f"{seen / (time.perf_counter() - began):,.0f}")
         return epoch_record(epoch, total_loss / max(seen, 1), time.perf_counter() - began, times)
 
-    def _elapsed(self, t: float) -> float:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter() - t
-
     def _step(self, mb) -> float:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.degree is not None:
+            mb.attach_degree(self.degree)
         logits = self.model(mb.x.float(), mb.blocks)
         loss = F.cross_entropy(logits, mb.y.long(), ignore_index=-1)
         loss.backward()
@@ -136,12 +130,3 @@ class MinibatchTrainer:
     def _save(self, epochs_done: int):
         save_checkpoint(self.options.checkpoint_dir,
                         training_state(self.options, epochs_done, self.history, self.model, self.optimizer))
-
-    def _restore(self) -> int:
-        """Load the last checkpoint (if any); returns the first epoch to run."""
-        state = load_checkpoint(self.options.checkpoint_dir)
-        if state is None:
-            return 0
-        epoch, self.history = restore_training_state(state, Path(self.options.checkpoint_dir) / FILE, self.options,
-                                                     self.model, self.optimizer)
-        return epoch

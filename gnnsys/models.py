@@ -22,65 +22,78 @@ from gnnsys.dropout import HashDropout, relu_dropout
 
 CONVS = ("sage", "gcn", "gat")
 NORMS = (None, "batch", "layer")
-GCN_ADJ_KEY = "gcn_self_loops"  # where gcn_adj_t caches a block's adjacency (Block.cache)
+_GCN_KEY = "gcn_norm"  # where gcn_adj_t caches a block's adjacency (Block.cache)
 
 
 def gcn_adj_t(block) -> torch.Tensor:
-    """GCN's propagation matrix of a block, D^-1 (A + I), as sparse CSR
-    [num_dst, num_src]: each destination averages its in-neighbours and itself
-    (dst i is src i), the GCN aggregator of GraphSAGE (Hamilton et al. 2017).
+    """GCN's propagation matrix of a block (Kipf & Welling 2017; PyG's
+    GCNConv), sparse CSR [num_dst, num_src]: D^-1/2 (A + I) D^-1/2 with D the
+    degrees in the whole graph (`block.full_degree`, `gcn_degree`), so
+    destination v gets x_v / d_v + sum over in-neighbours u != v of
+    x_u / sqrt(d_u d_v); a sampled self-loop gives way to the added one.
 
-    Kipf & Welling's symmetric D^-1/2 (A + I) D^-1/2 would need each source's
-    degree in the whole graph, which a block does not carry; counting it inside
-    the block instead makes a node's output depend on which other nodes share
-    its batch, so layer-wise inference would not be exact. Cached on the block
-    like its other adjacencies.
+    When only k of v's d_v - 1 in-edges from other nodes were sampled, their
+    sum is scaled by (d_v - 1) / k, which makes it an unbiased estimate of the
+    whole sum (the neighbour-sampling estimator of Chen et al. 2018), so
+    training on sampled blocks sees the scale that inference uses. A block
+    holding every in-edge of its destinations (full-neighbour inference, a
+    chunk, the whole graph) gives exactly the whole graph's rows, whichever
+    nodes share it. Cached on the block like its other adjacencies.
     """
+    if block.full_degree is None:
+        raise ValueError("gcn needs the whole graph's degrees of the block's source nodes (Block.full_degree): "
+                         "build the block with Block.full_graph, or call "
+                         "minibatch.attach_degree(gcn_degree(indptr, indices)) on a sampled one")
     cache = block.cache
-    if GCN_ADJ_KEY not in cache:
-        cache[GCN_ADJ_KEY] = _gcn_adj_t(block.indptr, block.indices, block.num_src, block.num_dst)
-    return cache[GCN_ADJ_KEY]
+    if _GCN_KEY not in cache:
+        cache[_GCN_KEY] = _gcn_adj_t(block.indptr, block.indices, block.full_degree, block.num_dst)
+    return cache[_GCN_KEY]
 
 
-def _gcn_adj_t(indptr, indices, num_src, num_dst):
+def _gcn_adj_t(indptr, indices, degree, num_dst):
     device = indptr.device
+    num_src = degree.shape[0]
     dst = torch.arange(num_dst, device=device)
-    rows = torch.cat([torch.repeat_interleave(dst, indptr.diff()), dst])
-    cols = torch.cat([indices, dst])
-    keep = torch.ones_like(rows, dtype=torch.bool)
-    keep[: indices.shape[0]] = rows[: indices.shape[0]] != indices  # an existing self-loop counts once
-    rows, cols = rows[keep], cols[keep]
+    rows = torch.repeat_interleave(dst, indptr.diff())
+    others = indices != rows
+    rows, cols = rows[others], indices[others]
+    sampled = torch.bincount(rows, minlength=num_dst)
+    scale = (degree[:num_dst] - 1) / sampled.clamp(min=1)
+    norm = degree.rsqrt()
+    values = torch.cat([(scale * norm[:num_dst])[rows] * norm[cols], 1.0 / degree[:num_dst]])
+    rows, cols = torch.cat([rows, dst]), torch.cat([cols, dst])
     order = torch.argsort(rows * num_src + cols)
-    rows, cols = rows[order], cols[order]
-    deg = torch.bincount(rows, minlength=num_dst)
     crow = torch.zeros(num_dst + 1, dtype=torch.long, device=device)
-    crow[1:] = torch.cumsum(deg, 0)
-    values = 1.0 / deg[rows].float()
+    crow[1:] = torch.cumsum(sampled + 1, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
-        return torch.sparse_csr_tensor(crow, cols, values, size=(num_dst, num_src))
+        return torch.sparse_csr_tensor(crow, cols[order], values[order], size=(num_dst, num_src))
 
 
 class GNNLayer(nn.Module):
-    """One bipartite graph layer: conv -> (+ residual) -> norm -> ReLU -> dropout.
+    """One bipartite graph layer: (input dropout ->) conv -> (+ residual) -> norm -> ReLU -> dropout.
 
-    conv: "sage" (mean aggregation plus a root weight), "gcn" (one weight
-    on the mean of the in-neighbours and the node itself, see `gcn_adj_t`) or "gat" (`heads` attention heads,
-    concatenated to `out_dim` in hidden layers, averaged when
-    `activation=False`). norm: None, "batch" or "layer". residual adds a
-    linear projection of the destination rows (identity when the sizes match).
+    conv: "sage" (mean aggregation plus a root weight), "gcn" (Kipf &
+    Welling's GCN, one weight, symmetric normalisation by the whole graph's
+    degrees, see `gcn_adj_t`) or "gat" (`heads` attention heads, concatenated
+    to `out_dim` in hidden layers, averaged when `activation=False`). norm:
+    None, "batch" or "layer". residual adds a linear projection of the
+    destination rows (identity when the sizes match). input_dropout: dropout
+    on the source rows it reads (the first layer's input features).
     forward(x_src, block) -> [block.num_dst, out_dim].
     """
 
     def __init__(self, conv: str, in_dim: int, out_dim: int, *, heads: int = 1, norm: str | None = None,
-                 residual: bool = False, dropout: float = 0.0, activation: bool = True):
+                 residual: bool = False, dropout: float = 0.0, activation: bool = True, input_dropout: float = 0.0):
         super().__init__()
         if conv not in CONVS:
             raise ValueError(f"conv must be one of {CONVS}, got {conv!r}")
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         self.kind = conv
+        self.needs_degree = conv == "gcn"
         self.in_dim, self.out_dim = in_dim, out_dim
+        self.input_dropout = HashDropout(input_dropout)
         self.conv = self._make_conv(conv, in_dim, out_dim, heads, activation)
         self.residual = None
         if residual:
@@ -105,6 +118,7 @@ class GNNLayer(nn.Module):
         """Rows of the block's destination nodes computed from its sources."""
         if x_src.shape[0] != block.num_src:
             raise ValueError(f"x_src has {x_src.shape[0]} rows, block has {block.num_src} source nodes")
+        x_src = self.input_dropout(x_src)
         x_dst = x_src[: block.num_dst]
         h = self._conv(x_src, x_dst, block)
         if self.residual is not None:
@@ -128,8 +142,10 @@ class GNN(nn.Module):
 
     forward(x, blocks): x holds the features of blocks[0]'s source nodes and
     the result the rows of blocks[-1]'s destination nodes (the seeds).
-    Dropout `input_dropout` on the input features, `dropout` after every
-    hidden layer; the last layer has no norm, activation or dropout.
+    Dropout `input_dropout` on the input features (in the first layer),
+    `dropout` after every hidden layer; the last layer has no norm,
+    activation or dropout. GCN layers read each block's `full_degree`
+    (`needs_degree`).
     """
 
     def __init__(self, conv: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
@@ -139,24 +155,29 @@ class GNN(nn.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.input_dropout = HashDropout(input_dropout)
         self.layers = nn.ModuleList(
             GNNLayer(conv, dims[i], dims[i + 1], heads=heads if conv == "gat" else 1,
                      norm=norm if i < num_layers - 1 else None,
                      residual=residual and i < num_layers - 1,
                      dropout=dropout if i < num_layers - 1 else 0.0,
-                     activation=i < num_layers - 1)
+                     activation=i < num_layers - 1,
+                     input_dropout=input_dropout if i == 0 else 0.0)
             for i in range(num_layers))
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
 
+    @property
+    def needs_degree(self) -> bool:
+        """True when its blocks must carry `full_degree` (a GCN)."""
+        return any(layer.needs_degree for layer in self.layers)
+
     def forward(self, x: torch.Tensor, blocks) -> torch.Tensor:
         """Logits of the last block's destination nodes."""
         if len(blocks) != len(self.layers):
             raise ValueError(f"got {len(blocks)} blocks for a {len(self.layers)}-layer model")
-        h = self.input_dropout(x)
+        h = x
         for layer, block in zip(self.layers, blocks):
             h = layer(h, block)
         return h

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gnnsys.models import GCN_ADJ_KEY, gcn_adj_t
 from gnnsys.samplers import Block
+from gnnsys.samplers.block import gcn_degree
 
 
 @dataclass
@@ -32,10 +32,11 @@ class ChunkPlan:
 
 def build_chunk_plans(indptr, indices, chunk_ptr, gcn: bool = False) -> list[ChunkPlan]:
     """One ChunkPlan per chunk of a relabelled CSC graph. With `gcn`, each
-    chunk's block carries the rows of the whole graph's normalised GCN
-    adjacency (degrees of the whole graph, not of the chunk)."""
+    chunk's block carries its source nodes' degrees in the whole graph
+    (`Block.full_degree`), so its GCN rows are the whole graph's rows, not
+    normalised by degrees within the chunk."""
     indptr, indices = indptr.long(), indices.long()
-    full = gcn_adj_t(Block.full_graph(indptr, indices)) if gcn else None
+    degree = gcn_degree(indptr, indices) if gcn else None
     owner = torch.repeat_interleave(torch.arange(chunk_ptr.shape[0] - 1), chunk_ptr.diff())
     plans = []
     for c in range(chunk_ptr.shape[0] - 1):
@@ -44,13 +45,8 @@ def build_chunk_plans(indptr, indices, chunk_ptr, gcn: bool = False) -> list[Chu
         src = indices[indptr[a]:indptr[b]]
         halo = torch.unique(src[(src < a) | (src >= b)])
         block = Block(*_local_csr(ip, src, a, b, halo), num_src=b - a + halo.shape[0], num_dst=b - a)
-        if full is not None:
-            crow = full.crow_indices()
-            lo, hi = int(crow[a]), int(crow[b])
-            gip, gcols = _local_csr(crow[a:b + 1] - lo, full.col_indices()[lo:hi], a, b, halo,
-                                    values=full.values()[lo:hi])
-            block.cache[GCN_ADJ_KEY] = torch.sparse_csr_tensor(gip, gcols[0], gcols[1],
-                                                                     size=(b - a, block.num_src))
+        if degree is not None:
+            block.full_degree = torch.cat([degree[a:b], degree[halo]])
         groups = []
         if halo.numel():
             own = owner[halo]
@@ -64,15 +60,13 @@ def build_chunk_plans(indptr, indices, chunk_ptr, gcn: bool = False) -> list[Chu
     return plans
 
 
-def _local_csr(ip, src, a, b, halo, values=None):
+def _local_csr(ip, src, a, b, halo):
     """Rows' sources renamed to local ids (own first, then halo), sorted per row."""
     inside = (src >= a) & (src < b)
     local = torch.where(inside, src - a, (b - a) + torch.searchsorted(halo, src))
     rows = torch.repeat_interleave(torch.arange(ip.shape[0] - 1), ip.diff())
     order = torch.argsort(rows * (b - a + halo.shape[0] + 1) + local)
-    if values is None:
-        return ip, local[order]
-    return ip, (local[order], values[order])
+    return ip, local[order]
 
 
 def epoch_order(num_chunks: int, seed: int, epoch: int) -> list[int]:

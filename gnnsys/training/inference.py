@@ -4,13 +4,16 @@ Sampled minibatch inference would be noisy and recompute shared neighbours
 once per batch per layer. Instead each layer runs over every node in batches
 of destination nodes with full-neighbour blocks (NeighborSampler fanout -1);
 its inputs are the previous layer's outputs for all nodes (the dataset's
-features for the first layer). Cost: each layer touches each edge once.
+features for the first layer). Cost: each layer touches each edge once. GCN
+layers get the whole graph's degrees on every block, so a node's output does
+not depend on which nodes share its batch.
 """
 from __future__ import annotations
 
 import torch
 from tqdm.auto import tqdm
 
+from gnnsys.samplers.block import gcn_degree
 from gnnsys.samplers.neighbor import NeighborSampler
 
 
@@ -40,6 +43,7 @@ def layerwise_inference(model, dataset, nodes=None, batch_size: int = 4096, devi
 
 def _layerwise(model, dataset, features, nodes, batch_size, device, progress):
     sampler = NeighborSampler(dataset.indptr, dataset.indices, [-1])
+    degree = gcn_degree(dataset.indptr, dataset.indices) if model.needs_degree else None
     everyone = torch.arange(dataset.num_nodes)
     layers = list(model.layers)
     h = None  # outputs of the previous layer for every node, on the CPU
@@ -50,6 +54,8 @@ def _layerwise(model, dataset, features, nodes, batch_size, device, progress):
                    unit="batch", disable=not progress, leave=False)
         for b, start in enumerate(bar):
             mb = sampler.sample(targets[start:start + batch_size], 0, b)
+            if degree is not None:
+                mb.attach_degree(degree)
             x = features.gather(mb.input_nodes).float() if h is None else h[mb.input_nodes]
             out[start:start + batch_size] = layer(x.to(device), mb.blocks[0].to(device)).float().cpu()
         h = out

@@ -35,8 +35,9 @@ class TrainOptions:
     """Options every trainer shares.
 
     model: "sage", "gcn" or "gat"; hidden: hidden width; layers: GNN layers;
-    epochs, lr, weight_decay (Adam); dropout after hidden layers; norm
-    (None, "batch", "layer") and residual for hidden layers; heads (GAT);
+    epochs, lr, weight_decay (Adam); dropout after hidden layers;
+    input_dropout on the input features; norm (None, "batch", "layer") and
+    residual for hidden layers; heads (GAT);
     device ("cpu", "cuda", "cuda:N"); seed; eval_every: evaluate every N
     epochs (and after the last); metric "auto", "acc" or "auc";
     checkpoint_dir/resume: an atomic checkpoint after every epoch, and
@@ -53,6 +54,7 @@ class TrainOptions:
     lr: float = 0.005
     weight_decay: float = 5e-4
     dropout: float = 0.5
+    input_dropout: float = 0.0
     norm: str | None = None
     residual: bool = False
     heads: int = 4
@@ -99,8 +101,9 @@ class TrainOptions:
         for name in self.POSITIVE:
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
+        for name in ("dropout", "input_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(name, f"must be in [0, 1), got {getattr(self, name)}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError("lr", f"must be a finite number > 0, got {self.lr}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
@@ -158,16 +161,15 @@ class MinibatchOptions(TrainOptions):
 
     fanouts: neighbours per layer, output layer first, -1 for all; layers
     defaults to len(fanouts) and must equal it; batch_size seeds per batch;
-    input_dropout on the input features; eval_batch_size nodes per inference
-    batch; prefetch batches prepared ahead; features: where rows live for a
-    CUDA device ("auto", "gpu", "pinned", "cpu-gather"); sampler "cpu", "gpu"
-    or "gpu-pinned" (both change speed, not results); retain_memory: keep
-    freed memory for reuse (gnnsys.allocator).
+    eval_batch_size nodes per inference batch; prefetch batches prepared
+    ahead; features: where rows live for a CUDA device ("auto", "gpu",
+    "pinned", "cpu-gather"); sampler "cpu", "gpu" or "gpu-pinned" (both
+    change speed, not results); retain_memory: keep freed memory for reuse
+    (gnnsys.allocator).
     """
 
     fanouts: tuple = (15, 10, 5)
     batch_size: int = 1024
-    input_dropout: float = 0.0
     eval_batch_size: int = 4096
     prefetch: int = 4
     features: str = "auto"
@@ -190,8 +192,6 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError("fanouts", f"must be positive counts or -1 (all), got {list(self.fanouts)}")
         if self.layers != len(self.fanouts):
             raise ConfigError("layers", f"{self.layers} layers need {self.layers} fanouts, got {list(self.fanouts)}")
-        if not 0 <= self.input_dropout < 1:
-            raise ConfigError("input_dropout", f"must be in [0, 1), got {self.input_dropout}")
         if self.prefetch < 0:
             raise ConfigError("prefetch", f"must be >= 0, got {self.prefetch}")
         if self.features not in PLACEMENTS:

@@ -1,5 +1,7 @@
 """Test-set accuracy, mean over 5 seeds, of the cases in benchmarks/accuracy.py:
-Cora GraphSAGE >= 0.79 and GCN >= 0.80 (a few seconds each); tolokers
+Cora GraphSAGE >= 0.79 and GCN >= 0.80 (minibatch defaults), Kipf & Welling's
+full-graph GCN recipe on row-normalised Cora >= 0.805 (the paper's 81.5 less a
+point; a few seconds each); tolokers
 GraphSAGE ROC AUC >= 0.80 (1.5 to 6 minutes on 2 shared cores: slow)."""
 import importlib.util
 from pathlib import Path
@@ -13,7 +15,7 @@ _spec.loader.exec_module(bench)
 
 
 def _marks(dataset):
-    if dataset == "cora":
+    if dataset.startswith("cora"):
         return ()
     return (pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.skipif(not bench.TOLOKERS.is_file(), reason=f"no {bench.TOLOKERS}"))
 

@@ -7,7 +7,8 @@ from gnnsys.datasets import Dataset, DatasetError
 from gnnsys.errors import ConfigError
 from gnnsys.fullgraph import train_fullgraph
 from gnnsys.training.options import FullGraphOptions
-from gnnsys.units import build_units, full_forward, units_for
+from gnnsys.dropout import hash_dropout
+from gnnsys.units import InputProjection, build_units, full_forward, units_for
 from gnnsys.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
 from gnnsys.partition import chunk_graph, relabel_csc
 from gnnsys.samplers import Block
@@ -169,6 +170,29 @@ def test_in_process_pipeline_with_one_chunk_equals_reference():
     assert pipe.config["chunks"] == 1
 
 
+@pytest.mark.parametrize("input_proj", [False, True])
+def test_the_first_unit_drops_the_input_features(input_proj):
+    units = build_units("gcn", 6, 8, 3, 4, input_proj=input_proj, input_dropout=0.3)
+    assert [u.input_dropout.p for u in units] == [0.3] + [0.0] * (len(units) - 1)
+    torch.manual_seed(0)
+    proj = InputProjection(6, 8, input_dropout=0.5)
+    x, block = torch.randn(5, 6), Block(torch.zeros(4, dtype=torch.long), torch.zeros(0, dtype=torch.long), 5, 3)
+    torch.manual_seed(1)
+    out = proj(x, block)
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, torch.relu(proj.lin(hash_dropout(x[:3], 0.5))))
+
+
+@pytest.mark.parametrize("pipeline", [{}, {"chunks": 2}])
+def test_input_dropout_takes_effect_in_fullgraph_training(pipeline):
+    """Reference and GNNPipe runs drop input features and record the option."""
+    ds = tiny_dataset()
+    plain = train_fullgraph(ds, model="gcn", **dict(FAST, **pipeline))
+    dropped = train_fullgraph(ds, model="gcn", input_dropout=0.5, **dict(FAST, **pipeline))
+    assert dropped.config["input_dropout"] == 0.5 and plain.config["input_dropout"] == 0.0
+    assert dropped.epochs[0]["loss"] != plain.epochs[0]["loss"]
+
+
 def test_chunked_training_stays_close_to_reference():
     ds = tiny_dataset()
     ref = train_fullgraph(ds, model="gcn", layers=4, **dict(FAST, epochs=40))
@@ -196,7 +220,7 @@ def test_reference_resumes_to_the_same_result(tmp_path):
                                           ({"partition": "kmeans"}, "partition"),
                                           ({"refresh_every": -1}, "refresh_every"),
                                           ({"chunks": 10_000}, "chunks"), ({"workers": 1.5}, "workers"),
-                                          ({"input_dropout": 0.5}, "input_dropout")])
+                                          ({"input_dropout": 1.0}, "input_dropout")])
 def test_bad_options_name_the_option(kwargs, name):
     with pytest.raises(ConfigError, match=f"^{name}:"):
         train_fullgraph(tiny_dataset(), **dict(FAST, **kwargs))

@@ -1,19 +1,25 @@
 """GNNLayer / GNN over hand-made blocks, checked against PyG on the whole graph."""
+import math
+
 import pytest
 import torch
-from torch_geometric.nn import GATConv
+from torch_geometric.nn import GATConv, GCNConv
 
+from gnnsys.dropout import hash_dropout
 from gnnsys.models import GNN, GNNLayer, gcn_adj_t
 from gnnsys.samplers import Block
+from gnnsys.samplers.block import gcn_degree
 
 
-def random_csc(n=12, e=40, seed=0):
+def random_csc(n=12, e=40, seed=0, extra=()):
     """CSC (indptr, indices, edge_index) of a random undirected graph (both
-    directions of each edge) with sorted in-neighbour lists."""
+    directions of each edge) plus the directed `extra` (src, dst) edges, with
+    sorted in-neighbour lists."""
     g = torch.Generator().manual_seed(seed)
     a = torch.randint(0, n, (e // 2,), generator=g)
     b = torch.randint(0, n, (e // 2,), generator=g)
-    src, dst = torch.cat([a, b]), torch.cat([b, a])
+    more = torch.tensor(extra, dtype=torch.long).view(-1, 2)
+    src, dst = torch.cat([a, b, more[:, 0]]), torch.cat([b, a, more[:, 1]])
     order = torch.argsort(dst * n + src)
     src, dst = src[order], dst[order]
     indptr = torch.zeros(n + 1, dtype=torch.long)
@@ -22,7 +28,8 @@ def random_csc(n=12, e=40, seed=0):
 
 
 def sub_block(indptr, indices, dst_nodes):
-    """A block holding every in-edge of `dst_nodes` (local ids, dst first)."""
+    """A block holding every in-edge of `dst_nodes` (local ids, dst first),
+    with its source nodes' degrees in the whole graph."""
     srcs = list(dst_nodes)
     local = {v: i for i, v in enumerate(srcs)}
     rows, cols = [0], []
@@ -34,8 +41,10 @@ def sub_block(indptr, indices, dst_nodes):
                 srcs.append(u)
         cols += sorted(local[u] for u in nbrs)
         rows.append(len(cols))
-    block = Block(torch.tensor(rows), torch.tensor(cols, dtype=torch.long), len(srcs), len(dst_nodes))
-    return block, torch.tensor(srcs)
+    srcs = torch.tensor(srcs)
+    block = Block(torch.tensor(rows), torch.tensor(cols, dtype=torch.long), len(srcs), len(dst_nodes),
+                  full_degree=gcn_degree(indptr, indices)[srcs])
+    return block, srcs
 
 
 def test_sage_layer_is_mean_plus_root():
@@ -49,21 +58,48 @@ def test_sage_layer_is_mean_plus_root():
     torch.testing.assert_close(out, expect)
 
 
-def test_gcn_layer_is_mean_over_self_and_neighbours():
-    indptr, indices, edge_index = random_csc()
-    layer = GNNLayer("gcn", 4, 6, activation=False)
+def test_gcn_layer_is_pyg_gcnconv_on_the_whole_graph():
+    """Kipf & Welling's symmetric normalisation, as PyG's GCNConv computes it,
+    on a graph with self-loops (two on node 3) and a repeated edge (1 -> 2)."""
+    indptr, indices, edge_index = random_csc(extra=[(3, 3), (3, 3), (1, 2), (1, 2)])
+    torch.manual_seed(0)
+    ours = GNNLayer("gcn", 4, 6, activation=False)
+    ref = GCNConv(4, 6)
+    ref.load_state_dict(ours.conv.state_dict())
     x = torch.randn(12, 4)
-    adj = torch.zeros(12, 12).index_put_((edge_index[1], edge_index[0]), torch.ones(edge_index.shape[1]),
-                                         accumulate=True)  # a repeated edge counts as often as it appears
-    adj.fill_diagonal_(1.0)  # exactly one self-loop per node
-    expect = (adj / adj.sum(1, keepdim=True)) @ layer.conv.lin(x) + layer.conv.bias
-    torch.testing.assert_close(layer(x, Block.full_graph(indptr, indices)), expect)
+    torch.testing.assert_close(ours(x, Block.full_graph(indptr, indices)), ref(x, edge_index))
 
 
-def test_gcn_adj_keeps_one_self_loop():
-    block = Block(torch.tensor([0, 2, 3]), torch.tensor([0, 2, 0]), 3, 2)  # 0 <- {0, 2}, 1 <- {0}
-    assert gcn_adj_t(block).to_dense().tolist() == [[0.5, 0.0, 0.5], [0.5, 0.5, 0.0]]
+def test_gcn_adj_normalises_by_whole_graph_degrees_and_rescales_samples():
+    # 0 <- {0, 2}, 1 <- {0}; whole-graph degrees (self-loop included) 3, 2, 5: dst 0 has 2 in-edges
+    # from other nodes of which 1 was sampled (scale 2), dst 1 has 1 of 1; the sampled 0 -> 0 gives way
+    block = Block(torch.tensor([0, 2, 3]), torch.tensor([0, 2, 0]), 3, 2, full_degree=torch.tensor([3.0, 2.0, 5.0]))
+    expect = torch.tensor([[1 / 3, 0.0, 2 / math.sqrt(3 * 5)], [1 / math.sqrt(2 * 3), 1 / 2, 0.0]])
+    torch.testing.assert_close(gcn_adj_t(block).to_dense(), expect)
     assert gcn_adj_t(block) is gcn_adj_t(block)
+
+
+def test_gcn_needs_whole_graph_degrees():
+    block = Block(torch.tensor([0, 2, 3]), torch.tensor([0, 2, 0]), 3, 2)
+    with pytest.raises(ValueError, match="full_degree"):
+        GNNLayer("gcn", 4, 4)(torch.randn(3, 4), block)
+    assert GNN("gcn", 4, 4, 2, 2).needs_degree and not GNN("sage", 4, 4, 2, 2).needs_degree
+
+
+@pytest.mark.parametrize("activation", [True, False])
+def test_input_dropout_drops_the_source_rows_before_the_conv(activation):
+    block = Block.full_graph(*random_csc()[:2])
+    torch.manual_seed(0)
+    plain = GNNLayer("sage", 4, 6, activation=activation)
+    dropping = GNNLayer("sage", 4, 6, activation=activation, input_dropout=0.5)
+    dropping.load_state_dict(plain.state_dict())
+    x = torch.randn(12, 4)
+    torch.manual_seed(1)
+    out = dropping(x, block)
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, plain(hash_dropout(x, 0.5), block))
+    assert not torch.allclose(out, plain(x, block))
+    torch.testing.assert_close(dropping.eval()(x, block), plain.eval()(x, block))
 
 
 @pytest.mark.parametrize("activation", [True, False])
@@ -79,16 +115,15 @@ def test_gat_layer_matches_pyg_on_full_graph(activation):
 
 
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat"])
-def test_block_rows_equal_full_graph_rows(conv):
+@pytest.mark.parametrize("dst", [[5, 0, 7], [7], list(range(12))])
+def test_block_rows_equal_full_graph_rows(conv, dst):
     """A block with every in-neighbour gives the full-graph rows of its dst
-    nodes. GCN counts source degrees inside the block, so its block must hold
-    every node as a destination (the graph relabelled)."""
-    indptr, indices, _ = random_csc()
+    nodes, whichever other nodes share it (GCN reads whole-graph degrees)."""
+    indptr, indices, _ = random_csc(extra=[(7, 7)])
     torch.manual_seed(0)
     layer = GNNLayer(conv, 4, 8, heads=2).eval()
     x = torch.randn(12, 4)
     full = layer(x, Block.full_graph(indptr, indices))
-    dst = [5, 0, 7] if conv != "gcn" else list(range(12))
     block, srcs = sub_block(indptr, indices, dst)
     torch.testing.assert_close(layer(x[srcs], block), full[dst])
 

@@ -32,10 +32,17 @@ def test_fullgraph_deep_defaults(layers, deep):
     (FullGraphOptions, {"history_momentum": 1.0}, "history_momentum"), (FullGraphOptions, {"layers": None}, "layers"),
     (FullGraphOptions, {"fanouts": [2]}, "fanouts"), (MinibatchOptions, {"lr": -0.01}, "lr"),
     (MinibatchOptions, {"lr": float("nan")}, "lr"), (FullGraphOptions, {"weight_decay": -1}, "weight_decay"),
-    (MinibatchOptions, {"device": "banana"}, "device"), (FullGraphOptions, {"device": "meta"}, "device")])
+    (MinibatchOptions, {"device": "banana"}, "device"), (FullGraphOptions, {"device": "meta"}, "device"),
+    (MinibatchOptions, {"input_dropout": -0.1}, "input_dropout"),
+    (FullGraphOptions, {"input_dropout": 1.0}, "input_dropout")])
 def test_bad_values_name_the_option(cls, keywords, option):
     with pytest.raises(ConfigError, match=f"^{option}: "):
         cls.build(keywords=keywords)
+
+
+@pytest.mark.parametrize("cls", [MinibatchOptions, FullGraphOptions])
+def test_both_trainers_take_input_dropout(cls):
+    assert cls(input_dropout=0.5).to_dict()["input_dropout"] == 0.5 and cls().input_dropout == 0.0
 
 
 def test_ints_are_accepted_for_floats():
