@@ -9,5 +9,7 @@ of every stack of sources.
 from gnnsys.datasets.feature_table import RowTable
 
 from .base import FeatureSource, UnifiedTensor, tiers
+from .cache import CachedFeatures
+from .ssd import SSDFeatures
 
-__all__ = ["FeatureSource", "RowTable", "UnifiedTensor", "tiers"]
+__all__ = ["CachedFeatures", "FeatureSource", "RowTable", "SSDFeatures", "UnifiedTensor", "tiers"]

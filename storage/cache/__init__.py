@@ -1,0 +1,21 @@
+"""gnnsys.storage.cache: a software cache of feature rows over any FeatureSource.
+
+`CachedFeatures(base, capacity, policy=...)` (cached.py) holds the rows;
+one policy per file decides which: `static` (top rows by a score), `lru`,
+`sieve`, `s3fifo`, `hybrid` (score + recent reuse + the lookahead window of
+sampled batches) and `belady` (the offline bound over a recorded trace, for
+tests and benchmarks). The interface every policy implements is
+`CachePolicy` (policy.py); hotness.py computes the static scores.
+"""
+from .belady import BeladyPolicy
+from .cached import POLICIES, CachedFeatures, make_policy
+from .hotness import in_degree, presample_hotness
+from .hybrid import HybridPolicy
+from .lru import LRUPolicy
+from .policy import CachePolicy
+from .s3fifo import S3FIFOPolicy
+from .sieve import SievePolicy
+from .static import StaticPolicy
+
+__all__ = ["BeladyPolicy", "CachePolicy", "CachedFeatures", "HybridPolicy", "LRUPolicy", "POLICIES",
+           "S3FIFOPolicy", "SievePolicy", "StaticPolicy", "in_degree", "make_policy", "presample_hotness"]

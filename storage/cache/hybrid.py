@@ -1,0 +1,82 @@
+"""`hybrid` (after LSM-GNN): eviction weighs the static score, recent reuse
+and each row's next use within the lookahead window of batches already
+sampled. The window comes from whoever samples ahead (a loader or a
+prefetcher) through `set_window`; without one the policy ranks rows by score
+and recent reuse only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gnnsys.errors import ConfigError
+
+from .policy import CachePolicy
+
+
+class HybridPolicy(CachePolicy):
+    """After each batch keeps the `capacity` rows (cached or just fetched)
+    expected to be needed soonest: a row whose next use is batch d of the
+    window (d = 1 is the next batch) ranks by d, a row the window does not
+    use ranks after every row it does, by 1 / p. p, a row's chance of being
+    in a batch, blends `prior_weight` x score / max(score) with (1 -
+    prior_weight) x an exponential average (rate `decay`) of its recent
+    batches; within one d, higher p ranks first. A score is required.
+    """
+
+    name = "hybrid"
+
+    def __init__(self, capacity: int, num_nodes: int, score=None, prior_weight: float = 0.5,
+                 decay: float = 0.1):
+        if score is None:
+            raise ConfigError("score", "the hybrid policy needs a score (in-degree or presample hotness)")
+        if not 0 <= prior_weight <= 1:
+            raise ConfigError("prior_weight", f"must be in [0, 1], got {prior_weight}")
+        if not 0 < decay <= 1:
+            raise ConfigError("decay", f"must be in (0, 1], got {decay}")
+        super().__init__(capacity, num_nodes, score)
+        top = self.score.max(initial=0.0)
+        self._prior = self.score / top if top > 0 else self.score
+        self._weight = float(prior_weight)
+        self._keep = 1.0 - float(decay)
+        self._decay = float(decay)
+        self._ema = np.zeros(self.num_nodes, np.float64)
+        self._last = np.zeros(self.num_nodes, np.int64)
+        self._next = np.zeros(self.num_nodes, np.int64)  # batch number of the next known use
+        self._window_ids = np.empty(0, np.int64)
+        self._k = 0
+        self._t = 0  # batches accessed
+
+    def set_window(self, batches) -> None:
+        """The ids of the K batches sampled after the one about to be accessed
+        (nearest first); call it before each access."""
+        batches = [np.asarray(b, dtype=np.int64).ravel() for b in batches]
+        for b in batches:
+            if b.size and (b.min() < 0 or b.max() >= self.num_nodes):
+                raise IndexError(f"window: id outside [0, {self.num_nodes})")
+        self._next[self._window_ids] = 0
+        for j in range(len(batches) - 1, -1, -1):
+            self._next[batches[j]] = self._t + 2 + j
+        self._window_ids = np.concatenate(batches) if batches else np.empty(0, np.int64)
+        self._k = len(batches)
+
+    def _keys(self, ids: np.ndarray) -> np.ndarray:
+        """Rank of rows `ids` (smaller = keep), at the current batch."""
+        ema = self._ema[ids] * self._keep ** (self._t - self._last[ids])
+        p = np.maximum(self._weight * self._prior[ids] + (1 - self._weight) * ema, 1e-12)
+        d = self._next[ids] - self._t
+        return np.where(d > 0, d - 0.5 * p, self._k + 1 + 1 / p)
+
+    def access(self, ids):
+        """(hit, slot) for the distinct int64 ids of one batch."""
+        self._t += 1
+        slot = self.slot_of[ids]
+        hit = slot >= 0
+        self._ema[ids] = self._ema[ids] * self._keep ** (self._t - self._last[ids]) + self._decay
+        self._last[ids] = self._t
+        miss = np.flatnonzero(~hit)
+        slot_keys = self._keys(np.maximum(self.id_of, 0))
+        slot[miss] = self._replace_by_key(ids[miss], self._keys(ids[miss]), slot_keys)
+        return hit, slot
+
+    def _place(self, ids):
+        return self._place_direct(ids)

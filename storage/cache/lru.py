@@ -1,0 +1,67 @@
+"""`lru`: least recently used, batch by batch (a numba kernel over the batch)."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .policy import CachePolicy, push_head, unlink
+
+
+@numba.njit(nogil=True, cache=True)
+def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot):
+    """Hits move to the front; then each miss takes a free slot or the least
+    recently used one, unless that one is used by this batch (then it streams)."""
+    cap = id_of.shape[0]
+    batch = state[1] + 1
+    state[1] = batch
+    for i in range(ids.shape[0]):
+        s = slot_of[ids[i]]
+        slot[i] = s
+        hit[i] = s >= 0
+        if s >= 0:
+            stamp[s] = batch
+            unlink(s, 0, ends, prev, nxt)
+            push_head(s, 0, ends, prev, nxt)
+    for i in range(ids.shape[0]):
+        if hit[i]:
+            continue
+        if state[0] < cap:
+            s = state[0]
+            state[0] += 1
+        else:
+            s = ends[1]
+            if s < 0 or stamp[s] == batch:
+                continue
+            unlink(s, 0, ends, prev, nxt)
+            slot_of[id_of[s]] = -1
+        id_of[s] = ids[i]
+        slot_of[ids[i]] = s
+        stamp[s] = batch
+        push_head(s, 0, ends, prev, nxt)
+        slot[i] = s
+
+
+class LRUPolicy(CachePolicy):
+    """Evicts the least recently used row; rows used by the current batch stay.
+    Within a batch, ids count as used in the order given (sorted in CachedFeatures)."""
+
+    name = "lru"
+
+    def __init__(self, capacity: int, num_nodes: int, score=None):
+        super().__init__(capacity, num_nodes, score)
+        self._prev = np.full(self.capacity, -1, np.int64)
+        self._nxt = np.full(self.capacity, -1, np.int64)
+        self._stamp = np.zeros(self.capacity, np.int64)
+        self._ends = np.full(2, -1, np.int64)
+        self._state = np.zeros(2, np.int64)  # slots used, batches seen
+
+    def access(self, ids):
+        """(hit, slot) for the distinct int64 ids of one batch."""
+        hit = np.empty(ids.shape[0], np.bool_)
+        slot = np.empty(ids.shape[0], np.int64)
+        _lru_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._stamp, self._ends,
+                    self._state, hit, slot)
+        return hit, slot
+
+    def _place(self, ids):
+        return self.access(np.ascontiguousarray(ids[::-1]))[1][::-1].copy()

@@ -1,0 +1,137 @@
+"""The cache-policy interface and the pieces the policies share.
+
+A `CachePolicy` decides which rows a cache of `capacity` slots holds; it
+stores no feature data (that is `CachedFeatures`, storage/cache/cached.py).
+`access(ids)` takes the distinct ids of one batch and answers, for each, the
+slot it is read from (a hit) or the slot the caller writes it into after
+fetching it from the base (an admitted miss), or -1 (a miss that streams past
+the cache). Admitted slots are distinct within one call, so a request larger
+than the cache admits what fits and streams the rest, never waiting for space.
+A policy may hand a slot hit in this batch to an admitted miss: the caller
+reads every hit before writing any admitted row.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from gnnsys.errors import ConfigError
+
+
+class CachePolicy:
+    """Base of the policies: the id <-> slot maps and warming from a score.
+
+    capacity: slots (clamped to num_nodes); score: an optional per-node
+    priority (higher = hotter) used to warm the cache before the first batch.
+    Subclasses implement `access` and `_place` (insert a warm set).
+    """
+
+    name = ""
+
+    def __init__(self, capacity: int, num_nodes: int, score=None):
+        if capacity < 0:
+            raise ConfigError("capacity", f"must be >= 0 rows, got {capacity}")
+        self.num_nodes = int(num_nodes)
+        self.capacity = min(int(capacity), self.num_nodes)
+        self.score = None if score is None else _check_score(score, self.num_nodes)
+        self.slot_of = np.full(self.num_nodes, -1, np.int64)
+        self.id_of = np.full(self.capacity, -1, np.int64)
+
+    def warm(self) -> tuple[np.ndarray, np.ndarray]:
+        """Fill the cache with the top-scored rows; returns (ids, slots) to load."""
+        if self.score is None or self.capacity == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        ids = top_rows(self.score, self.capacity)
+        return ids, self._place(ids)
+
+    def set_window(self, batches) -> None:
+        """The ids of the batches sampled after the one about to be accessed
+        (nearest first); only policies with lookahead use it."""
+
+    def access(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(hit, slot) for the distinct int64 `ids` of one batch (see module doc)."""
+        raise NotImplementedError
+
+    def _place(self, ids: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _place_direct(self, ids: np.ndarray) -> np.ndarray:
+        """Put `ids` into slots 0..len(ids)-1 of an empty cache."""
+        slots = np.arange(ids.shape[0], dtype=np.int64)
+        self.id_of[slots] = ids
+        self.slot_of[ids] = slots
+        return slots
+
+    def _replace_by_key(self, miss_ids: np.ndarray, miss_keys: np.ndarray, slot_keys: np.ndarray) -> np.ndarray:
+        """Keep the `capacity` rows of smallest key among the cached rows
+        (`slot_keys`, one per slot) and the missed ones; returns each miss's
+        slot, -1 where it is not kept."""
+        out = np.full(miss_ids.shape[0], -1, np.int64)
+        if self.capacity == 0 or miss_ids.shape[0] == 0:
+            return out
+        empty = np.flatnonzero(self.id_of < 0)
+        if empty.shape[0] >= miss_ids.shape[0]:
+            admitted, freed = np.arange(miss_ids.shape[0]), empty[:miss_ids.shape[0]]
+        else:
+            keys = np.concatenate([np.where(self.id_of >= 0, slot_keys, np.inf), miss_keys])
+            keep = np.argpartition(keys, self.capacity - 1)[:self.capacity]
+            admitted = keep[keep >= self.capacity] - self.capacity
+            kept = np.zeros(self.capacity, bool)
+            kept[keep[keep < self.capacity]] = True
+            freed = np.flatnonzero(~kept)
+            old = self.id_of[freed]
+            self.slot_of[old[old >= 0]] = -1
+        self.id_of[freed] = miss_ids[admitted]
+        self.slot_of[miss_ids[admitted]] = freed
+        out[admitted] = freed
+        return out
+
+
+def _check_score(score, num_nodes: int) -> np.ndarray:
+    score = np.asarray(score, dtype=np.float64)
+    if score.shape != (num_nodes,):
+        raise ConfigError("score", f"needs one value per node ({num_nodes}), got shape {score.shape}")
+    if not np.isfinite(score).all() or (score < 0).any():
+        raise ConfigError("score", "values must be finite and >= 0")
+    return score
+
+
+def top_rows(score: np.ndarray, k: int) -> np.ndarray:
+    """The `k` ids of highest score, best first (ties: lower id first)."""
+    k = min(k, score.shape[0])
+    if k == 0:
+        return np.empty(0, np.int64)
+    part = np.argpartition(-score, k - 1)[:k] if k < score.shape[0] else np.arange(score.shape[0])
+    return part[np.lexsort((part, -score[part]))].astype(np.int64)
+
+
+# Doubly linked lists over slots, several lists in one pair of arrays: list q
+# runs from ends[2q] (newest) to ends[2q+1] (oldest); prev points to the newer
+# neighbour, nxt to the older one; -1 ends a list.
+@numba.njit(nogil=True, cache=True)
+def push_head(s, q, ends, prev, nxt):
+    """Insert slot s as the newest of list q."""
+    h = ends[2 * q]
+    prev[s] = -1
+    nxt[s] = h
+    if h >= 0:
+        prev[h] = s
+    else:
+        ends[2 * q + 1] = s
+    ends[2 * q] = s
+
+
+@numba.njit(nogil=True, cache=True)
+def unlink(s, q, ends, prev, nxt):
+    """Remove slot s from list q."""
+    p, n = prev[s], nxt[s]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        ends[2 * q] = n
+    if n >= 0:
+        prev[n] = p
+    else:
+        ends[2 * q + 1] = p
+    prev[s] = -1
+    nxt[s] = -1

@@ -1,0 +1,128 @@
+"""`s3fifo` (SOSP'23): a small FIFO (10% of the slots) that new rows enter, a
+main FIFO for rows reused while in the small one, and a ghost list of ids
+recently evicted from the small FIFO (a miss on a ghost id enters main)."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .policy import CachePolicy, push_head, unlink
+
+_SMALL, _MAIN = 0, 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _insert(s, x, q, slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size):
+    id_of[s] = x
+    slot_of[x] = s
+    which[s] = q
+    freq[s] = 0
+    stamp[s] = batch
+    size[q] += 1
+    push_head(s, q, ends, prev, nxt)
+
+
+@numba.njit(nogil=True, cache=True)
+def _victim(slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size, ghost, state):
+    """Free one slot (S3-FIFO's evictS/evictM; rows used by this batch count
+    as reused); -1 when every row is used by this batch."""
+    cap = id_of.shape[0]
+    small_target = max(1, cap // 10)
+    for _ in range(5 * cap + 5):
+        q = _SMALL if size[_SMALL] >= small_target or size[_MAIN] == 0 else _MAIN
+        t = ends[2 * q + 1]
+        if q == _SMALL and (freq[t] > 0 or stamp[t] == batch):
+            unlink(t, _SMALL, ends, prev, nxt)
+            size[_SMALL] -= 1
+            which[t] = _MAIN
+            freq[t] = 0
+            size[_MAIN] += 1
+            push_head(t, _MAIN, ends, prev, nxt)
+        elif q == _MAIN and (freq[t] > 0 or stamp[t] == batch):
+            if stamp[t] != batch:
+                freq[t] -= 1
+            unlink(t, _MAIN, ends, prev, nxt)
+            push_head(t, _MAIN, ends, prev, nxt)
+        else:
+            unlink(t, q, ends, prev, nxt)
+            size[q] -= 1
+            if q == _SMALL:
+                state[2] += 1
+                ghost[id_of[t]] = state[2]
+            slot_of[id_of[t]] = -1
+            return t
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, size, ghost, state, warm,
+                   hit, slot):
+    """Hits raise their frequency (at most 3); misses enter the small FIFO, or
+    main when their id is in the ghost list (or when warming). state: slots
+    used, batches seen, ghost insertions."""
+    cap = id_of.shape[0]
+    batch = state[1] + 1
+    state[1] = batch
+    for i in range(ids.shape[0]):
+        s = slot_of[ids[i]]
+        slot[i] = s
+        hit[i] = s >= 0
+        if s >= 0:
+            freq[s] = min(freq[s] + 1, 3)
+            stamp[s] = batch
+    full = cap == 0
+    for i in range(ids.shape[0]):
+        if hit[i]:
+            continue
+        slot[i] = -1
+        if state[0] < cap:
+            s = state[0]
+            state[0] += 1
+        elif full:
+            continue
+        else:
+            s = _victim(slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size, ghost, state)
+            if s < 0:
+                full = True
+                continue
+        x = ids[i]
+        in_ghost = ghost[x] > 0 and state[2] - ghost[x] < cap
+        if in_ghost:
+            ghost[x] = 0
+        q = _MAIN if warm or in_ghost else _SMALL
+        _insert(s, x, q, slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size)
+        slot[i] = s
+
+
+class S3FIFOPolicy(CachePolicy):
+    """S3-FIFO eviction, batch by batch; rows used by the current batch stay.
+    A row moves from the small FIFO to main when hit at least once there; the
+    ghost list remembers the last `capacity` ids evicted from the small FIFO."""
+
+    name = "s3fifo"
+
+    def __init__(self, capacity: int, num_nodes: int, score=None):
+        super().__init__(capacity, num_nodes, score)
+        self._prev = np.full(self.capacity, -1, np.int64)
+        self._nxt = np.full(self.capacity, -1, np.int64)
+        self._which = np.zeros(self.capacity, np.int8)
+        self._freq = np.zeros(self.capacity, np.int8)
+        self._stamp = np.zeros(self.capacity, np.int64)
+        self._ends = np.full(4, -1, np.int64)
+        self._size = np.zeros(2, np.int64)
+        self._ghost = np.zeros(self.num_nodes, np.int64)
+        self._state = np.zeros(3, np.int64)  # slots used, batches seen, ghost insertions
+
+    def _run(self, ids, warm):
+        hit = np.empty(ids.shape[0], np.bool_)
+        slot = np.empty(ids.shape[0], np.int64)
+        _s3fifo_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._which, self._freq,
+                       self._stamp, self._ends, self._size, self._ghost, self._state, warm, hit, slot)
+        return hit, slot
+
+    def access(self, ids):
+        """(hit, slot) for the distinct int64 ids of one batch."""
+        return self._run(ids, False)
+
+    def _place(self, ids):
+        return self._run(np.ascontiguousarray(ids[::-1]), True)[1][::-1].copy()

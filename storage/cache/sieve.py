@@ -1,0 +1,85 @@
+"""`sieve` (NSDI'24): one FIFO with a visited bit and a hand that moves from
+the oldest row towards the newest, clearing visited bits and evicting the
+first unvisited row."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .policy import CachePolicy, push_head, unlink
+
+
+@numba.njit(nogil=True, cache=True)
+def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, hit, slot):
+    """Hits set their visited bit; each miss takes a free slot or the hand's
+    victim. Rows used by this batch are skipped; when every row is, the rest
+    of the batch streams. state: slots used, batches seen, hand."""
+    cap = id_of.shape[0]
+    batch = state[1] + 1
+    state[1] = batch
+    for i in range(ids.shape[0]):
+        s = slot_of[ids[i]]
+        slot[i] = s
+        hit[i] = s >= 0
+        if s >= 0:
+            visited[s] = 1
+            stamp[s] = batch
+    full = False
+    for i in range(ids.shape[0]):
+        if hit[i]:
+            continue
+        slot[i] = -1
+        if state[0] < cap:
+            s = state[0]
+            state[0] += 1
+        else:
+            if full or cap == 0:
+                continue
+            h = state[2] if state[2] >= 0 else ends[1]
+            s = -1
+            for _ in range(2 * cap + 1):
+                if stamp[h] != batch:
+                    if visited[h]:
+                        visited[h] = 0
+                    else:
+                        s = h
+                        break
+                h = prev[h] if prev[h] >= 0 else ends[1]
+            if s < 0:
+                full = True
+                continue
+            state[2] = prev[s]
+            unlink(s, 0, ends, prev, nxt)
+            slot_of[id_of[s]] = -1
+        id_of[s] = ids[i]
+        slot_of[ids[i]] = s
+        visited[s] = 0
+        stamp[s] = batch
+        push_head(s, 0, ends, prev, nxt)
+        slot[i] = s
+
+
+class SievePolicy(CachePolicy):
+    """SIEVE eviction, batch by batch; rows used by the current batch stay."""
+
+    name = "sieve"
+
+    def __init__(self, capacity: int, num_nodes: int, score=None):
+        super().__init__(capacity, num_nodes, score)
+        self._prev = np.full(self.capacity, -1, np.int64)
+        self._nxt = np.full(self.capacity, -1, np.int64)
+        self._visited = np.zeros(self.capacity, np.uint8)
+        self._stamp = np.zeros(self.capacity, np.int64)
+        self._ends = np.full(2, -1, np.int64)
+        self._state = np.array([0, 0, -1], np.int64)  # slots used, batches seen, hand
+
+    def access(self, ids):
+        """(hit, slot) for the distinct int64 ids of one batch."""
+        hit = np.empty(ids.shape[0], np.bool_)
+        slot = np.empty(ids.shape[0], np.int64)
+        _sieve_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._visited, self._stamp,
+                      self._ends, self._state, hit, slot)
+        return hit, slot
+
+    def _place(self, ids):
+        return self.access(np.ascontiguousarray(ids[::-1]))[1][::-1].copy()

@@ -1,0 +1,29 @@
+"""`static`: a fixed set of rows, the top ones by a score, never replaced.
+
+With in-degree as the score it is PaGraph's cache; with hotness counted by
+pre-sampling (hotness.presample_hotness) it is GNNLab's.
+"""
+from __future__ import annotations
+
+from gnnsys.errors import ConfigError
+
+from .policy import CachePolicy
+
+
+class StaticPolicy(CachePolicy):
+    """Holds the `capacity` top-scored rows (a score is required); misses stream past."""
+
+    name = "static"
+
+    def __init__(self, capacity: int, num_nodes: int, score=None):
+        if score is None:
+            raise ConfigError("score", "the static policy needs a score (in-degree or presample hotness)")
+        super().__init__(capacity, num_nodes, score)
+
+    def access(self, ids):
+        """(hit, slot) for distinct ids: hits where cached; misses are never admitted."""
+        slot = self.slot_of[ids]
+        return slot >= 0, slot
+
+    def _place(self, ids):
+        return self._place_direct(ids)

@@ -1,0 +1,165 @@
+"""`SSDFeatures`: the SSD tier, a FeatureSource that reads a prepared dataset's
+rows straight from `features.bin` with aligned O_DIRECT reads (no page cache).
+
+A gather sorts and deduplicates the ids, plans block-aligned reads that merge
+rows sharing or adjoining a block (storage/direct_io.py), runs them on a pool
+of threads into a page-aligned staging buffer bounded by `host_mem_budget`
+(a batch whose reads do not fit is read in waves) and scatters the rows into
+the caller's order. Staging is plain host memory: pinned staging for CUDA
+copies is not done here.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnsys.datasets.features_file import DTYPES
+from gnnsys.datasets.meta import read_meta
+from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.ids import check_ids
+
+from .direct_io import ReadPool, aligned, open_rows_file, plan_reads, row_blocks, scatter_rows
+
+DEFAULT_STAGING = 64 << 20
+_COUNTERS = ("bytes_read", "useful_bytes", "reads", "rows", "unique_rows")
+
+
+class SSDFeatures:
+    """Rows of the prepared dataset at `path`, read from its features.bin on
+    every gather (a FeatureSource with no lower tier; rows come back on the CPU).
+
+    threads: reads in flight (one blocking pread per thread); max_read: the
+    largest single read in bytes; host_mem_budget: bytes of staging buffer
+    (default 64 MiB), at least threads x max_read, else ConfigError; direct:
+    True requires O_DIRECT, False reads through the page cache, None (default)
+    tries O_DIRECT and falls back with a RuntimeWarning. `stats()` gives the
+    device bytes read, the useful bytes (unique rows x row bytes), the reads
+    issued and their ratio, `read_amplification`.
+    """
+
+    base = None
+    device = torch.device("cpu")
+
+    def __init__(self, path, *, threads: int = 16, max_read: int = 128 << 10, host_mem_budget: int | None = None,
+                 direct: bool | None = None):
+        meta = read_meta(path)
+        f = meta["features"]
+        self.path = Path(path) / f["file"]
+        self.dtype = DTYPES[f["dtype"]]
+        self.shape = (meta["num_nodes"], f["dim"])
+        self.row_bytes, self.stride = f["dim"] * self.dtype.itemsize, f["row_stride"]
+        if threads < 1:
+            raise ConfigError("threads", f"must be at least 1, got {threads}")
+        budget = DEFAULT_STAGING if host_mem_budget is None else int(host_mem_budget)
+        file = open_rows_file(self.path, direct)
+        self._pool = ReadPool(self.path, file, threads)
+        self._finalizer = weakref.finalize(self, self._pool.close)
+        try:
+            self._check(file, threads, max_read, budget)
+        except BaseException:
+            self.close()
+            raise
+        self.block, self.direct, self.threads, self.max_read = file.block, file.direct, threads, max_read
+        self._staging = aligned(budget - budget % file.block)
+        self._view = memoryview(self._staging)
+        self._word = math.gcd(8, self.stride, self.row_bytes)
+        self._words = np.frombuffer(self._staging, dtype=f"u{self._word}")
+        self._lock = threading.Lock()
+        self._async = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-ssd-async")
+        self.reset_stats()
+
+    def _check(self, file, threads, max_read, budget):
+        """DatasetError for a file of the wrong size, ConfigError for a read
+        size or budget that cannot stage one read per thread."""
+        expected = self.shape[0] * self.stride
+        if file.size != expected:
+            raise DatasetError(self.path, f"size {file.size} bytes, expected {self.shape[0]} rows x {self.stride}")
+        span = row_blocks(self.row_bytes, self.stride, file.block) * file.block
+        if max_read < span:
+            raise ConfigError("max_read", f"{max_read} bytes cannot hold the blocks of one row ({span} bytes)")
+        if budget < threads * max_read:
+            raise ConfigError("host_mem_budget", f"{budget} bytes cannot stage one read per thread "
+                              f"({threads} threads x {max_read} B = {threads * max_read} B)")
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids` (exact stored values, any order, repeats allowed) as a
+        [len(ids), dim] tensor, in `out` if given; IndexError for ids out of range."""
+        ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        n = ids.shape[0]
+        if out is None:
+            out = torch.empty((n, self.shape[1]), dtype=self.dtype)
+        elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {(n, self.shape[1])}")
+        if n:
+            rows, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
+            words = out.view(torch.uint8).reshape(n, self.row_bytes).numpy().view(self._words.dtype)
+            with self._lock:
+                self._read(rows, inverse.reshape(-1), words)
+        return out
+
+    def _read(self, rows: np.ndarray, inverse: np.ndarray, out: np.ndarray):
+        """Read the sorted unique `rows` in waves that fit the staging buffer
+        and scatter each wave to out[p] for every p with rows[inverse[p]] in it."""
+        plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._pool.file.size)
+        order = np.argsort(inverse, kind="stable")
+        row_start = np.append(0, np.cumsum(np.bincount(inverse, minlength=rows.shape[0])))
+        first = np.append(plan.first, rows.shape[0])
+        ends = plan.staged + plan.length
+        count, r0 = len(plan.offset), 0
+        while r0 < count:
+            base = plan.staged[r0]
+            r1 = int(np.searchsorted(ends, base + len(self._staging), side="right"))
+            self._stats["bytes_read"] += self._pool.run(self._view, plan.offset[r0:r1], plan.length[r0:r1],
+                                                        plan.need[r0:r1], plan.staged[r0:r1] - base)
+            positions = order[row_start[first[r0]]:row_start[first[r1]]]
+            scatter_rows(self._words, (plan.src - base) // self._word, inverse, positions, out)
+            r0 = r1
+        for key, value in zip(_COUNTERS[1:], (rows.shape[0] * self.row_bytes, count, inverse.shape[0],
+                                              rows.shape[0])):
+            self._stats[key] += value
+
+    def gather_async(self, ids, out=None):
+        """gather on a background thread: a torch Future whose wait() gives the rows."""
+        check_ids(torch.as_tensor(ids), self.shape[0])
+        future = torch.futures.Future()
+
+        def done(job):
+            error = job.exception()
+            future.set_exception(error) if error else future.set_result(job.result())
+
+        self._async.submit(self.gather, ids, out).add_done_callback(done)
+        return future
+
+    def stats(self) -> dict:
+        """Counters since the last reset: bytes_read (from the device),
+        useful_bytes, reads, rows, unique_rows and read_amplification
+        (bytes_read / useful_bytes, 1.0 before any read)."""
+        s = dict(self._stats)
+        s["read_amplification"] = s["bytes_read"] / s["useful_bytes"] if s["useful_bytes"] else 1.0
+        return s
+
+    def reset_stats(self):
+        """Zero the counters of stats()."""
+        self._stats = dict.fromkeys(_COUNTERS, 0)
+
+    def close(self):
+        """Stop the reader threads and close the file (also done when collected)."""
+        if hasattr(self, "_async"):
+            self._async.shutdown(wait=True)
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        mode = f"O_DIRECT, {self.block} B blocks" if self.direct else "buffered"
+        return f"SSDFeatures({self.path}, shape={self.shape}, dtype={self.dtype}, {mode}, {self.threads} threads)"

@@ -1,0 +1,169 @@
+"""SSDFeatures (storage/ssd.py) and its read planner: exact rows from aligned
+direct reads, read merging and amplification, the buffered fallback, and errors."""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+from gnnsys.datasets import PrepareOptions, load_dataset, write_dataset
+from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.storage import FeatureSource
+from gnnsys.storage.direct_io import plan_reads, row_blocks
+from gnnsys.storage.ssd import SSDFeatures
+from tests.conftest import random_source
+
+N = 300
+
+
+def _ssd(path, **kwargs) -> SSDFeatures:
+    """SSDFeatures over `path` with O_DIRECT, skipping the test where its file system has none."""
+    try:
+        return SSDFeatures(path, direct=True, **kwargs)
+    except ConfigError as e:
+        if e.option != "direct":
+            raise
+        pytest.skip(f"{path} is on a file system without O_DIRECT (tmpfs?): direct reads cannot be tested")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _id_sets(stride: int, rng) -> dict:
+    """Named id tensors: random, rows starting or ending at a 512 B edge and their
+    neighbours, repeats in shuffled order, the last row, and an empty batch."""
+    starts = np.arange(N) * stride
+    edges = np.flatnonzero((starts % 512 == 0) | ((starts + stride) % 512 == 0))
+    edges = np.unique(np.clip(np.concatenate([edges - 1, edges, edges + 1]), 0, N - 1))
+    repeated = rng.permutation(np.repeat(rng.choice(N, 20, replace=False), 3))
+    return {"random": torch.from_numpy(rng.choice(N, 120, replace=False)), "edges": torch.from_numpy(edges),
+            "repeated": torch.from_numpy(repeated), "last": torch.tensor([N - 1], dtype=torch.int32),
+            "empty": torch.empty(0, dtype=torch.int64), "all": torch.arange(N)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("align", [128, 512, 4096])
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("tight", [False, True], ids=["default", "tight-budget"])
+def test_rows_equal_base_table(make_dataset, dtype, align, threads, tight):
+    """Every id set gives the base table's rows bit for bit; `tight` uses the
+    smallest read size and budget, so batches split into many reads and waves."""
+    ds, _ = make_dataset(options=PrepareOptions(align=align, dtype=dtype, progress=False), num_nodes=N, dim=70)
+    stride = ds.meta["features"]["row_stride"]
+    kwargs = {}
+    if tight:
+        with _ssd(ds.path) as probe:
+            max_read = row_blocks(probe.row_bytes, stride, probe.block) * probe.block
+        kwargs = {"max_read": max_read, "host_mem_budget": threads * max_read}
+    with _ssd(ds.path, threads=threads, **kwargs) as ssd:
+        assert isinstance(ssd, FeatureSource) and ssd.shape == ds.features.shape and ssd.dtype == ds.features.dtype
+        for name, ids in _id_sets(stride, np.random.default_rng(align + threads)).items():
+            assert _same(ssd.gather(ids), ds.features.gather(ids)), name
+        ids = torch.tensor([N - 1, 0, 5, 0])
+        out = torch.empty(4, 70, dtype=ssd.dtype)
+        assert ssd.gather(ids, out=out) is out and _same(out, ds.features.gather(ids))
+        assert _same(ssd.gather_async(ids).wait(), ds.features.gather(ids))
+
+
+def test_out_of_range_ids_raise_index_error(make_dataset):
+    ds, _ = make_dataset(num_nodes=N)
+    with _ssd(ds.path) as ssd:
+        for bad in ([0, N], [-1, 3]):
+            with pytest.raises(IndexError, match="out of range"):
+                ssd.gather(torch.tensor(bad))
+            with pytest.raises(IndexError, match="out of range"):
+                ssd.gather_async(torch.tensor(bad))
+        assert ssd.stats()["reads"] == 0
+
+
+def test_read_amplification_of_512_byte_rows(make_dataset):
+    """400 B rows stored in 512 B: one block per row, adjoining rows merge into
+    one read, and no read exceeds max_read."""
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
+    with _ssd(ds.path, threads=2, max_read=4096, host_mem_budget=8192) as ssd:
+        assert ssd.block == 512
+        ids = torch.from_numpy(np.random.default_rng(1).choice(N, 100, replace=False))
+        ssd.gather(torch.cat([ids, ids[:10]]))
+        s = ssd.stats()
+        assert s["useful_bytes"] == 100 * 400 and s["bytes_read"] == 100 * 512 and s["rows"] == 110
+        assert s["read_amplification"] == 512 / 400
+        assert s["reads"] < 100  # some of the 100 random rows of 300 adjoin and share a read
+        ssd.reset_stats()
+        ssd.gather(torch.arange(N))
+        s = ssd.stats()
+        assert s["reads"] == -(-N * 512 // 4096) and s["bytes_read"] == N * 512
+        ssd.reset_stats()
+        assert ssd.stats() == {"bytes_read": 0, "useful_bytes": 0, "reads": 0, "rows": 0, "unique_rows": 0,
+                               "read_amplification": 1.0}
+
+
+@pytest.mark.parametrize("stride,row_bytes,block,max_read", [(384, 280, 512, 2048), (128, 28, 512, 4096),
+                                                             (4096, 280, 512, 4096), (512, 400, 4096, 16384)])
+def test_plan_reads_are_aligned_bounded_and_cover_each_row(stride, row_bytes, block, max_read):
+    rng = np.random.default_rng(stride)
+    rows = np.unique(np.concatenate([rng.choice(1000, 300, replace=False), np.arange(40, 90)])).astype(np.int64)
+    size = 1000 * stride
+    plan = plan_reads(rows, stride, row_bytes, block, max_read, size)
+    assert (plan.offset % block == 0).all() and (plan.length % block == 0).all() and (plan.length <= max_read).all()
+    assert (plan.need == np.minimum(plan.length, size - plan.offset)).all()
+    read = np.searchsorted(plan.first, np.arange(rows.shape[0]), side="right") - 1
+    start = rows * stride
+    assert (start >= plan.offset[read]).all() and (start + row_bytes <= plan.offset[read] + plan.length[read]).all()
+    assert (plan.src == plan.staged[read] + start - plan.offset[read]).all()
+    # reads overlap by at most one block, and a read that adjoins the next one was cut by the size bound
+    gap = plan.offset[1:] - (plan.offset[:-1] + plan.length[:-1])
+    cut = gap <= 0
+    assert (gap >= -block).all() and (cut.any() or stride > block)  # rows 40..89 need several reads
+    assert (plan.length[:-1][cut] >= max_read - (2 * row_blocks(row_bytes, stride, block) - 2) * block).all()
+
+
+def test_tmpfs_falls_back_with_a_warning():
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm (tmpfs) on this machine")
+    root = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        source, _ = random_source(num_nodes=N, dim=70)
+        path = write_dataset(source, os.path.join(root, "ds"), PrepareOptions(align=512, progress=False))
+        try:
+            SSDFeatures(path, direct=True).close()
+            pytest.skip("/dev/shm enforces O_DIRECT here, so it is not a file system without direct I/O")
+        except ConfigError:
+            pass
+        with pytest.warns(RuntimeWarning, match="O_DIRECT.*posix_fadvise") as caught:
+            ssd = SSDFeatures(path)
+        assert len(caught) == 1 and "\n" not in str(caught[0].message)
+        with ssd:
+            assert not ssd.direct
+            ids = torch.tensor([N - 1, 3, 3, 0])
+            assert _same(ssd.gather(ids), load_dataset(path).features.gather(ids))
+    finally:
+        shutil.rmtree(root)
+
+
+def test_truncated_file_is_a_dataset_error(make_dataset):
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
+    file = ds.path / "features.bin"
+    head = ds.features.gather(torch.arange(50))
+    with _ssd(ds.path, threads=4) as ssd:
+        os.truncate(file, 100 * 512)
+        assert _same(ssd.gather(torch.arange(50)), head)
+        with pytest.raises(DatasetError, match=r"features\.bin: truncated after opening"):
+            ssd.gather(torch.tensor([0, N - 1]))
+        with pytest.raises(DatasetError, match="truncated"):
+            ssd.gather_async(torch.arange(N)).wait()
+        assert _same(ssd.gather(torch.arange(50)), head)
+    with pytest.raises(DatasetError, match=r"features\.bin: size 51200 bytes"):
+        SSDFeatures(ds.path)
+
+
+def test_budget_or_read_size_too_small_is_refused(make_dataset):
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
+    with pytest.raises(ConfigError, match=r"host_mem_budget: 16383 bytes cannot stage one read per thread"):
+        SSDFeatures(ds.path, threads=4, max_read=4096, host_mem_budget=16383)
+    with pytest.raises(ConfigError, match="max_read"):
+        SSDFeatures(ds.path, max_read=256)
+    with pytest.raises(ConfigError, match="threads"):
+        SSDFeatures(ds.path, threads=0)
