@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnsys.ids import check_ids, completed, index_to_ids
+from gnnsys.ids import check_ids, completed, gather_output, index_to_ids
 
 from .gather_cpu import gather_rows, word_view
 
@@ -47,10 +47,7 @@ class RowTable:
         """Rows `ids` (exact stored values) as a [len(ids), dim] tensor, in `out` if given."""
         ids = check_ids(torch.as_tensor(ids), self.shape[0])
         n = ids.shape[0]
-        if out is None:
-            out = torch.empty((n, self.shape[1]), dtype=self.dtype)
-        elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {(n, self.shape[1])}")
+        out = gather_output(out, n, self.shape[1], self.dtype)
         if n:
             raw = out.view(torch.uint8).reshape(n, self.row_bytes).numpy().view(self._words.dtype)
             gather_rows(self._words, ids.numpy(), raw)

@@ -32,3 +32,13 @@ def completed(value):
     future = torch.futures.Future()
     future.set_result(value)
     return future
+
+
+def gather_output(out, rows: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """`out` checked to be a contiguous [rows, dim] tensor of `dtype`, or a new one
+    on the CPU when `out` is None (the destination of a CPU gather)."""
+    if out is None:
+        return torch.empty((rows, dim), dtype=dtype)
+    if out.shape != (rows, dim) or out.dtype != dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {(rows, dim)}")
+    return out

@@ -22,7 +22,7 @@ import torch
 from gnnsys.datasets.features_file import DTYPES
 from gnnsys.datasets.meta import read_meta
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.ids import check_ids
+from gnnsys.ids import check_ids, gather_output
 
 from .direct_io import ReadPool, aligned, open_rows_file, plan_reads, row_blocks, scatter_rows
 
@@ -92,10 +92,7 @@ class SSDFeatures:
         [len(ids), dim] tensor, in `out` if given; IndexError for ids out of range."""
         ids = check_ids(torch.as_tensor(ids), self.shape[0])
         n = ids.shape[0]
-        if out is None:
-            out = torch.empty((n, self.shape[1]), dtype=self.dtype)
-        elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {(n, self.shape[1])}")
+        out = gather_output(out, n, self.shape[1], self.dtype)
         if n:
             rows, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
             words = out.view(torch.uint8).reshape(n, self.row_bytes).numpy().view(self._words.dtype)

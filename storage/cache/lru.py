@@ -4,7 +4,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import CachePolicy, push_head, unlink
+from .policy import CachePolicy, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
@@ -12,16 +12,11 @@ def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot):
     """Hits move to the front; then each miss takes a free slot or the least
     recently used one, unless that one is used by this batch (then it streams)."""
     cap = id_of.shape[0]
-    batch = state[1] + 1
-    state[1] = batch
+    batch = look_up(ids, slot_of, stamp, state, hit, slot)
     for i in range(ids.shape[0]):
-        s = slot_of[ids[i]]
-        slot[i] = s
-        hit[i] = s >= 0
-        if s >= 0:
-            stamp[s] = batch
-            unlink(s, 0, ends, prev, nxt)
-            push_head(s, 0, ends, prev, nxt)
+        if hit[i]:
+            unlink(slot[i], 0, ends, prev, nxt)
+            push_head(slot[i], 0, ends, prev, nxt)
     for i in range(ids.shape[0]):
         if hit[i]:
             continue

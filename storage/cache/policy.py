@@ -135,3 +135,18 @@ def unlink(s, q, ends, prev, nxt):
         ends[2 * q + 1] = p
     prev[s] = -1
     nxt[s] = -1
+
+
+@numba.njit(nogil=True, cache=True)
+def look_up(ids, slot_of, stamp, state, hit, slot) -> int:
+    """Start a batch: count it in state[1]; per id its slot (-1: not cached)
+    and whether it hit; hits get the batch number as their stamp. Returns it."""
+    batch = state[1] + 1
+    state[1] = batch
+    for i in range(ids.shape[0]):
+        s = slot_of[ids[i]]
+        slot[i] = s
+        hit[i] = s >= 0
+        if s >= 0:
+            stamp[s] = batch
+    return batch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import CachePolicy, push_head, unlink
+from .policy import CachePolicy, look_up, push_head, unlink
 
 _SMALL, _MAIN = 0, 1
 
@@ -61,15 +61,10 @@ def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, siz
     main when their id is in the ghost list (or when warming). state: slots
     used, batches seen, ghost insertions."""
     cap = id_of.shape[0]
-    batch = state[1] + 1
-    state[1] = batch
+    batch = look_up(ids, slot_of, stamp, state, hit, slot)
     for i in range(ids.shape[0]):
-        s = slot_of[ids[i]]
-        slot[i] = s
-        hit[i] = s >= 0
-        if s >= 0:
-            freq[s] = min(freq[s] + 1, 3)
-            stamp[s] = batch
+        if hit[i]:
+            freq[slot[i]] = min(freq[slot[i]] + 1, 3)
     full = cap == 0
     for i in range(ids.shape[0]):
         if hit[i]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import CachePolicy, push_head, unlink
+from .policy import CachePolicy, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
@@ -15,15 +15,10 @@ def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, h
     victim. Rows used by this batch are skipped; when every row is, the rest
     of the batch streams. state: slots used, batches seen, hand."""
     cap = id_of.shape[0]
-    batch = state[1] + 1
-    state[1] = batch
+    batch = look_up(ids, slot_of, stamp, state, hit, slot)
     for i in range(ids.shape[0]):
-        s = slot_of[ids[i]]
-        slot[i] = s
-        hit[i] = s >= 0
-        if s >= 0:
-            visited[s] = 1
-            stamp[s] = batch
+        if hit[i]:
+            visited[slot[i]] = 1
     full = False
     for i in range(ids.shape[0]):
         if hit[i]:
