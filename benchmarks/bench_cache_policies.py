@@ -17,6 +17,7 @@ batches) and the belady bound. Reports the first epoch and the steady state
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import gnnsys
+from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import in_degree, make_policy, presample_hotness
 
@@ -146,9 +148,9 @@ def plot(results: dict, path: Path):
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    atomic_write_bytes(path, png.getvalue())
 
 
 def main(argv=None):
@@ -161,10 +163,7 @@ def main(argv=None):
     for name, path in args.graphs:
         results["graphs"][name] = run_graph(name, path, args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=float))
-    os.replace(tmp, out.with_suffix(".json"))
+    atomic_write_bytes(out.with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
 

@@ -14,6 +14,7 @@ with matplotlib).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.storage.direct_io import aligned
 from gnnsys.storage.ssd import SSDFeatures
 
@@ -119,9 +121,9 @@ def plot(cases: list, path: Path):
     ax.set_title("SSD tier vs device, 512 B random reads")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    atomic_write_bytes(path, png.getvalue())
 
 
 def main(argv=None):
@@ -155,10 +157,7 @@ def main(argv=None):
                                                  "met_over_stored_row": stored_amp <= TARGET_AMPLIFICATION,
                                                  "met_over_payload": worst_amp <= TARGET_AMPLIFICATION}}}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, out)
+    atomic_write_bytes(out, json.dumps(result, indent=1).encode())
     try:
         plot(cases, out.with_suffix(".png"))
     except ImportError:

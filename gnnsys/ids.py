@@ -34,11 +34,12 @@ def completed(value):
     return future
 
 
-def gather_output(out, rows: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
-    """`out` checked to be a contiguous [rows, dim] tensor of `dtype`, or a new one
-    on the CPU when `out` is None (the destination of a CPU gather)."""
+def gather_output(out, rows: int, dim: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """`out` checked to be a contiguous [rows, dim] tensor of `dtype` on
+    `device`, or a new one there when `out` is None (a gather's destination)."""
     if out is None:
-        return torch.empty((rows, dim), dtype=dtype)
-    if out.shape != (rows, dim) or out.dtype != dtype or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {(rows, dim)}")
+        return torch.empty((rows, dim), dtype=dtype, device=device)
+    if out.shape != (rows, dim) or out.dtype != dtype or out.device != torch.device(device) \
+            or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {(rows, dim)} on {device}")
     return out

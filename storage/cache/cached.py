@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, completed
+from gnnsys.ids import check_ids, completed, gather_output
 
 from .belady import BeladyPolicy
 from .hybrid import HybridPolicy
@@ -79,10 +79,7 @@ class CachedFeatures:
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given."""
         ids = check_ids(torch.as_tensor(ids), self.shape[0])
         n = ids.shape[0]
-        if out is None:
-            out = torch.empty((n, self.shape[1]), dtype=self.dtype, device=self.device)
-        elif out.shape != (n, self.shape[1]) or out.dtype != self.dtype or out.device != self.device:
-            raise ValueError(f"out must be a {self.dtype} tensor of shape {(n, self.shape[1])} on {self.device}")
+        out = gather_output(out, n, self.shape[1], self.dtype, self.device)
         if n == 0:
             return out
         uniq, inverse = np.unique(ids.cpu().numpy().astype(np.int64, copy=False), return_inverse=True)

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import numba
-import numpy as np
 
-from .policy import CachePolicy, look_up, push_head, unlink
+from .policy import QueuePolicy, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
@@ -36,27 +35,12 @@ def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot):
         slot[i] = s
 
 
-class LRUPolicy(CachePolicy):
+class LRUPolicy(QueuePolicy):
     """Evicts the least recently used row; rows used by the current batch stay.
     Within a batch, ids count as used in the order given (sorted in CachedFeatures)."""
 
     name = "lru"
 
-    def __init__(self, capacity: int, num_nodes: int, score=None):
-        super().__init__(capacity, num_nodes, score)
-        self._prev = np.full(self.capacity, -1, np.int64)
-        self._nxt = np.full(self.capacity, -1, np.int64)
-        self._stamp = np.zeros(self.capacity, np.int64)
-        self._ends = np.full(2, -1, np.int64)
-        self._state = np.zeros(2, np.int64)  # slots used, batches seen
-
-    def access(self, ids):
-        """(hit, slot) for the distinct int64 ids of one batch."""
-        hit = np.empty(ids.shape[0], np.bool_)
-        slot = np.empty(ids.shape[0], np.int64)
+    def _kernel(self, ids, warm, hit, slot):
         _lru_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._stamp, self._ends,
                     self._state, hit, slot)
-        return hit, slot
-
-    def _place(self, ids):
-        return self.access(np.ascontiguousarray(ids[::-1]))[1][::-1].copy()

@@ -87,6 +87,41 @@ class CachePolicy:
         return out
 
 
+class QueuePolicy(CachePolicy):
+    """Base of the policies that keep their slots in linked lists (lru, sieve,
+    s3fifo): the list arrays, a per-slot stamp of the last batch that used it,
+    the kernel's state vector, and warming by accessing the warm set coldest
+    first. Subclasses set `lists` and `initial_state` and run their numba
+    kernel in `_kernel(ids, warm, hit, slot)`."""
+
+    lists = 1
+    initial_state = (0, 0)  # slots used, batches seen
+
+    def __init__(self, capacity: int, num_nodes: int, score=None):
+        super().__init__(capacity, num_nodes, score)
+        self._prev = np.full(self.capacity, -1, np.int64)
+        self._nxt = np.full(self.capacity, -1, np.int64)
+        self._stamp = np.zeros(self.capacity, np.int64)
+        self._ends = np.full(2 * self.lists, -1, np.int64)
+        self._state = np.array(self.initial_state, np.int64)
+
+    def access(self, ids):
+        """(hit, slot) for the distinct int64 ids of one batch."""
+        return self._run(ids, False)
+
+    def _place(self, ids):
+        return self._run(np.ascontiguousarray(ids[::-1]), True)[1][::-1].copy()
+
+    def _run(self, ids, warm: bool):
+        hit = np.empty(ids.shape[0], np.bool_)
+        slot = np.empty(ids.shape[0], np.int64)
+        self._kernel(ids, warm, hit, slot)
+        return hit, slot
+
+    def _kernel(self, ids, warm, hit, slot):
+        raise NotImplementedError
+
+
 def _check_score(score, num_nodes: int) -> np.ndarray:
     score = np.asarray(score, dtype=np.float64)
     if score.shape != (num_nodes,):

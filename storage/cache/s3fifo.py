@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import CachePolicy, look_up, push_head, unlink
+from .policy import QueuePolicy, look_up, push_head, unlink
 
 _SMALL, _MAIN = 0, 1
 
@@ -89,35 +89,23 @@ def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, siz
         slot[i] = s
 
 
-class S3FIFOPolicy(CachePolicy):
+class S3FIFOPolicy(QueuePolicy):
     """S3-FIFO eviction, batch by batch; rows used by the current batch stay.
     A row moves from the small FIFO to main when hit at least once there; the
     ghost list remembers the last `capacity` ids evicted from the small FIFO."""
 
     name = "s3fifo"
 
+    lists = 2  # small FIFO, main FIFO
+    initial_state = (0, 0, 0)  # slots used, batches seen, ghost insertions
+
     def __init__(self, capacity: int, num_nodes: int, score=None):
         super().__init__(capacity, num_nodes, score)
-        self._prev = np.full(self.capacity, -1, np.int64)
-        self._nxt = np.full(self.capacity, -1, np.int64)
         self._which = np.zeros(self.capacity, np.int8)
         self._freq = np.zeros(self.capacity, np.int8)
-        self._stamp = np.zeros(self.capacity, np.int64)
-        self._ends = np.full(4, -1, np.int64)
         self._size = np.zeros(2, np.int64)
         self._ghost = np.zeros(self.num_nodes, np.int64)
-        self._state = np.zeros(3, np.int64)  # slots used, batches seen, ghost insertions
 
-    def _run(self, ids, warm):
-        hit = np.empty(ids.shape[0], np.bool_)
-        slot = np.empty(ids.shape[0], np.int64)
+    def _kernel(self, ids, warm, hit, slot):
         _s3fifo_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._which, self._freq,
                        self._stamp, self._ends, self._size, self._ghost, self._state, warm, hit, slot)
-        return hit, slot
-
-    def access(self, ids):
-        """(hit, slot) for the distinct int64 ids of one batch."""
-        return self._run(ids, False)
-
-    def _place(self, ids):
-        return self._run(np.ascontiguousarray(ids[::-1]), True)[1][::-1].copy()

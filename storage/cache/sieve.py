@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import CachePolicy, look_up, push_head, unlink
+from .policy import QueuePolicy, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
@@ -54,27 +54,16 @@ def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, h
         slot[i] = s
 
 
-class SievePolicy(CachePolicy):
+class SievePolicy(QueuePolicy):
     """SIEVE eviction, batch by batch; rows used by the current batch stay."""
 
     name = "sieve"
+    initial_state = (0, 0, -1)  # slots used, batches seen, hand
 
     def __init__(self, capacity: int, num_nodes: int, score=None):
         super().__init__(capacity, num_nodes, score)
-        self._prev = np.full(self.capacity, -1, np.int64)
-        self._nxt = np.full(self.capacity, -1, np.int64)
         self._visited = np.zeros(self.capacity, np.uint8)
-        self._stamp = np.zeros(self.capacity, np.int64)
-        self._ends = np.full(2, -1, np.int64)
-        self._state = np.array([0, 0, -1], np.int64)  # slots used, batches seen, hand
 
-    def access(self, ids):
-        """(hit, slot) for the distinct int64 ids of one batch."""
-        hit = np.empty(ids.shape[0], np.bool_)
-        slot = np.empty(ids.shape[0], np.int64)
+    def _kernel(self, ids, warm, hit, slot):
         _sieve_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._visited, self._stamp,
                       self._ends, self._state, hit, slot)
-        return hit, slot
-
-    def _place(self, ids):
-        return self.access(np.ascontiguousarray(ids[::-1]))[1][::-1].copy()
