@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 
 from gnnsys.errors import ConfigError
-from gnnsys.training.options import FullGraphOptions, MinibatchOptions
+from gnnsys.training.options import CACHE_POLICIES, FEATURES, PRECISIONS, FullGraphOptions, MinibatchOptions
 
 MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
 NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
@@ -57,16 +57,36 @@ def add_sampling_arguments(p):
     g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
     g.add_argument("--sampler", choices=["cpu", "gpu", "gpu-pinned"],
                    help="neighbour sampler: CPU (numba) or GPU (Triton, CSC in GPU or pinned memory)")
-    g.add_argument("--features", choices=["auto", "gpu", "pinned", "cpu-gather"],
-                   help="where feature rows live for --device cuda: GPU memory, pinned host memory read "
-                        "zero-copy, or gathered by the CPU and copied")
+    g.add_argument("--features", choices=list(FEATURES),
+                   help="where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by "
+                        "the CPU from memory or a memory map, or read from the SSD with O_DIRECT (ssd)")
+
+
+def add_tier_arguments(p):
+    g = p.add_argument_group("feature tiers (--mode minibatch)")
+    g.add_argument("--cache-rows", type=int, help="software cache of this many hot feature rows (0: none)")
+    g.add_argument("--cache-gb", type=float, help="software cache of this many GB of feature rows")
+    g.add_argument("--cache-policy", choices=list(CACHE_POLICIES),
+                   help="what the cache keeps: static (in-degree), presample (hotness of sampled epochs), "
+                        "lru, sieve, s3fifo, or hybrid (score, reuse and the lookahead window)")
+    g.add_argument("--lookahead", type=int,
+                   help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, "
+                        "prefetch)")
+    g.add_argument("--victim-rows", type=int,
+                   help="victim buffer rows for evicted rows needed again within the lookahead window "
+                        "(default: a quarter of the cache)")
+    g.add_argument("--host-mem-budget", type=float, metavar="GB",
+                   help="host memory the SSD tier's cache, victim buffer and staging may use")
+    g.add_argument("--replicate-frac", type=float,
+                   help="with --workers: the hottest fraction of the shared cache held by every worker")
 
 
 def add_fullgraph_arguments(p):
     g = p.add_argument_group("full-graph (--mode fullgraph)")
     g.add_argument("--mode", choices=list(MODES), default="minibatch",
                    help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)")
-    g.add_argument("--workers", type=int, help="pipeline stages, one process each")
+    g.add_argument("--workers", type=int,
+                   help="processes: data-parallel workers (minibatch), pipeline stages (fullgraph)")
     g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline")
     g.add_argument("--partition", choices=["auto", "metis", "rcm", "range"],
                    help="how nodes are cut into chunks (auto: METIS when installed)")
@@ -85,6 +105,8 @@ def add_optimizer_arguments(p):
 def add_run_arguments(p):
     g = p.add_argument_group("run")
     g.add_argument("--device", help="cpu, cuda or cuda:N")
+    g.add_argument("--precision", choices=list(PRECISIONS),
+                   help="32-bit, bf16 autocast with fp32 weights (CPU, CUDA), or fp16 autocast (CUDA)")
     g.add_argument("--eval-every", type=int, help="evaluate every N epochs")
     g.add_argument("--eval-batch-size", type=int, help="nodes per inference batch")
     g.add_argument("--metric", choices=["auto", "acc", "auc"],
@@ -97,7 +119,7 @@ def add_run_arguments(p):
                    help="re-check the dataset's checksums and invariants before training (reads every file once)")
 
 
-ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_fullgraph_arguments, add_optimizer_arguments,
+ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_tier_arguments, add_fullgraph_arguments, add_optimizer_arguments,
                    add_run_arguments)
 
 

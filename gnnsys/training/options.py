@@ -27,6 +27,9 @@ from gnnsys.storage.placement import PLACEMENTS
 
 from .metrics import resolve_metric
 
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")  # PyTorch Lightning's names
+FEATURES = PLACEMENTS + ("ssd",)
+CACHE_POLICIES = ("static", "presample", "lru", "sieve", "s3fifo", "hybrid")
 DEEP_FROM = 4  # full-graph layers from which input_proj/residual/norm default on
 
 
@@ -40,8 +43,10 @@ class TrainOptions:
     residual for hidden layers; heads (GAT);
     device ("cpu", "cuda", "cuda:N"); seed; eval_every: evaluate every N
     epochs (and after the last); metric "auto", "acc" or "auc";
-    checkpoint_dir/resume: an atomic checkpoint after every epoch, and
-    continuing from it; progress: progress bars; verify: re-check the
+    precision: "32", "bf16-mixed" (bf16 autocast, fp32 master weights and
+    loss; CPU and CUDA) or "16-mixed" (fp16 autocast with a gradient scaler;
+    CUDA only); checkpoint_dir/resume: an atomic checkpoint after every
+    epoch, and continuing from it; progress: progress bars; verify: re-check the
     prepared dataset's checksums and invariants before training (as `gnnsys
     info --verify`; reads every file once). dataset: set by
     `for_dataset` (the dataset's path or name), recorded with the result.
@@ -62,6 +67,7 @@ class TrainOptions:
     seed: int = 0
     eval_every: int = 1
     metric: str = "auto"
+    precision: str = "32"
     checkpoint_dir: str | None = None
     resume: bool = False
     progress: bool = True
@@ -115,7 +121,12 @@ class TrainOptions:
             raise ConfigError("checkpoint_dir", f"{self.checkpoint_dir} exists and is not a directory")
         if self.metric not in ("auto", "acc", "auc"):
             raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         self._set("device", str(normalize_device(self.device)))
+        if self.precision == "16-mixed" and not self.device.startswith("cuda"):
+            raise ConfigError("precision", f"16-mixed needs a CUDA device (fp16 has no fast CPU kernels), got "
+                                           f"{self.device}; use bf16-mixed")
 
     def for_dataset(self, dataset):
         """These options completed for `dataset` (metric resolved, its name
@@ -162,10 +173,20 @@ class MinibatchOptions(TrainOptions):
     fanouts: neighbours per layer, output layer first, -1 for all; layers
     defaults to len(fanouts) and must equal it; batch_size seeds per batch;
     eval_batch_size nodes per inference batch; prefetch batches prepared
-    ahead; features: where rows live for a CUDA device ("auto", "gpu",
-    "pinned", "cpu-gather"); sampler "cpu", "gpu" or "gpu-pinned" (both
-    change speed, not results); retain_memory: keep freed memory for reuse
-    (gnnsys.allocator).
+    ahead; features: where rows live ("auto", "gpu", "pinned", "cpu-gather"
+    for a table in memory or memory-mapped, "ssd" for O_DIRECT reads of a
+    prepared dataset's features.bin); cache_rows or cache_gb: a software
+    cache of that many hot rows over the features (0: none), evicting by
+    cache_policy ("static" in-degree, "presample" hotness, "lru", "sieve",
+    "s3fifo", "hybrid"); lookahead: batches sampled ahead whose ids the cache
+    sees (hybrid eviction, the victim buffer of victim_rows rows, default a
+    quarter of the cache, and prefetching); host_mem_budget: GB of host
+    memory the SSD tier's cache, victim buffer and staging may use; sampler
+    "cpu", "gpu" or "gpu-pinned" (these change speed, not results);
+    workers: data-parallel processes, each training on its shard of every
+    epoch's seeds, with one cache shared by all (replicate_frac: the hottest
+    fraction of the cache held by every worker); retain_memory: keep freed
+    memory for reuse (gnnsys.allocator).
     """
 
     fanouts: tuple = (15, 10, 5)
@@ -174,10 +195,20 @@ class MinibatchOptions(TrainOptions):
     prefetch: int = 4
     features: str = "auto"
     sampler: str = "cpu"
+    cache_rows: int = 0
+    cache_gb: float | None = None
+    cache_policy: str = "static"
+    lookahead: int = 0
+    victim_rows: int | None = None
+    host_mem_budget: float | None = None
+    workers: int = 1
+    replicate_frac: float = 0.0
     retain_memory: bool = True
 
-    RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + ("features", "sampler", "retain_memory")
-    POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("batch_size", "eval_batch_size")
+    RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + (
+        "features", "sampler", "cache_rows", "cache_gb", "cache_policy", "lookahead", "victim_rows",
+        "host_mem_budget", "replicate_frac", "retain_memory")
+    POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("batch_size", "eval_batch_size", "workers")
 
     def __post_init__(self):
         if isinstance(self.fanouts, (list, tuple)):
@@ -194,10 +225,46 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError("layers", f"{self.layers} layers need {self.layers} fanouts, got {list(self.fanouts)}")
         if self.prefetch < 0:
             raise ConfigError("prefetch", f"must be >= 0, got {self.prefetch}")
-        if self.features not in PLACEMENTS:
-            raise ConfigError("features", f"must be one of {', '.join(PLACEMENTS)}, got {self.features!r}")
+        if self.features not in FEATURES:
+            raise ConfigError("features", f"must be one of {', '.join(FEATURES)}, got {self.features!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError("sampler", f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        self._check_tiers()
+
+    @property
+    def cached(self) -> bool:
+        """True when a software cache is asked for."""
+        return self.cache_rows > 0 or self.cache_gb is not None
+
+    def _check_tiers(self):
+        """The cache, lookahead, budget and data-parallel options fit together."""
+        if self.cache_rows < 0:
+            raise ConfigError("cache_rows", f"must be >= 0, got {self.cache_rows}")
+        if self.cache_gb is not None and not (math.isfinite(self.cache_gb) and self.cache_gb > 0):
+            raise ConfigError("cache_gb", f"must be a number of GB > 0, got {self.cache_gb}")
+        if self.cache_rows and self.cache_gb is not None:
+            raise ConfigError("cache_gb", "give the cache size as cache_rows or cache_gb, not both")
+        if self.cache_policy not in CACHE_POLICIES:
+            raise ConfigError("cache_policy", f"must be one of {', '.join(CACHE_POLICIES)}, got {self.cache_policy!r}")
+        if self.lookahead < 0:
+            raise ConfigError("lookahead", f"must be >= 0, got {self.lookahead}")
+        given = [n for n in ("lookahead", "victim_rows", "replicate_frac")
+                 if getattr(self, n) != getattr(MinibatchOptions, n)]
+        if self.cache_policy != "static" and not self.cached:
+            given.append("cache_policy")
+        if given and not self.cached:
+            raise ConfigError(given[0], "needs a cache (cache_rows or cache_gb)")
+        if self.victim_rows is not None and (self.victim_rows < 0 or not self.lookahead):
+            raise ConfigError("victim_rows", f"must be >= 0 and needs lookahead > 0, got {self.victim_rows}")
+        if self.host_mem_budget is not None:
+            if self.features != "ssd":
+                raise ConfigError("host_mem_budget", "bounds the SSD tier's host memory; needs features='ssd'")
+            if not (math.isfinite(self.host_mem_budget) and self.host_mem_budget > 0):
+                raise ConfigError("host_mem_budget", f"must be a number of GB > 0, got {self.host_mem_budget}")
+        if not 0 <= self.replicate_frac <= 1:
+            raise ConfigError("replicate_frac", f"must be in [0, 1], got {self.replicate_frac}")
+        if self.replicate_frac and self.workers == 1:
+            raise ConfigError("replicate_frac", "replicates the shared cache across workers; needs workers > 1")
 
 
 @dataclass(frozen=True)
