@@ -95,9 +95,10 @@ def test_sigkill_then_resume_equals_uninterrupted(make_dataset, tmp_path):
     assert resumed["config"]["checkpoint_dir"] == str(ckpt)
 
 
-@pytest.mark.parametrize("argv, flag", [(["--workers", "2"], "--workers"),
+@pytest.mark.parametrize("argv, flag", [(["--chunks", "2"], "--chunks"),
                                         (["--mode", "fullgraph", "--batch-size", "8"], "--batch-size"),
-                                        (["--refresh-every", "0"], "--refresh-every")])
+                                        (["--refresh-every", "0"], "--refresh-every"),
+                                        (["--mode", "fullgraph", "--cache-rows", "8"], "--cache-rows")])
 def test_flag_of_another_mode_is_refused_in_one_line(make_dataset, capsys, argv, flag):
     ds, _ = make_dataset()
     assert main(["train", str(ds.path), *argv, "--no-progress"]) == 2
