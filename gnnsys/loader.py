@@ -64,19 +64,22 @@ class MinibatchLoader:
     `streams`: the stream API of a CUDA device (default
     gnnsys.storage.cuda_stream.CudaStreams()); a stand-in with the same methods
     makes the loader order its stages through it on any device.
+    `rank`/`world_size`: data-parallel training, this loader iterates rank
+    `rank`'s disjoint share of every epoch's shuffled seeds (SeedBatches).
     """
 
     def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,
                  drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
                  num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None,
-                 streams: CudaStreams | None = None):
+                 streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
         self.dataset = dataset
-        self.seeds = SeedBatches(ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
+        self.seeds = SeedBatches(ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank,
+                                 world_size=world_size)
         self.device = normalize_device(device)
         self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace)
         self.features = dataset.features if features is None else features
