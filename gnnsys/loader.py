@@ -24,6 +24,7 @@ test_loader_streams.py); the overlap has not been measured on a GPU yet.
 """
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -66,14 +67,20 @@ class MinibatchLoader:
     makes the loader order its stages through it on any device.
     `rank`/`world_size`: data-parallel training, this loader iterates rank
     `rank`'s disjoint share of every epoch's shuffled seeds (SeedBatches).
+    `lookahead` K > 0: batches are sampled K further ahead, and before batch
+    j's gather the feature source's `set_window` gets the input ids of the
+    sampled batches j+1..j+K (nearest first; fewer at the end of an epoch),
+    which a cache uses for eviction, its victim buffer and prefetching.
     """
 
     def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,
                  drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
                  num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None,
-                 streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1):
+                 streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1, lookahead: int = 0):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        if lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0, got {lookahead}")
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
@@ -84,6 +91,10 @@ class MinibatchLoader:
         self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace)
         self.features = dataset.features if features is None else features
         self.prefetch = int(prefetch)
+        self.lookahead = int(lookahead)
+        if self.lookahead and not hasattr(self.features, "set_window"):
+            raise ValueError(f"lookahead needs a feature source that takes a window (a cache), "
+                             f"got {type(self.features).__name__}")
         self.num_workers = int(num_workers)
         self.set_epoch(epoch)
         source = self.features
@@ -113,8 +124,20 @@ class MinibatchLoader:
     def __iter__(self):
         batches = self.seeds.epoch(self.epoch)
         if self.prefetch == 0:
-            return (self._hand_out(self._gather(self._sample(self.epoch, i, b))) for i, b in enumerate(batches))
+            sampled = (self._sample(self.epoch, i, b) for i, b in enumerate(batches))
+            return (self._hand_out(self._gather(item, window)) for item, window in self._windowed(sampled))
         return _Pipeline(self, self.epoch, batches).run()
+
+    def _windowed(self, items):
+        """(item, window) for each sampled item in order: the window is the
+        input ids of the next `lookahead` items (up to the first failed one)."""
+        ahead, items = collections.deque(), iter(items)
+        for item in items:
+            ahead.append(item)
+            if len(ahead) > self.lookahead:
+                yield ahead.popleft(), _window(ahead)
+        while ahead:
+            yield ahead.popleft(), _window(ahead)
 
     def _on(self, stream):
         """Context: `stream` is this thread's current stream (nothing off CUDA)."""
@@ -138,11 +161,14 @@ class MinibatchLoader:
         mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
         return _InFlight(mb, seeds, ready)
 
-    def _gather(self, item: "_InFlight") -> "_InFlight":
+    def _gather(self, item: "_InFlight", window=()) -> "_InFlight":
         """Stage 2: features (float32) and labels, and the whole batch on the
-        device, queued on the gather stream after the sampling; no host wait."""
+        device, queued on the gather stream after the sampling; no host wait
+        (except that a window of GPU-sampled ids is copied to the host)."""
         began = time.perf_counter()
         stream, mb, source = self._gather_stream, item.mb, self.features
+        if self.lookahead:
+            source.set_window([ids.cpu() for ids in window])
         with self._on(stream):
             if item.ready is not None:
                 stream.wait_event(item.ready)
@@ -181,6 +207,16 @@ class MinibatchLoader:
         if hasattr(item.pending, "check"):
             item.pending.check()
         return item.mb
+
+
+def _window(ahead) -> list:
+    """The input ids of the sampled items in `ahead`, up to the first failed one."""
+    window = []
+    for item in ahead:
+        if isinstance(item, _Failed):
+            break
+        window.append(item.mb.input_nodes)
+    return window
 
 
 def _sampler(sampler, dataset, fanouts, device, seed, replace):
@@ -316,7 +352,8 @@ class _Pipeline:
         step = self.loader.num_workers
         for index in range(worker, len(self.batches), step):
             with self.gate:
-                while index >= self.handed_out + self.loader.prefetch and not self.stop.is_set():
+                while index >= self.handed_out + self.loader.prefetch + self.loader.lookahead \
+                        and not self.stop.is_set():
                     self.gate.wait(_POLL_S)
             if self.stop.is_set():
                 return
@@ -327,21 +364,25 @@ class _Pipeline:
                 return
             self.sampled[worker].put(item)
 
-    def _gather_loop(self):
+    def _sampled(self):
+        """The sampled items in batch order, from the workers' queues."""
         step = self.loader.num_workers
         for index in range(len(self.batches)):
-            try:
-                item = self._get(self.sampled[index % step])
-            except _Stopped:
-                return
-            if not isinstance(item, _Failed):
-                try:
-                    item = self.loader._gather(item)
-                except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
-                    item = _Failed("gather", index, e)
-            self.ready.put(item)
-            if isinstance(item, _Failed):
-                return
+            yield self._get(self.sampled[index % step])
+
+    def _gather_loop(self):
+        try:
+            for index, (item, window) in enumerate(self.loader._windowed(self._sampled())):
+                if not isinstance(item, _Failed):
+                    try:
+                        item = self.loader._gather(item, window)
+                    except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
+                        item = _Failed("gather", index, e)
+                self.ready.put(item)
+                if isinstance(item, _Failed):
+                    return
+        except _Stopped:
+            return
 
 
 def _reraise(failure: _Failed):

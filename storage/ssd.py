@@ -27,6 +27,8 @@ from gnnsys.ids import check_ids, gather_output
 from .direct_io import ReadPool, aligned, open_rows_file, plan_reads, row_blocks, scatter_rows
 
 DEFAULT_STAGING = 64 << 20
+DEFAULT_THREADS = 16
+DEFAULT_MAX_READ = 128 << 10
 _COUNTERS = ("bytes_read", "useful_bytes", "reads", "rows", "unique_rows")
 
 
@@ -46,8 +48,8 @@ class SSDFeatures:
     base = None
     device = torch.device("cpu")
 
-    def __init__(self, path, *, threads: int = 16, max_read: int = 128 << 10, host_mem_budget: int | None = None,
-                 direct: bool | None = None):
+    def __init__(self, path, *, threads: int = DEFAULT_THREADS, max_read: int = DEFAULT_MAX_READ,
+                 host_mem_budget: int | None = None, direct: bool | None = None):
         meta = read_meta(path)
         f = meta["features"]
         self.path = Path(path) / f["file"]

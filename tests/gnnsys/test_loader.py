@@ -123,11 +123,11 @@ def test_stage_error_reraises_with_its_traceback(make_dataset, monkeypatch, stag
     else:
         real = loader._gather
 
-        def failing_gather(mb):
+        def failing_gather(mb, *window):
             if failing_gather.count == 2:
                 raise ZeroDivisionError("boom at batch 2")
             failing_gather.count += 1
-            return real(mb)
+            return real(mb, *window)
 
         failing_gather.count = 0
         monkeypatch.setattr(loader, "_gather", failing_gather)
@@ -169,6 +169,9 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
     (dict(num_workers=0), "num_workers"),
     (dict(batch_size=0), "batch_size"),
     (dict(epoch=-1), "epoch"),
+    (dict(lookahead=-1), "lookahead"),
+    (dict(lookahead=2), "takes a window"),
+    (dict(rank=2, world_size=2), "rank"),
 ])
 def test_bad_loader_arguments(make_dataset, kwargs, match):
     ds, _ = make_dataset()
@@ -211,3 +214,46 @@ def test_sampler_object_refuses_sampling_arguments(make_dataset):
     ds, _ = make_dataset()
     with pytest.raises(ValueError, match="belong to the sampler object"):
         MinibatchLoader(ds, "train", [3, 2], sampler=NeighborSampler(ds.indptr, ds.indices, [3, 2]))
+
+
+class WindowRecorder(HalvedFeatures):
+    """A stand-in cache tier: records the window it is given before each gather."""
+
+    def __init__(self, base):
+        super().__init__(base)
+        self.log = []
+
+    def set_window(self, batches):
+        self.log.append(("window", [b.tolist() for b in batches]))
+
+    def gather(self, ids, out=None):
+        self.log.append(("gather", ids.tolist()))
+        return super().gather(ids, out)
+
+
+@pytest.mark.parametrize("prefetch, num_workers", [(0, 1), (1, 1), (3, 2)])
+@pytest.mark.parametrize("lookahead", [1, 3])
+def test_lookahead_window_precedes_each_gather(make_dataset, prefetch, num_workers, lookahead):
+    ds, _ = make_dataset(num_nodes=120, num_edges=1500)
+    source = WindowRecorder(ds.features)
+    loader = MinibatchLoader(ds, "train", [4, 2], batch_size=8, seed=3, prefetch=prefetch, num_workers=num_workers,
+                             features=source, lookahead=lookahead)
+    batches = [mb.input_nodes.tolist() for mb in loader]
+    windows, gathers = source.log[0::2], source.log[1::2]
+    assert [g for _, g in gathers] == batches and all(kind == "window" for kind, _ in windows)
+    for j, (_, window) in enumerate(windows):  # the next `lookahead` batches, fewer at the end of the epoch
+        assert window == batches[j + 1:j + 1 + lookahead]
+    reference = MinibatchLoader(ds, "train", [4, 2], batch_size=8, seed=3, prefetch=0)
+    for mb, ref in zip(loader, reference, strict=True):  # the window changes no batch
+        assert torch.equal(mb.input_nodes, ref.input_nodes) and torch.equal(mb.x, ref.x / 2)
+
+
+def test_ranks_iterate_disjoint_equal_shares_of_the_epoch(make_dataset):
+    ds, _ = make_dataset(num_nodes=120, num_edges=1500)
+    make = lambda **kw: MinibatchLoader(ds, "train", [3], batch_size=4, seed=5, epoch=1, prefetch=0, **kw)  # noqa: E731
+    shares = [torch.cat([mb.seeds for mb in make(rank=r, world_size=3)]) for r in range(3)]
+    whole = torch.cat([mb.seeds for mb in make()])
+    assert len({len(make(rank=r, world_size=3)) for r in range(3)}) == 1
+    assert all(s.shape[0] == whole.shape[0] // 3 for s in shares)
+    union = torch.cat(shares)
+    assert union.unique().shape[0] == union.shape[0] and set(union.tolist()) <= set(whole.tolist())
