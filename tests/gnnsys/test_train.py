@@ -82,7 +82,8 @@ def test_learns_an_easy_task(make_dataset):
     (dict(epochs=0), "epochs"), (dict(resume=True), "resume"), (dict(metric="auc"), "metric"),
     (dict(dropout=1.0), "dropout"), (dict(fanouts="15,10"), "fanouts"), (dict(batch_size=1.5), "batch_size"),
     (dict(epochs="3"), "epochs"), (dict(seed="a"), "seed"), (dict(device=5), "device"),
-    (dict(device="banana"), "device"), (dict(features="ssd"), "features"), (dict(workers=2), "workers")])
+    (dict(device="banana"), "device"), (dict(features="nvme"), "features"), (dict(workers=0), "workers"),
+    (dict(cache_rows=-1), "cache_rows"), (dict(lookahead=2), "lookahead"), (dict(precision="64"), "precision")])
 def test_bad_options_name_the_option(make_dataset, options, name):
     ds, _ = make_dataset()
     with pytest.raises(ConfigError, match=f"^{name}: "):

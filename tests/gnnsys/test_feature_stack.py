@@ -1,0 +1,103 @@
+"""The feature tiers of minibatch training: host-memory plan, stack building,
+training through the SSD tier and a cache, `gnnsys info` placement advice."""
+import json
+
+import pytest
+import torch
+
+from gnnsys import train
+from gnnsys.cli import main
+from gnnsys.datasets import PrepareOptions
+from gnnsys.errors import ConfigError
+from gnnsys.feature_stack import GB, build_feature_stack, plan_host_memory, tier_stats, tiers_of
+
+FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2, epochs=2, eval_every=2)
+
+
+def test_plan_converts_gb_defaults_the_victim_buffer_and_stages_what_is_left():
+    plan = plan_host_memory(10_000, 1000, cache_gb=0.004, lookahead=2, host_mem_budget=0.01)
+    assert (plan.cache_rows, plan.victim_rows) == (4000, 1000)
+    assert plan.staging_bytes == 0.01 * GB - 5000 * 1000
+    assert plan_host_memory(10_000, 1000, cache_rows=400).victim_rows == 0  # no window, no victim buffer
+    assert plan_host_memory(100, 1000, cache_rows=400, lookahead=1).cache_rows == 100  # never more than the table
+
+
+def test_plan_refuses_a_budget_without_room_for_staging():
+    with pytest.raises(ConfigError, match=r"^host_mem_budget: 0.005 GB cannot hold the cache \(4,000 rows\)"):
+        plan_host_memory(10_000, 1000, cache_rows=4000, host_mem_budget=0.005, min_staging=2 << 20)
+
+
+def ssd_dataset(make_dataset, **kwargs):
+    ds, _ = make_dataset(num_nodes=300, num_edges=2400, dim=12,
+                         options=PrepareOptions(progress=False, align=512), **kwargs)
+    return ds
+
+
+@pytest.mark.parametrize("policy", ["static", "presample", "lru", "sieve", "s3fifo"])
+def test_ssd_and_cache_stack_gathers_the_table(make_dataset, policy):
+    ds = ssd_dataset(make_dataset)
+    stack, plan = build_feature_stack(ds, features="ssd", cache_rows=40, cache_policy=policy, host_mem_budget=0.01,
+                                      presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy())
+    names = [type(t).__name__ for t in tiers_of(stack)]
+    assert names == ["CachedFeatures", "SSDFeatures"] and plan.cache_rows == 40
+    ids = torch.tensor([0, 299, 5, 5, 150, 0])
+    for _ in range(3):
+        assert torch.equal(stack.gather(ids), ds.features.gather(ids))
+    stats = tier_stats(stack)
+    assert stats["cache"]["requested"] == 18 and stats["ssd"]["bytes_read"] > 0
+
+
+def test_ssd_needs_a_prepared_dataset(make_dataset):
+    from torch_geometric.data import Data
+
+    from gnnsys.datasets import Dataset
+
+    ds = ssd_dataset(make_dataset)
+    dst = torch.repeat_interleave(torch.arange(ds.num_nodes), torch.diff(ds.indptr.long()))
+    masks = {name: torch.zeros(ds.num_nodes, dtype=torch.bool).index_fill_(0, ds.split(split), True)
+             for name, split in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))}
+    memory = Dataset.from_pyg(Data(x=ds.features.gather(torch.arange(ds.num_nodes)), y=ds.labels,
+                                   edge_index=torch.stack([ds.indices.long(), dst]), **masks))
+    with pytest.raises(ConfigError, match="^features: 'ssd' reads a prepared dataset's features.bin"):
+        build_feature_stack(memory, features="ssd", cache_rows=10)
+
+
+def test_training_through_ssd_and_cache_equals_training_in_memory(make_dataset):
+    ds = ssd_dataset(make_dataset)
+    memory = train(ds, **FAST)
+    tiered = train(ds, **FAST, features="ssd", cache_rows=60, cache_policy="lru", host_mem_budget=0.01)
+    assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
+    assert tiered.test == memory.test
+    for record in tiered.epochs:  # each epoch's own counters
+        cache, ssd = record["tiers"]["cache"], record["tiers"]["ssd"]
+        assert cache["hits"] + cache["misses"] > 0 and ssd["unique_rows"] == cache["misses"]
+    assert "tiers" not in memory.epochs[0]
+
+
+def test_cli_trains_from_ssd_and_reports_tiers(make_dataset, tmp_path, capsys):
+    ds = ssd_dataset(make_dataset)
+    out = tmp_path / "result.json"
+    assert main(["train", str(ds.path), "--features", "ssd", "--cache-rows", "50", "--cache-policy", "sieve",
+                 "--host-mem-budget", "0.01", "--fanouts", "4,3", "--hidden", "8", "--epochs", "1",
+                 "--batch-size", "32", "--no-progress", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())["epochs"][0]
+    assert set(record["tiers"]) == {"cache", "ssd"} and record["tiers"]["ssd"]["read_amplification"] >= 1.0
+
+
+def test_cli_refuses_a_budget_too_small_in_one_line(make_dataset, capsys):
+    ds = ssd_dataset(make_dataset)
+    assert main(["train", str(ds.path), "--features", "ssd", "--cache-rows", "100", "--host-mem-budget", "0.001",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: host_mem_budget: 0.001 GB cannot hold" in err
+
+
+def test_info_says_whether_the_table_fits_the_budget(make_dataset, capsys):
+    ds = ssd_dataset(make_dataset)
+    table = ds.num_nodes * 512  # 12 float32 = 48 B, one 512 B block per row
+    assert main(["info", str(ds.path), "--host-mem-budget", str(table / 2 / GB)]) == 0
+    text = capsys.readouterr().out
+    assert "placement    auto -> cpu-gather" in text and "too small even for the SSD tier's read staging" in text
+    assert main(["info", str(ds.path), "--host-mem-budget", "1", "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)["placement"]
+    assert advice["table_bytes"] == table and advice["fits_budget"] and advice["auto"] == "cpu-gather"
