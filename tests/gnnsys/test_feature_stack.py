@@ -101,3 +101,21 @@ def test_info_says_whether_the_table_fits_the_budget(make_dataset, capsys):
     assert main(["info", str(ds.path), "--host-mem-budget", "1", "--json"]) == 0
     advice = json.loads(capsys.readouterr().out)["placement"]
     assert advice["table_bytes"] == table and advice["fits_budget"] and advice["auto"] == "cpu-gather"
+
+
+@pytest.mark.parametrize("tiers", [dict(), dict(cache_rows=20, cache_policy="lru")])
+def test_file_truncated_during_training_stops_the_loop_with_a_clear_error(make_dataset, tiers):
+    import threading
+
+    from gnnsys.errors import DatasetError
+
+    ds = ssd_dataset(make_dataset)
+
+    def truncate(record):
+        with open(ds.path / "features.bin", "r+b") as f:
+            f.truncate(512 * 10)
+
+    with pytest.raises(DatasetError, match=r"features.bin: truncated after opening"):
+        train(ds, **{**FAST, "epochs": 3, "eval_every": 3}, features="ssd", on_epoch_end=truncate, **tiers)
+    loader_threads = [t for t in threading.enumerate() if t.name.startswith(("gnnsys-sample", "gnnsys-gather"))]
+    assert not [t for t in loader_threads if t.is_alive()]
