@@ -47,8 +47,9 @@ class MinibatchLoader:
 
     dataset: a gnnsys.datasets.Dataset; split: "train", "valid", "test" or a
     tensor of node ids; fanouts: per layer, output layer first (PyG order), -1
-    for all neighbours. Each MiniBatch has `x` (float32 features of
-    input_nodes), `y` (labels of seeds), both on `device` (normalised: "cuda"
+    for all neighbours. Each MiniBatch has `x` (features of input_nodes in
+    `x_dtype`, default float32; bf16-mixed training passes bfloat16 for
+    bf16-stored rows, which then arrive without a conversion copy), `y` (labels of seeds), both on `device` (normalised: "cuda"
     is "cuda:<current>") like every other tensor of the batch, and `timings`
     {"sample_s", "gather_s", "wait_s"} (plus "transfer_s" off the CPU; on a GPU
     these are host times, the device work runs behind them in stream order).
@@ -76,7 +77,8 @@ class MinibatchLoader:
     def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,
                  drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
                  num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None,
-                 streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1, lookahead: int = 0):
+                 streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1, lookahead: int = 0,
+                 x_dtype: torch.dtype = torch.float32):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if lookahead < 0:
@@ -97,9 +99,9 @@ class MinibatchLoader:
                              f"got {type(self.features).__name__}")
         self.num_workers = int(num_workers)
         self.set_epoch(epoch)
-        source = self.features
-        self._x_buffers = _BufferPool(source.shape[1], torch.float32, capacity=self.prefetch + 3)
-        self._raw_buffers = (None if source.dtype == torch.float32 else
+        source, self.x_dtype = self.features, x_dtype
+        self._x_buffers = _BufferPool(source.shape[1], x_dtype, capacity=self.prefetch + 3)
+        self._raw_buffers = (None if source.dtype == x_dtype else
                              _BufferPool(source.shape[1], source.dtype, capacity=2))
         self._streams = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
         self._sample_streams = [None] * self.num_workers
@@ -162,7 +164,7 @@ class MinibatchLoader:
         return _InFlight(mb, seeds, ready)
 
     def _gather(self, item: "_InFlight", window=()) -> "_InFlight":
-        """Stage 2: features (float32) and labels, and the whole batch on the
+        """Stage 2: features (x_dtype) and labels, and the whole batch on the
         device, queued on the gather stream after the sampling; no host wait
         (except that a window of GPU-sampled ids is copied to the host)."""
         began = time.perf_counter()
@@ -178,7 +180,7 @@ class MinibatchLoader:
             item.pending = None
             if source.device.type != "cpu":
                 item.pending = source.gather_async(ids)
-                x = item.pending.wait().float()
+                x = item.pending.wait().to(self.x_dtype)
             elif self._raw_buffers is None:
                 x = source.gather(ids, out=self._x_buffers.take(ids.shape[0]))
             else:
