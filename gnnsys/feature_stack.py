@@ -87,7 +87,7 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     or cache_gb and cache_policy ("static" in-degree, "presample" hotness,
     "lru", "sieve", "s3fifo", "hybrid"): the cache (none when both are
     unset/0); lookahead > 0 adds a victim buffer of victim_rows rows and
-    prefetching into the cache (the loader passes the window); presample():
+    reading ahead for the cache (the loader passes the window); presample():
     the pre-sampling hotness score, called only when the policy needs it
     (presample and hybrid). Returns (source, HostMemoryPlan).
     """

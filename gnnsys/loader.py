@@ -71,7 +71,7 @@ class MinibatchLoader:
     `lookahead` K > 0: batches are sampled K further ahead, and before batch
     j's gather the feature source's `set_window` gets the input ids of the
     sampled batches j+1..j+K (nearest first; fewer at the end of an epoch),
-    which a cache uses for eviction, its victim buffer and prefetching.
+    which a cache uses for eviction, its victim buffer and reading ahead.
     """
 
     def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,

@@ -180,8 +180,9 @@ class MinibatchOptions(TrainOptions):
     cache_policy ("static" in-degree, "presample" hotness, "lru", "sieve",
     "s3fifo", "hybrid"); lookahead: batches sampled ahead whose ids the cache
     sees (hybrid eviction, the victim buffer of victim_rows rows, default a
-    quarter of the cache, and prefetching); host_mem_budget: GB of host
-    memory the SSD tier's cache, victim buffer and staging may use; sampler
+    quarter of the cache, and reading ahead the rows of the farthest batch);
+    host_mem_budget: GB of host memory the SSD tier's cache, victim buffer
+    and staging may use; sampler
     "cpu", "gpu" or "gpu-pinned" (these change speed, not results);
     workers: data-parallel processes, each training on its shard of every
     epoch's seeds, with one cache shared by all (replicate_frac: the hottest

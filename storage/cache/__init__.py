@@ -6,6 +6,10 @@ one policy per file decides which: `static` (top rows by a score), `lru`,
 sampled batches) and `belady` (the offline bound over a recorded trace, for
 tests and benchmarks). The interface every policy implements is
 `CachePolicy` (policy.py); hotness.py computes the static scores.
+`VictimBuffer(base, capacity)` (victim.py) sits between a cache and its base
+and keeps the rows the cache evicts that the lookahead window still needs;
+`CachedFeatures(..., prefetch=True)` reads the rows of the window's farthest
+batch ahead on a thread (prefetch.py).
 """
 from .belady import BeladyPolicy
 from .cached import POLICIES, CachedFeatures, make_policy
@@ -16,6 +20,8 @@ from .policy import CachePolicy
 from .s3fifo import S3FIFOPolicy
 from .sieve import SievePolicy
 from .static import StaticPolicy
+from .victim import VictimBuffer
 
 __all__ = ["BeladyPolicy", "CachePolicy", "CachedFeatures", "HybridPolicy", "LRUPolicy", "POLICIES",
-           "S3FIFOPolicy", "SievePolicy", "StaticPolicy", "in_degree", "make_policy", "presample_hotness"]
+           "S3FIFOPolicy", "SievePolicy", "StaticPolicy", "VictimBuffer", "in_degree", "make_policy",
+           "presample_hotness"]

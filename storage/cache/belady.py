@@ -29,7 +29,6 @@ class BeladyPolicy(CachePolicy):
             upcoming[ids] = t
         self._next_of = upcoming
         self._never = never
-        self._t = 0
 
     def warm(self):
         """Fill the cache with the rows whose first use comes soonest."""
@@ -37,12 +36,11 @@ class BeladyPolicy(CachePolicy):
         ids = order[self._next_of[order] < self._never]
         return ids, self._place_direct(ids)
 
-    def access(self, ids):
+    def _access(self, ids):
         """(hit, slot) for batch number t of the trace (ValueError if `ids` differ from it)."""
-        t = self._t
+        t = self.batches - 1
         if t >= self._never or not np.array_equal(ids, self._trace[t]):
             raise ValueError(f"belady: access {t} does not match batch {t} of the recorded trace")
-        self._t += 1
         slot = self.slot_of[ids]
         hit = slot >= 0
         self._next_of[ids] = self._after[t]

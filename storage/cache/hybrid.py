@@ -41,38 +41,19 @@ class HybridPolicy(CachePolicy):
         self._decay = float(decay)
         self._ema = np.zeros(self.num_nodes, np.float64)
         self._last = np.zeros(self.num_nodes, np.int64)
-        self._next = np.zeros(self.num_nodes, np.int64)  # batch number of the next known use
-        self._window_ids = np.empty(0, np.int64)
-        self._k = 0
-        self._t = 0  # batches accessed
-
-    def set_window(self, batches) -> None:
-        """The ids of the K batches sampled after the one about to be accessed
-        (nearest first); call it before each access."""
-        batches = [np.asarray(b, dtype=np.int64).ravel() for b in batches]
-        for b in batches:
-            if b.size and (b.min() < 0 or b.max() >= self.num_nodes):
-                raise IndexError(f"window: id outside [0, {self.num_nodes})")
-        self._next[self._window_ids] = 0
-        for j in range(len(batches) - 1, -1, -1):
-            self._next[batches[j]] = self._t + 2 + j
-        self._window_ids = np.concatenate(batches) if batches else np.empty(0, np.int64)
-        self._k = len(batches)
 
     def _keys(self, ids: np.ndarray) -> np.ndarray:
         """Rank of rows `ids` (smaller = keep), at the current batch."""
-        ema = self._ema[ids] * self._keep ** (self._t - self._last[ids])
+        ema = self._ema[ids] * self._keep ** (self.batches - self._last[ids])
         p = np.maximum(self._weight * self._prior[ids] + (1 - self._weight) * ema, 1e-12)
-        d = self._next[ids] - self._t
-        return np.where(d > 0, d - 0.5 * p, self._k + 1 + 1 / p)
+        d = self.next_use(ids)
+        return np.where(d > 0, d - 0.5 * p, self.window_size + 1 + 1 / p)
 
-    def access(self, ids):
-        """(hit, slot) for the distinct int64 ids of one batch."""
-        self._t += 1
+    def _access(self, ids):
         slot = self.slot_of[ids]
         hit = slot >= 0
-        self._ema[ids] = self._ema[ids] * self._keep ** (self._t - self._last[ids]) + self._decay
-        self._last[ids] = self._t
+        self._ema[ids] = self._ema[ids] * self._keep ** (self.batches - self._last[ids]) + self._decay
+        self._last[ids] = self.batches
         miss = np.flatnonzero(~hit)
         slot_keys = self._keys(np.maximum(self.id_of, 0))
         slot[miss] = self._replace_by_key(ids[miss], self._keys(ids[miss]), slot_keys)

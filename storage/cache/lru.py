@@ -7,7 +7,7 @@ from .policy import QueuePolicy, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
-def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot):
+def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot, gone):
     """Hits move to the front; then each miss takes a free slot or the least
     recently used one, unless that one is used by this batch (then it streams)."""
     cap = id_of.shape[0]
@@ -28,6 +28,7 @@ def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot):
                 continue
             unlink(s, 0, ends, prev, nxt)
             slot_of[id_of[s]] = -1
+        gone[i] = id_of[s]
         id_of[s] = ids[i]
         slot_of[ids[i]] = s
         stamp[s] = batch
@@ -41,6 +42,6 @@ class LRUPolicy(QueuePolicy):
 
     name = "lru"
 
-    def _kernel(self, ids, warm, hit, slot):
+    def _kernel(self, ids, warm, hit, slot, gone):
         _lru_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._stamp, self._ends,
-                    self._state, hit, slot)
+                    self._state, hit, slot, gone)

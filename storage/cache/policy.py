@@ -8,7 +8,11 @@ fetching it from the base (an admitted miss), or -1 (a miss that streams past
 the cache). Admitted slots are distinct within one call, so a request larger
 than the cache admits what fits and streams the rest, never waiting for space.
 A policy may hand a slot hit in this batch to an admitted miss: the caller
-reads every hit before writing any admitted row.
+reads every hit before writing any admitted row. After each `access`,
+`evicted` holds (ids, slots) of the rows it evicted, so the caller can copy
+them out (to a victim buffer) before writing the slots again.
+`set_window` records each row's next use in the lookahead window for every
+policy (`next_use`).
 """
 from __future__ import annotations
 
@@ -19,11 +23,13 @@ from gnnsys.errors import ConfigError
 
 
 class CachePolicy:
-    """Base of the policies: the id <-> slot maps and warming from a score.
+    """Base of the policies: the id <-> slot maps, warming from a score, the
+    lookahead window, and the rows evicted by the last access.
 
     capacity: slots (clamped to num_nodes); score: an optional per-node
     priority (higher = hotter) used to warm the cache before the first batch.
-    Subclasses implement `access` and `_place` (insert a warm set).
+    `batches` counts the accesses. Subclasses implement `_access` (one
+    batch) and `_place` (insert a warm set).
     """
 
     name = ""
@@ -36,6 +42,11 @@ class CachePolicy:
         self.score = None if score is None else _check_score(score, self.num_nodes)
         self.slot_of = np.full(self.num_nodes, -1, np.int64)
         self.id_of = np.full(self.capacity, -1, np.int64)
+        self.batches = 0
+        self.window_size = 0
+        self.evicted = NO_EVICTIONS
+        self._next = None  # per node: the batch number of its next use in the window (0: none)
+        self._window_ids = np.empty(0, np.int64)
 
     def warm(self) -> tuple[np.ndarray, np.ndarray]:
         """Fill the cache with the top-scored rows; returns (ids, slots) to load."""
@@ -45,11 +56,37 @@ class CachePolicy:
         return ids, self._place(ids)
 
     def set_window(self, batches) -> None:
-        """The ids of the batches sampled after the one about to be accessed
-        (nearest first); only policies with lookahead use it."""
+        """The ids of the K batches sampled after the one about to be accessed
+        (nearest first), replacing the previous window; call it before each
+        access. IndexError for an id outside [0, num_nodes)."""
+        batches = [np.asarray(b, dtype=np.int64).ravel() for b in batches]
+        for b in batches:
+            if b.size and (b.min() < 0 or b.max() >= self.num_nodes):
+                raise IndexError(f"window: id outside [0, {self.num_nodes})")
+        self.window_size = len(batches)
+        if self._next is None:
+            if not any(b.size for b in batches):
+                return
+            self._next = np.zeros(self.num_nodes, np.int64)
+        self._next[self._window_ids] = 0
+        for j in range(len(batches) - 1, -1, -1):
+            self._next[batches[j]] = self.batches + 2 + j
+        self._window_ids = np.concatenate(batches) if batches else np.empty(0, np.int64)
+
+    def next_use(self, ids: np.ndarray) -> np.ndarray:
+        """Per id, the batches from the last one accessed to its next use in
+        the window (1: the next batch), 0 where the window does not use it."""
+        if self._next is None:
+            return np.zeros(ids.shape[0], np.int64)
+        return np.maximum(self._next[ids] - self.batches, 0)
 
     def access(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(hit, slot) for the distinct int64 `ids` of one batch (see module doc)."""
+        self.batches += 1
+        self.evicted = NO_EVICTIONS
+        return self._access(ids)
+
+    def _access(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def _place(self, ids: np.ndarray) -> np.ndarray:
@@ -63,28 +100,44 @@ class CachePolicy:
         return slots
 
     def _replace_by_key(self, miss_ids: np.ndarray, miss_keys: np.ndarray, slot_keys: np.ndarray) -> np.ndarray:
-        """Keep the `capacity` rows of smallest key among the cached rows
-        (`slot_keys`, one per slot) and the missed ones; returns each miss's
-        slot, -1 where it is not kept."""
-        out = np.full(miss_ids.shape[0], -1, np.int64)
-        if self.capacity == 0 or miss_ids.shape[0] == 0:
-            return out
-        empty = np.flatnonzero(self.id_of < 0)
-        if empty.shape[0] >= miss_ids.shape[0]:
-            admitted, freed = np.arange(miss_ids.shape[0]), empty[:miss_ids.shape[0]]
-        else:
-            keys = np.concatenate([np.where(self.id_of >= 0, slot_keys, np.inf), miss_keys])
-            keep = np.argpartition(keys, self.capacity - 1)[:self.capacity]
-            admitted = keep[keep >= self.capacity] - self.capacity
-            kept = np.zeros(self.capacity, bool)
-            kept[keep[keep < self.capacity]] = True
-            freed = np.flatnonzero(~kept)
-            old = self.id_of[freed]
-            self.slot_of[old[old >= 0]] = -1
-        self.id_of[freed] = miss_ids[admitted]
-        self.slot_of[miss_ids[admitted]] = freed
-        out[admitted] = freed
+        """replace_by_key on this policy's slots; records what it evicted."""
+        out, gone, freed = replace_by_key(self.slot_of, self.id_of, miss_ids, miss_keys, slot_keys)
+        self.evicted = (gone, freed)
         return out
+
+
+NO_EVICTIONS = (np.empty(0, np.int64), np.empty(0, np.int64))
+NO_EVICTIONS[0].flags.writeable = NO_EVICTIONS[1].flags.writeable = False
+
+
+def replace_by_key(slot_of: np.ndarray, id_of: np.ndarray, new_ids: np.ndarray, new_keys: np.ndarray,
+                   slot_keys: np.ndarray):
+    """Keep the len(id_of) rows of smallest key among the held rows
+    (`slot_keys`, one per slot; empty slots count as infinite) and the new
+    ones, updating the maps `slot_of` (id -> slot, -1) and `id_of` (slot ->
+    id, -1). Returns (each new id's slot or -1, evicted ids, their slots)."""
+    out = np.full(new_ids.shape[0], -1, np.int64)
+    capacity = id_of.shape[0]
+    if capacity == 0 or new_ids.shape[0] == 0:
+        return out, NO_EVICTIONS[0], NO_EVICTIONS[1]
+    empty = np.flatnonzero(id_of < 0)
+    if empty.shape[0] >= new_ids.shape[0]:
+        admitted, freed = np.arange(new_ids.shape[0]), empty[:new_ids.shape[0]]
+        gone = np.zeros(freed.shape[0], bool)
+    else:
+        keys = np.concatenate([np.where(id_of >= 0, slot_keys, np.inf), new_keys])
+        keep = np.argpartition(keys, capacity - 1)[:capacity]
+        admitted = keep[keep >= capacity] - capacity
+        kept = np.zeros(capacity, bool)
+        kept[keep[keep < capacity]] = True
+        freed = np.flatnonzero(~kept)
+        gone = id_of[freed] >= 0
+        slot_of[id_of[freed[gone]]] = -1
+    evicted = (id_of[freed[gone]].copy(), freed[gone])
+    id_of[freed] = new_ids[admitted]
+    slot_of[new_ids[admitted]] = freed
+    out[admitted] = freed
+    return out, *evicted
 
 
 class QueuePolicy(CachePolicy):
@@ -92,7 +145,8 @@ class QueuePolicy(CachePolicy):
     s3fifo): the list arrays, a per-slot stamp of the last batch that used it,
     the kernel's state vector, and warming by accessing the warm set coldest
     first. Subclasses set `lists` and `initial_state` and run their numba
-    kernel in `_kernel(ids, warm, hit, slot)`."""
+    kernel in `_kernel(ids, warm, hit, slot, gone)`; the kernel writes into
+    gone[i] the id that the slot given to miss i held before (-1: none)."""
 
     lists = 1
     initial_state = (0, 0)  # slots used, batches seen
@@ -105,8 +159,7 @@ class QueuePolicy(CachePolicy):
         self._ends = np.full(2 * self.lists, -1, np.int64)
         self._state = np.array(self.initial_state, np.int64)
 
-    def access(self, ids):
-        """(hit, slot) for the distinct int64 ids of one batch."""
+    def _access(self, ids):
         return self._run(ids, False)
 
     def _place(self, ids):
@@ -115,10 +168,13 @@ class QueuePolicy(CachePolicy):
     def _run(self, ids, warm: bool):
         hit = np.empty(ids.shape[0], np.bool_)
         slot = np.empty(ids.shape[0], np.int64)
-        self._kernel(ids, warm, hit, slot)
+        gone = np.full(ids.shape[0], -1, np.int64)
+        self._kernel(ids, warm, hit, slot, gone)
+        evicted = gone >= 0
+        self.evicted = (gone[evicted], slot[evicted])
         return hit, slot
 
-    def _kernel(self, ids, warm, hit, slot):
+    def _kernel(self, ids, warm, hit, slot, gone):
         raise NotImplementedError
 
 

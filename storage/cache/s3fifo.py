@@ -56,7 +56,7 @@ def _victim(slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size, gh
 
 @numba.njit(nogil=True, cache=True)
 def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, size, ghost, state, warm,
-                   hit, slot):
+                   hit, slot, gone):
     """Hits raise their frequency (at most 3); misses enter the small FIFO, or
     main when their id is in the ghost list (or when warming). state: slots
     used, batches seen, ghost insertions."""
@@ -85,6 +85,7 @@ def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, siz
         if in_ghost:
             ghost[x] = 0
         q = _MAIN if warm or in_ghost else _SMALL
+        gone[i] = id_of[s]
         _insert(s, x, q, slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size)
         slot[i] = s
 
@@ -106,6 +107,6 @@ class S3FIFOPolicy(QueuePolicy):
         self._size = np.zeros(2, np.int64)
         self._ghost = np.zeros(self.num_nodes, np.int64)
 
-    def _kernel(self, ids, warm, hit, slot):
+    def _kernel(self, ids, warm, hit, slot, gone):
         _s3fifo_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._which, self._freq,
-                       self._stamp, self._ends, self._size, self._ghost, self._state, warm, hit, slot)
+                       self._stamp, self._ends, self._size, self._ghost, self._state, warm, hit, slot, gone)

@@ -10,7 +10,7 @@ from .policy import QueuePolicy, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
-def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, hit, slot):
+def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, hit, slot, gone):
     """Hits set their visited bit; each miss takes a free slot or the hand's
     victim. Rows used by this batch are skipped; when every row is, the rest
     of the batch streams. state: slots used, batches seen, hand."""
@@ -46,6 +46,7 @@ def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, h
             state[2] = prev[s]
             unlink(s, 0, ends, prev, nxt)
             slot_of[id_of[s]] = -1
+        gone[i] = id_of[s]
         id_of[s] = ids[i]
         slot_of[ids[i]] = s
         visited[s] = 0
@@ -64,6 +65,6 @@ class SievePolicy(QueuePolicy):
         super().__init__(capacity, num_nodes, score)
         self._visited = np.zeros(self.capacity, np.uint8)
 
-    def _kernel(self, ids, warm, hit, slot):
+    def _kernel(self, ids, warm, hit, slot, gone):
         _sieve_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._visited, self._stamp,
-                      self._ends, self._state, hit, slot)
+                      self._ends, self._state, hit, slot, gone)

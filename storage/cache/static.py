@@ -20,8 +20,7 @@ class StaticPolicy(CachePolicy):
             raise ConfigError("score", "the static policy needs a score (in-degree or presample hotness)")
         super().__init__(capacity, num_nodes, score)
 
-    def access(self, ids):
-        """(hit, slot) for distinct ids: hits where cached; misses are never admitted."""
+    def _access(self, ids):
         slot = self.slot_of[ids]
         return slot >= 0, slot
 

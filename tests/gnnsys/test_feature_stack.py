@@ -119,3 +119,16 @@ def test_file_truncated_during_training_stops_the_loop_with_a_clear_error(make_d
         train(ds, **{**FAST, "epochs": 3, "eval_every": 3}, features="ssd", on_epoch_end=truncate, **tiers)
     loader_threads = [t for t in threading.enumerate() if t.name.startswith(("gnnsys-sample", "gnnsys-gather"))]
     assert not [t for t in loader_threads if t.is_alive()]
+
+
+@pytest.mark.parametrize("policy", ["hybrid", "lru"])
+def test_training_with_lookahead_victim_buffer_and_read_ahead_equals_training_in_memory(make_dataset, policy):
+    ds = ssd_dataset(make_dataset)
+    memory = train(ds, **FAST)
+    tiered = train(ds, **FAST, features="ssd", cache_rows=30, cache_policy=policy, lookahead=3, victim_rows=20,
+                   host_mem_budget=0.01)
+    assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
+    tiers = tiered.epochs[-1]["tiers"]
+    assert set(tiers) == {"cache", "victim", "ssd"}
+    assert tiers["victim"]["offered"] > 0 and tiers["cache"]["prefetched"] > 0
+    assert tiers["ssd"]["unique_rows"] <= tiers["cache"]["misses"]  # the victim buffer served some misses

@@ -129,3 +129,73 @@ class FakePinning:
     def calls(self, name: str) -> list:
         """The logged calls named `name`."""
         return [c for c in self.log if c[0] == name]
+
+
+class CountingRows:
+    """A FeatureSource over the in-memory table `x` that counts the rows
+    gathered from it (`rows_read`, repeats included)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x, self.base, self.rows_read = x, None, 0
+        self.shape, self.dtype, self.device = tuple(x.shape), x.dtype, x.device
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        from gnnsys.ids import check_ids, gather_output
+
+        ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        out = gather_output(out, ids.shape[0], self.shape[1], self.dtype, self.device)
+        self.rows_read += ids.shape[0]
+        return torch.index_select(self.x, 0, ids.long(), out=out)
+
+    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
+        from gnnsys.ids import completed
+
+        return completed(self.gather(ids, out))
+
+
+class CountingSource:
+    """A FeatureSource over the CPU tensor `x` that logs the ids of every
+    gather (`reads`, one int64 array per call, in call order) and calls
+    `before_read(ids)`, when set, before reading (to hold or fail a read)."""
+
+    base = None
+    device = torch.device("cpu")
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.shape, self.dtype = tuple(x.shape), x.dtype
+        self.reads: list = []
+        self.before_read = None
+        self._lock = threading.Lock()
+
+    def gather(self, ids, out=None):
+        ids = torch.as_tensor(ids)
+        if self.before_read is not None:
+            self.before_read(ids)
+        with self._lock:
+            self.reads.append(ids.numpy().astype("int64"))
+        rows = self.x[ids.long()]
+        return rows if out is None else out.copy_(rows)
+
+    def gather_async(self, ids, out=None):
+        from gnnsys.ids import completed
+
+        return completed(self.gather(ids, out))
+
+    def rows_read(self) -> int:
+        """Rows read so far, repeats included."""
+        with self._lock:
+            return sum(r.shape[0] for r in self.reads)
+
+
+class OfferLog(CountingSource):
+    """A CountingSource that also takes `offer(ids, rows, next_use)` as a
+    victim buffer does, logging each call as (ids, rows, next_use) in `offers`."""
+
+    def __init__(self, x: torch.Tensor):
+        super().__init__(x)
+        self.offers: list = []
+
+    def offer(self, ids, rows, next_use):
+        self.offers.append((torch.as_tensor(ids).numpy().copy(), rows.clone(),
+                            torch.as_tensor(next_use).numpy().copy()))

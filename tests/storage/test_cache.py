@@ -8,6 +8,7 @@ from gnnsys.errors import ConfigError
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage import CachedFeatures, RowTable
 from gnnsys.storage.cache import POLICIES, in_degree, make_policy, presample_hotness
+from tests.storage.fakes import CountingSource
 
 NUM_ROWS = 50
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -63,11 +64,25 @@ def test_gather_into_out_async_and_stats_reset():
     ids = torch.tensor([4, 4, 9])
     assert cache.gather(ids, out=out) is out and torch.equal(out, x[ids])
     assert torch.equal(cache.gather_async(ids).wait(), x[ids])
-    assert cache.stats() == {"hits": 2, "misses": 2, "requested": 6, "hit_rate": 0.5}
+    assert cache.stats() == {"hits": 2, "misses": 2, "requested": 6, "hit_rate": 0.5, "prefetched": 0,
+                             "prefetch_hits": 0}
     cache.reset_stats()
     assert cache.stats()["requested"] == 0
     with pytest.raises(IndexError):
         cache.gather(torch.tensor([NUM_ROWS]))
+
+
+@pytest.mark.parametrize("policy", ["lru", "sieve", "s3fifo", "hybrid"])
+def test_a_failed_base_read_leaves_the_cache_unchanged(policy):
+    x = torch.randn(NUM_ROWS, 2)
+    device = CountingSource(x)
+    cache = CachedFeatures(device, 4, policy, score=np.ones(NUM_ROWS))
+    device.before_read = lambda ids: (_ for _ in ()).throw(OSError("read failed"))
+    with pytest.raises(OSError):
+        cache.gather(torch.tensor([7, 8]))
+    device.before_read = None
+    assert torch.equal(cache.gather(torch.tensor([8, 7])), x[[8, 7]])
+    assert cache.stats()["misses"] == 2
 
 
 def test_warm_from_the_score_makes_the_first_batch_hit():
