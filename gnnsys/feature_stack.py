@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from gnnsys.errors import ConfigError
 
@@ -86,7 +87,7 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     "cpu-gather") or "ssd" (needs a prepared dataset directory); cache_rows
     or cache_gb and cache_policy ("static" in-degree, "presample" hotness,
     "lru", "sieve", "s3fifo", "hybrid"): the cache (none when both are
-    unset/0); lookahead > 0 adds a victim buffer of victim_rows rows and
+    unset/0; on a CUDA device its rows live in GPU memory); lookahead > 0 adds a victim buffer of victim_rows rows and
     reading ahead for the cache (the loader passes the window); presample():
     the pre-sampling hotness score, called only when the policy needs it
     (presample and hybrid). Returns (source, HostMemoryPlan).
@@ -108,7 +109,9 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     else:
         score = in_degree(dataset.indptr.numpy())
     policy = "static" if cache_policy == "presample" else cache_policy
-    source = CachedFeatures(source, plan.cache_rows, policy, score=score, **({"prefetch": True} if lookahead else {}))
+    on_gpu = torch.device(device).type == "cuda"  # hot rows in GPU memory, gathered rows arrive there
+    source = CachedFeatures(source, plan.cache_rows, policy, score=score, prefetch=lookahead > 0,
+                            device=device if on_gpu else None)
     log.info("feature tiers: %s", " over ".join(repr(t) for t in tiers_of(source)))
     return source, plan
 

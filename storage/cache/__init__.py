@@ -9,7 +9,9 @@ tests and benchmarks). The interface every policy implements is
 `VictimBuffer(base, capacity)` (victim.py) sits between a cache and its base
 and keeps the rows the cache evicts that the lookahead window still needs;
 `CachedFeatures(..., prefetch=True)` reads the rows of the window's farthest
-batch ahead on a thread (prefetch.py).
+batch ahead on a thread (prefetch.py). `SharedCachedFeatures` (shared.py)
+joins the caches of the ranks of a torch.distributed group into one, each
+rank owning a disjoint share of the hot rows (ownership.py).
 """
 from .belady import BeladyPolicy
 from .cached import POLICIES, CachedFeatures, make_policy
@@ -18,10 +20,11 @@ from .hybrid import HybridPolicy
 from .lru import LRUPolicy
 from .policy import CachePolicy
 from .s3fifo import S3FIFOPolicy
+from .shared import SharedCachedFeatures
 from .sieve import SievePolicy
 from .static import StaticPolicy
 from .victim import VictimBuffer
 
 __all__ = ["BeladyPolicy", "CachePolicy", "CachedFeatures", "HybridPolicy", "LRUPolicy", "POLICIES",
-           "S3FIFOPolicy", "SievePolicy", "StaticPolicy", "VictimBuffer", "in_degree", "make_policy",
+           "S3FIFOPolicy", "SharedCachedFeatures", "SievePolicy", "StaticPolicy", "VictimBuffer", "in_degree", "make_policy",
            "presample_hotness"]

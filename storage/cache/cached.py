@@ -1,8 +1,8 @@
 """`CachedFeatures`: a software cache of feature rows over any FeatureSource.
 
-The cache holds copies of `capacity` rows in a [capacity, dim] tensor on the
-base's device (host memory for a CPU base; a GPU-resident cache over a host
-or SSD tier is future work) and a policy (storage/cache/policy.py) decides
+The cache holds copies of `capacity` rows in a [capacity, dim] tensor on its
+`device` (the base's by default; a CUDA device over a host or SSD tier keeps
+the hot rows in GPU memory, and rows come back on that device) and a policy (storage/cache/policy.py) decides
 which. It is derived data: rows are only ever copied in from the base, never
 written back. Rows it evicts that the lookahead window still needs go to the
 first tier below with `offer` (a VictimBuffer, victim.py); with prefetch=True
@@ -57,7 +57,9 @@ class CachedFeatures:
     slot is overwritten and offered, with that use, to the first tier below
     that has `offer` (storage.base.tiers); rows not in the window are dropped.
     prefetch=True: see set_window. close() stops the prefetch thread (also
-    when the cache is collected).
+    when the cache is collected). device: where the cached rows live and
+    gathered rows are returned (default the base's device); rows read from
+    the base are copied there.
 
     stats(): hits and misses (distinct ids per batch), requested rows (every
     id, repeats included), hit_rate, prefetched (rows the prefetch read from
@@ -65,11 +67,11 @@ class CachedFeatures:
     of the base); reset_stats() zeroes them.
     """
 
-    def __init__(self, base, capacity: int, policy="lru", *, prefetch: bool = False, **options):
+    def __init__(self, base, capacity: int, policy="lru", *, prefetch: bool = False, device=None, **options):
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
-        self.device = base.device
+        self.device = torch.device(device) if device is not None else base.device
         if isinstance(policy, CachePolicy):
             if options:
                 raise ConfigError("policy", "options go to make_policy, not with a policy object")
@@ -85,7 +87,7 @@ class CachedFeatures:
         self._finalizer = weakref.finalize(self, self.prefetcher.close) if prefetch else None
         ids, slots = self.policy.warm()
         if ids.shape[0]:
-            self._rows[self._on_device(slots)] = base.gather(torch.from_numpy(ids))
+            self._rows[self._on_device(slots)] = base.gather(torch.from_numpy(ids)).to(self.device)
         self.reset_stats()
 
     def set_window(self, batches) -> None:
@@ -155,11 +157,11 @@ class CachedFeatures:
         if ahead_ids.shape[0] and miss.shape[0]:
             at = np.minimum(np.searchsorted(ahead_ids, uniq[miss]), ahead_ids.shape[0] - 1)
             found = ahead_ids[at] == uniq[miss]
-            rows[self._on_device(miss[found])] = ahead_rows[self._on_device(at[found])]
+            rows[self._on_device(miss[found])] = ahead_rows[torch.from_numpy(at[found])].to(self.device)
             self._prefetch_hits += int(found.sum())
             miss = miss[~found]
         if miss.shape[0]:
-            rows[self._on_device(miss)] = self.base.gather(torch.from_numpy(uniq[miss]))
+            rows[self._on_device(miss)] = self.base.gather(torch.from_numpy(uniq[miss])).to(self.device)
 
     def _evicted(self):
         """(ids, rows, next use) of the rows the last access evicted that the

@@ -188,12 +188,19 @@ def _check_score(score, num_nodes: int) -> np.ndarray:
 
 
 def top_rows(score: np.ndarray, k: int) -> np.ndarray:
-    """The `k` ids of highest score, best first (ties: lower id first)."""
-    k = min(k, score.shape[0])
+    """The `k` ids of highest `score`, best first; ties go to the lower id,
+    also among the rows tied at the k-th place (a rule, not an accident of
+    the selection algorithm: ranks of a shared cache must agree on it)."""
+    n = score.shape[0]
+    k = min(k, n)
     if k == 0:
         return np.empty(0, np.int64)
-    part = np.argpartition(-score, k - 1)[:k] if k < score.shape[0] else np.arange(score.shape[0])
-    return part[np.lexsort((part, -score[part]))].astype(np.int64)
+    chosen = np.arange(n)
+    if k < n:
+        cut = np.partition(score, n - k)[n - k]
+        above = np.flatnonzero(score > cut)
+        chosen = np.concatenate([above, np.flatnonzero(score == cut)[:k - above.shape[0]]])
+    return chosen[np.lexsort((chosen, -score[chosen]))].astype(np.int64)
 
 
 # Doubly linked lists over slots, several lists in one pair of arrays: list q
