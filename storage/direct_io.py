@@ -5,8 +5,8 @@
 enforces; `plan_reads` turns sorted row numbers into block-aligned reads,
 merging rows that share or adjoin a block; `ReadPool` runs a plan on a pool of
 threads (os.preadv releases the GIL, so `threads` reads are in flight) into a
-page-aligned staging buffer; `scatter_rows` copies the staged rows into the
-caller's order. io_uring is not used: the thread pool is the only path.
+page-aligned staging buffer (storage/uring_io.py is the io_uring engine with
+the same contract); `scatter_rows` copies the staged rows into the caller's order.
 """
 from __future__ import annotations
 
@@ -163,6 +163,18 @@ def scatter_rows(staging, src, inverse, positions, out):
             out[p, j] = staging[s + j]
 
 
+def read_failed(path, length: int, offset: int, reason: str) -> DatasetError:
+    """The DatasetError for a read of `length` bytes at `offset` that the kernel refused."""
+    return DatasetError(path, f"read of {length} bytes at offset {offset} failed ({reason})")
+
+
+def short_read(path, file: RowsFile, got: int, need: int, offset: int) -> DatasetError:
+    """The DatasetError for a read at `offset` that returned `got` of the `need`
+    bytes the file had when it was opened (it was truncated since)."""
+    return DatasetError(path, f"truncated after opening: read {got} of {need} bytes at offset {offset} "
+                        f"(was {file.size} bytes, now {os.fstat(file.fd).st_size})")
+
+
 class ReadPool:
     """Runs reads of one file on `threads` threads into a staging buffer,
     raising DatasetError on a short read (a file truncated after open)."""
@@ -196,12 +208,9 @@ class ReadPool:
                     try:
                         got = os.preadv(fd, [staging[dest[i]:dest[i] + length[i]]], offset[i])
                     except OSError as e:
-                        raise DatasetError(self.path, f"read of {length[i]} bytes at offset {offset[i]} failed "
-                                           f"({e.strerror})")
+                        raise read_failed(self.path, length[i], offset[i], e.strerror)
                     if got < need[i]:
-                        raise DatasetError(self.path, f"truncated after opening: read {got} of {need[i]} bytes at "
-                                           f"offset {offset[i]} (was {self.file.size} bytes, now "
-                                           f"{os.fstat(fd).st_size})")
+                        raise short_read(self.path, self.file, got, need[i], offset[i])
                     if not direct:
                         os.posix_fadvise(fd, offset[i], length[i], os.POSIX_FADV_DONTNEED)
                     total += got

@@ -2,14 +2,15 @@
 rows straight from `features.bin` with aligned O_DIRECT reads (no page cache).
 
 A gather sorts and deduplicates the ids, plans block-aligned reads that merge
-rows sharing or adjoining a block (storage/direct_io.py), runs them on a pool
-of threads into a page-aligned staging buffer bounded by `host_mem_budget`
-(a batch whose reads do not fit is read in waves) and scatters the rows into
-the caller's order. Staging is plain host memory: pinned staging for CUDA
-copies is not done here.
+rows sharing or adjoining a block (storage/direct_io.py), runs them on an
+io_uring (storage/uring_io.py) or a pool of threads into a page-aligned
+staging buffer bounded by `host_mem_budget` (a batch whose reads do not fit is
+read in waves) and scatters the rows into the caller's order. Staging is plain
+host memory: pinned staging for CUDA copies is not done here.
 """
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import weakref
@@ -25,21 +26,43 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
 from .direct_io import ReadPool, aligned, open_rows_file, plan_reads, row_blocks, scatter_rows
+from .uring_io import MAX_DEPTH, UringReader, uring_available
 
 DEFAULT_STAGING = 64 << 20
 DEFAULT_THREADS = 16
+DEFAULT_DEPTH = 128
 DEFAULT_MAX_READ = 128 << 10
+ENGINES = ("auto", "uring", "threads")
 _COUNTERS = ("bytes_read", "useful_bytes", "reads", "rows", "unique_rows")
+log = logging.getLogger(__name__)
+
+
+def pick_engine(engine: str) -> str:
+    """"uring" or "threads" for an `engine` option: auto takes io_uring where
+    uring_available() and logs which and why; "uring" where it is not is a ConfigError."""
+    if engine not in ENGINES:
+        raise ConfigError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "threads":
+        return engine
+    ok, reason = uring_available()
+    if engine == "uring" and not ok:
+        raise ConfigError("engine", f"io_uring is not available here: {reason}")
+    if engine == "auto":
+        log.info("SSD tier reads with %s: %s", "io_uring" if ok else "the thread pool",
+                 reason if ok else f"io_uring is not available ({reason})")
+    return "uring" if ok else "threads"
 
 
 class SSDFeatures:
     """Rows of the prepared dataset at `path`, read from its features.bin on
     every gather (a FeatureSource with no lower tier; rows come back on the CPU).
 
-    threads: reads in flight (one blocking pread per thread); max_read: the
-    largest single read in bytes; host_mem_budget: bytes of staging buffer
-    (default 64 MiB), at least threads x max_read, else ConfigError; direct:
-    True requires O_DIRECT, False reads through the page cache, None (default)
+    engine: "uring" (reads on an io_uring, `depth` in flight from one thread),
+    "threads" (`threads` blocking preads in flight) or "auto" (default: uring
+    where uring_available(), else threads); max_read: the largest single read
+    in bytes; host_mem_budget: bytes of staging buffer (default 64 MiB), at
+    least threads x max_read (threads) or max_read (uring), else ConfigError;
+    direct: True requires O_DIRECT, False reads through the page cache, None (default)
     tries O_DIRECT and falls back with a RuntimeWarning. `stats()` gives the
     device bytes read, the useful bytes (unique rows x row bytes), the reads
     issued and their ratio, `read_amplification`.
@@ -49,7 +72,8 @@ class SSDFeatures:
     device = torch.device("cpu")
 
     def __init__(self, path, *, threads: int = DEFAULT_THREADS, max_read: int = DEFAULT_MAX_READ,
-                 host_mem_budget: int | None = None, direct: bool | None = None):
+                 host_mem_budget: int | None = None, direct: bool | None = None, engine: str = "auto",
+                 depth: int = DEFAULT_DEPTH):
         meta = read_meta(path)
         f = meta["features"]
         self.path = Path(path) / f["file"]
@@ -58,16 +82,21 @@ class SSDFeatures:
         self.row_bytes, self.stride = f["dim"] * self.dtype.itemsize, f["row_stride"]
         if threads < 1:
             raise ConfigError("threads", f"must be at least 1, got {threads}")
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ConfigError("depth", f"must be 1 to {MAX_DEPTH}, got {depth}")
+        self.engine = pick_engine(engine)
         budget = DEFAULT_STAGING if host_mem_budget is None else int(host_mem_budget)
         file = open_rows_file(self.path, direct)
-        self._pool = ReadPool(self.path, file, threads)
-        self._finalizer = weakref.finalize(self, self._pool.close)
+        uring = self.engine == "uring"
+        self._reader = UringReader(self.path, file, depth) if uring else ReadPool(self.path, file, threads)
+        self._finalizer = weakref.finalize(self, self._reader.close)
         try:
             self._check(file, threads, max_read, budget)
         except BaseException:
             self.close()
             raise
         self.block, self.direct, self.threads, self.max_read = file.block, file.direct, threads, max_read
+        self.depth = depth if uring else None
         self._staging = aligned(budget - budget % file.block)
         self._view = memoryview(self._staging)
         self._word = math.gcd(8, self.stride, self.row_bytes)
@@ -77,17 +106,21 @@ class SSDFeatures:
         self.reset_stats()
 
     def _check(self, file, threads, max_read, budget):
-        """DatasetError for a file of the wrong size, ConfigError for a read
-        size or budget that cannot stage one read per thread."""
+        """DatasetError for a file of the wrong size, ConfigError for a read size
+        that cannot hold a row or a budget that cannot stage one read per thread
+        (threads) or one read (uring: its ring keeps as many reads in flight as a
+        wave holds, up to `depth`)."""
         expected = self.shape[0] * self.stride
         if file.size != expected:
             raise DatasetError(self.path, f"size {file.size} bytes, expected {self.shape[0]} rows x {self.stride}")
         span = row_blocks(self.row_bytes, self.stride, file.block) * file.block
         if max_read < span:
             raise ConfigError("max_read", f"{max_read} bytes cannot hold the blocks of one row ({span} bytes)")
-        if budget < threads * max_read:
+        if self.engine == "threads" and budget < threads * max_read:
             raise ConfigError("host_mem_budget", f"{budget} bytes cannot stage one read per thread "
                               f"({threads} threads x {max_read} B = {threads * max_read} B)")
+        if budget < max_read:
+            raise ConfigError("host_mem_budget", f"{budget} bytes cannot stage one read of max_read {max_read} B")
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` (exact stored values, any order, repeats allowed) as a
@@ -105,7 +138,7 @@ class SSDFeatures:
     def _read(self, rows: np.ndarray, inverse: np.ndarray, out: np.ndarray):
         """Read the sorted unique `rows` in waves that fit the staging buffer
         and scatter each wave to out[p] for every p with rows[inverse[p]] in it."""
-        plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._pool.file.size)
+        plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._reader.file.size)
         order = np.argsort(inverse, kind="stable")
         row_start = np.append(0, np.cumsum(np.bincount(inverse, minlength=rows.shape[0])))
         first = np.append(plan.first, rows.shape[0])
@@ -114,8 +147,8 @@ class SSDFeatures:
         while r0 < count:
             base = plan.staged[r0]
             r1 = int(np.searchsorted(ends, base + len(self._staging), side="right"))
-            self._stats["bytes_read"] += self._pool.run(self._view, plan.offset[r0:r1], plan.length[r0:r1],
-                                                        plan.need[r0:r1], plan.staged[r0:r1] - base)
+            self._stats["bytes_read"] += self._reader.run(self._view, plan.offset[r0:r1], plan.length[r0:r1],
+                                                          plan.need[r0:r1], plan.staged[r0:r1] - base)
             positions = order[row_start[first[r0]]:row_start[first[r1]]]
             scatter_rows(self._words, (plan.src - base) // self._word, inverse, positions, out)
             r0 = r1
@@ -148,7 +181,7 @@ class SSDFeatures:
         self._stats = dict.fromkeys(_COUNTERS, 0)
 
     def close(self):
-        """Stop the reader threads and close the file (also done when collected)."""
+        """Stop the reader (threads or ring) and close the file (also done when collected)."""
         if hasattr(self, "_async"):
             self._async.shutdown(wait=True)
         self._finalizer()
@@ -161,4 +194,5 @@ class SSDFeatures:
 
     def __repr__(self):
         mode = f"O_DIRECT, {self.block} B blocks" if self.direct else "buffered"
-        return f"SSDFeatures({self.path}, shape={self.shape}, dtype={self.dtype}, {mode}, {self.threads} threads)"
+        engine = f"io_uring depth {self.depth}" if self.depth else f"{self.threads} threads"
+        return f"SSDFeatures({self.path}, shape={self.shape}, dtype={self.dtype}, {mode}, {engine})"

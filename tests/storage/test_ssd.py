@@ -1,8 +1,13 @@
-"""SSDFeatures (storage/ssd.py) and its read planner: exact rows from aligned
-direct reads, read merging and amplification, the buffered fallback, and errors."""
+"""SSDFeatures (storage/ssd.py), its read planner and its two read engines (a
+thread pool and io_uring): exact rows from aligned direct reads, read merging
+and amplification, the buffered fallback, engine choice, and errors."""
+import ctypes
+import errno
+import logging
 import os
 import shutil
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -11,17 +16,32 @@ import torch
 from gnnsys.datasets import PrepareOptions, load_dataset, write_dataset
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.storage import FeatureSource
-from gnnsys.storage.direct_io import plan_reads, row_blocks
+from gnnsys.storage import uring_io
+from gnnsys.storage.direct_io import ReadPool, RowsFile, aligned, open_rows_file, plan_reads, row_blocks
 from gnnsys.storage.ssd import SSDFeatures
+from gnnsys.storage.uring_io import UringReader, uring_available
 from tests.conftest import random_source
 
 N = 300
+ENGINES = ["threads", "uring"]
 
 
-def _ssd(path, **kwargs) -> SSDFeatures:
-    """SSDFeatures over `path` with O_DIRECT, skipping the test where its file system has none."""
+def _need_uring():
+    ok, reason = uring_available()
+    if not ok:
+        pytest.skip(f"io_uring is not available here: {reason}")
+
+
+def _ssd(path, engine="threads", inflight=None, **kwargs) -> SSDFeatures:
+    """SSDFeatures over `path` with O_DIRECT and `engine` (`inflight` reads: its
+    threads or ring depth), skipping the test where its file system has no
+    O_DIRECT or the engine is io_uring and that is unavailable."""
+    if engine == "uring":
+        _need_uring()
+    if inflight is not None:
+        kwargs["depth" if engine == "uring" else "threads"] = inflight
     try:
-        return SSDFeatures(path, direct=True, **kwargs)
+        return SSDFeatures(path, direct=True, engine=engine, **kwargs)
     except ConfigError as e:
         if e.option != "direct":
             raise
@@ -46,21 +66,25 @@ def _id_sets(stride: int, rng) -> dict:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("align", [128, 512, 4096])
-@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("inflight", [1, 4])
 @pytest.mark.parametrize("tight", [False, True], ids=["default", "tight-budget"])
-def test_rows_equal_base_table(make_dataset, dtype, align, threads, tight):
-    """Every id set gives the base table's rows bit for bit; `tight` uses the
-    smallest read size and budget, so batches split into many reads and waves."""
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rows_equal_base_table(make_dataset, dtype, align, inflight, tight, engine):
+    """Every id set gives the base table's rows bit for bit through either
+    engine with `inflight` reads in flight; `tight` uses the smallest read size
+    and budget, so batches split into many reads and waves (and a ring of depth
+    1 or 4 wraps around many times)."""
     ds, _ = make_dataset(options=PrepareOptions(align=align, dtype=dtype, progress=False), num_nodes=N, dim=70)
     stride = ds.meta["features"]["row_stride"]
     kwargs = {}
     if tight:
         with _ssd(ds.path) as probe:
             max_read = row_blocks(probe.row_bytes, stride, probe.block) * probe.block
-        kwargs = {"max_read": max_read, "host_mem_budget": threads * max_read}
-    with _ssd(ds.path, threads=threads, **kwargs) as ssd:
+        kwargs = {"max_read": max_read, "host_mem_budget": inflight * max_read}
+    with _ssd(ds.path, engine, inflight, **kwargs) as ssd:
         assert isinstance(ssd, FeatureSource) and ssd.shape == ds.features.shape and ssd.dtype == ds.features.dtype
-        for name, ids in _id_sets(stride, np.random.default_rng(align + threads)).items():
+        assert ssd.engine == engine
+        for name, ids in _id_sets(stride, np.random.default_rng(align + inflight)).items():
             assert _same(ssd.gather(ids), ds.features.gather(ids)), name
         ids = torch.tensor([N - 1, 0, 5, 0])
         out = torch.empty(4, 70, dtype=ssd.dtype)
@@ -79,11 +103,12 @@ def test_out_of_range_ids_raise_index_error(make_dataset):
         assert ssd.stats()["reads"] == 0
 
 
-def test_read_amplification_of_512_byte_rows(make_dataset):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_read_amplification_of_512_byte_rows(make_dataset, engine):
     """400 B rows stored in 512 B: one block per row, adjoining rows merge into
     one read, and no read exceeds max_read."""
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
-    with _ssd(ds.path, threads=2, max_read=4096, host_mem_budget=8192) as ssd:
+    with _ssd(ds.path, engine, 2, max_read=4096, host_mem_budget=8192) as ssd:
         assert ssd.block == 512
         ids = torch.from_numpy(np.random.default_rng(1).choice(N, 100, replace=False))
         ssd.gather(torch.cat([ids, ids[:10]]))
@@ -120,7 +145,10 @@ def test_plan_reads_are_aligned_bounded_and_cover_each_row(stride, row_bytes, bl
     assert (plan.length[:-1][cut] >= max_read - (2 * row_blocks(row_bytes, stride, block) - 2) * block).all()
 
 
-def test_tmpfs_falls_back_with_a_warning():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_tmpfs_falls_back_with_a_warning(engine):
+    if engine == "uring":
+        _need_uring()
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm (tmpfs) on this machine")
     root = tempfile.mkdtemp(dir="/dev/shm")
@@ -133,7 +161,7 @@ def test_tmpfs_falls_back_with_a_warning():
         except ConfigError:
             pass
         with pytest.warns(RuntimeWarning, match="O_DIRECT.*posix_fadvise") as caught:
-            ssd = SSDFeatures(path)
+            ssd = SSDFeatures(path, engine=engine)
         assert len(caught) == 1 and "\n" not in str(caught[0].message)
         with ssd:
             assert not ssd.direct
@@ -143,11 +171,12 @@ def test_tmpfs_falls_back_with_a_warning():
         shutil.rmtree(root)
 
 
-def test_truncated_file_is_a_dataset_error(make_dataset):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_truncated_file_is_a_dataset_error(make_dataset, engine):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
     file = ds.path / "features.bin"
     head = ds.features.gather(torch.arange(50))
-    with _ssd(ds.path, threads=4) as ssd:
+    with _ssd(ds.path, engine, 4) as ssd:
         os.truncate(file, 100 * 512)
         assert _same(ssd.gather(torch.arange(50)), head)
         with pytest.raises(DatasetError, match=r"features\.bin: truncated after opening"):
@@ -162,8 +191,102 @@ def test_truncated_file_is_a_dataset_error(make_dataset):
 def test_budget_or_read_size_too_small_is_refused(make_dataset):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
     with pytest.raises(ConfigError, match=r"host_mem_budget: 16383 bytes cannot stage one read per thread"):
-        SSDFeatures(ds.path, threads=4, max_read=4096, host_mem_budget=16383)
+        SSDFeatures(ds.path, threads=4, max_read=4096, host_mem_budget=16383, engine="threads")
     with pytest.raises(ConfigError, match="max_read"):
         SSDFeatures(ds.path, max_read=256)
     with pytest.raises(ConfigError, match="threads"):
         SSDFeatures(ds.path, threads=0)
+    for depth in (0, 32769):
+        with pytest.raises(ConfigError, match=r"^depth: must be 1 to 32768"):
+            SSDFeatures(ds.path, depth=depth)
+    with pytest.raises(ConfigError, match=r"^engine: must be one of auto, uring, threads, got 'io_uring'"):
+        SSDFeatures(ds.path, engine="io_uring")
+
+
+def test_uring_budget_must_stage_one_read(make_dataset):
+    """The ring needs room for one read per wave, not one per slot of its depth."""
+    _need_uring()
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
+    with pytest.raises(ConfigError, match=r"host_mem_budget: 4095 bytes cannot stage one read of max_read 4096 B"):
+        SSDFeatures(ds.path, engine="uring", max_read=4096, host_mem_budget=4095)
+    with SSDFeatures(ds.path, engine="uring", depth=64, max_read=4096, host_mem_budget=4096) as ssd:
+        assert _same(ssd.gather(torch.arange(N)), ds.features.gather(torch.arange(N)))
+
+
+def test_uring_refused_in_one_line_and_auto_falls_back_where_unavailable(make_dataset, monkeypatch, caplog):
+    ds, _ = make_dataset(num_nodes=N)
+    why = "io_uring_setup: Operation not permitted (forbidden by kernel.io_uring_disabled or a seccomp filter)"
+    monkeypatch.setattr("gnnsys.storage.ssd.uring_available", lambda: (False, why))
+    with pytest.raises(ConfigError, match=r"^engine: io_uring is not available here: io_uring_setup: Operation") as e:
+        SSDFeatures(ds.path, engine="uring")
+    assert "\n" not in str(e.value)
+    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"), SSDFeatures(ds.path) as ssd:
+        assert ssd.engine == "threads" and ssd.depth is None and repr(ssd).endswith("16 threads)")
+        assert _same(ssd.gather(torch.tensor([3, 0, 3])), ds.features.gather(torch.tensor([3, 0, 3])))
+    assert f"the thread pool: io_uring is not available ({why})" in caplog.text
+
+
+def test_auto_takes_uring_where_available(make_dataset, caplog):
+    _need_uring()
+    ds, _ = make_dataset(num_nodes=N)
+    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"), SSDFeatures(ds.path) as ssd:
+        assert ssd.engine == "uring" and ssd.depth == 128 and repr(ssd).endswith("io_uring depth 128)")
+    assert "SSD tier reads with io_uring" in caplog.text
+
+
+@pytest.mark.parametrize("case", ["setup-forbidden", "not-x86-64"])
+def test_uring_probe_says_why_it_is_unavailable(monkeypatch, case):
+    if case == "setup-forbidden":
+        def refuse(*args):
+            ctypes.set_errno(errno.EPERM)
+            return -1
+
+        monkeypatch.setattr(uring_io, "_syscall", refuse)
+        expected = "io_uring_setup: Operation not permitted (forbidden by kernel.io_uring_disabled or a seccomp filter)"
+    else:
+        monkeypatch.setattr(uring_io.platform, "machine", lambda: "aarch64")
+        expected = "io_uring is driven only on Linux x86-64, this is Linux aarch64"
+    assert uring_io.probe() == (False, expected)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_refused_read_is_the_same_dataset_error_on_both_engines(tmp_path, engine):
+    """A read the kernel refuses (O_DIRECT at an unaligned offset) names the
+    file, offset and size; the reads around it complete and the engine stays usable."""
+    if engine == "uring":
+        _need_uring()
+    path = tmp_path / "rows.bin"
+    path.write_bytes(np.random.default_rng(0).bytes(8192))
+    file = open_rows_file(path, None)
+    if not file.direct:
+        os.close(file.fd)
+        pytest.skip(f"{tmp_path} has no O_DIRECT: unaligned reads are not refused")
+    reader = UringReader(path, file, 2) if engine == "uring" else ReadPool(path, file, 2)
+    staging = aligned(4096)
+    try:
+        plan = [np.array(v) for v in ([0, 1, 1024, 1536], [512] * 4, [512] * 4, [0, 512, 1024, 1536])]
+        with pytest.raises(DatasetError, match=r"rows\.bin: read of 512 bytes at offset 1 failed \(Invalid argument\)"):
+            reader.run(memoryview(staging), *plan)
+        plan[0][1] = 512
+        assert reader.run(memoryview(staging), *plan) == 2048 and staging[:2048] == path.read_bytes()[:2048]
+    finally:
+        reader.close()
+
+
+@pytest.mark.timeout(30)
+def test_uring_wait_lets_other_threads_run():
+    """A read waiting on the ring does not hold the GIL: the thread that
+    supplies its data (a pipe's writer) runs meanwhile, else this would hang."""
+    _need_uring()
+    r, w = os.pipe()
+    reader = UringReader("pipe", RowsFile(r, 4, 512, True), 2)
+    writer = threading.Timer(0.2, os.write, (w, b"rows"))
+    staging = aligned(512)
+    try:
+        writer.start()
+        assert reader.run(memoryview(staging), *(np.array([v]) for v in (0, 4, 4, 0))) == 4
+        assert staging[:4] == b"rows"
+    finally:
+        writer.join()
+        reader.close()
+        os.close(w)
