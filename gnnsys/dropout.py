@@ -12,8 +12,10 @@ multiplies in the same pass:
   where the output is positive, which needs only the output (kept anyway by
   the layer that reads it), not the key.
 The key is drawn from torch's default generator, so `torch.manual_seed` and the
-checkpointed RNG state make runs reproducible as with `nn.Dropout`. CUDA
-tensors and dtypes other than float32/float64 use torch's own ops.
+checkpointed RNG state make runs reproducible as with `nn.Dropout`. The
+kernels take float32, float64 and bfloat16 (as its bits, `gnnsys.bf16`; the
+product is rounded once to bf16); CUDA tensors and other dtypes use torch's
+own ops.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnnsys.bf16 import as_numpy, load, store
 from gnnsys.samplers.random_hash import draw_below, mix64
 
 _LEVELS = 1 << 31  # resolution of the keep decision
@@ -34,25 +37,31 @@ def _masked_scale(x, out, key, threshold, scale, relu):
     threshold (and, with `relu`, x[i] > 0), else 0."""
     base = mix64(np.uint64(key))
     for i in numba.prange(x.shape[0]):
-        keep = draw_below(base, i, _LEVELS) >= threshold and (not relu or x[i] > 0)
-        out[i] = x[i] * scale if keep else 0.0
+        v = load(x[i])
+        keep = draw_below(base, i, _LEVELS) >= threshold and (not relu or v > 0)
+        store(out, i, v * scale if keep else 0.0)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
 def _scale_where_positive(grad, out, grad_in, scale):
     """grad_in[i] = grad[i] * scale where out[i] > 0, else 0."""
     for i in numba.prange(grad.shape[0]):
-        grad_in[i] = grad[i] * scale if out[i] > 0 else 0.0
+        store(grad_in, i, load(grad[i]) * scale if load(out[i]) > 0 else 0.0)
 
 
 def _flat(x: torch.Tensor) -> np.ndarray:
-    return x.detach().contiguous().view(-1).numpy()
+    return as_numpy(x.detach().contiguous().view(-1))
+
+
+def _scale(x: torch.Tensor, p: float):
+    """1 / (1 - p) in the type the kernels multiply x's elements in (float32 for bf16)."""
+    return (np.float64 if x.dtype == torch.float64 else np.float32)(1.0 / (1.0 - p))
 
 
 def _apply_mask(x: torch.Tensor, key: int, p: float, relu: bool) -> torch.Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     flat = _flat(x)
-    _masked_scale(flat, _flat(out), np.uint64(key), round(p * _LEVELS), flat.dtype.type(1.0 / (1.0 - p)), relu)
+    _masked_scale(flat, _flat(out), np.uint64(key), round(p * _LEVELS), _scale(x, p), relu)
     return out
 
 
@@ -79,13 +88,12 @@ class _ReluDropout(torch.autograd.Function):
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
         grad_in = torch.empty_like(out)
-        g = _flat(grad)
-        _scale_where_positive(g, _flat(out), _flat(grad_in), g.dtype.type(1.0 / (1.0 - ctx.p)))
+        _scale_where_positive(_flat(grad), _flat(out), _flat(grad_in), _scale(grad, ctx.p))
         return grad_in, None, None
 
 
 def _hashable(x: torch.Tensor, p: float) -> bool:
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and p < 1.0
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64, torch.bfloat16) and p < 1.0
 
 
 def _check_p(p: float) -> None:

@@ -80,7 +80,7 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
 def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_rows: int = 0,
                         cache_gb: float | None = None, cache_policy: str = "static", lookahead: int = 0,
                         victim_rows: int | None = None, host_mem_budget: float | None = None,
-                        presample=None, progress: bool = True):
+                        presample=None, progress: bool = True, world_size: int = 1, replicate_frac: float = 0.0):
     """The FeatureSource stack for `dataset` (see the module docstring).
 
     features: a placement of storage.placement ("auto", "gpu", "pinned",
@@ -90,13 +90,21 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     unset/0; on a CUDA device its rows live in GPU memory); lookahead > 0 adds a victim buffer of victim_rows rows and
     reading ahead for the cache (the loader passes the window); presample():
     the pre-sampling hotness score, called only when the policy needs it
-    (presample and hybrid). Returns (source, HostMemoryPlan).
+    (presample and hybrid). world_size > 1 (a data-parallel rank, the
+    process group initialised): the cache is one `SharedCachedFeatures` of
+    world_size x its rows over all ranks (replicate_frac: the share of each
+    rank's slots holding the hottest rows on every rank), with no victim
+    buffer. Returns (source, HostMemoryPlan).
     """
+    if world_size > 1:
+        if victim_rows:
+            raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
+        victim_rows = 0
     source, plan = _bottom(dataset, features, device, host_mem_budget, progress, cache_rows, cache_gb, lookahead,
                            victim_rows)
     if plan.cache_rows == 0:
         return source, plan
-    from gnnsys.storage.cache import CachedFeatures, in_degree
+    from gnnsys.storage.cache import CachedFeatures, SharedCachedFeatures, in_degree
 
     if plan.victim_rows:
         from gnnsys.storage.cache import VictimBuffer
@@ -109,6 +117,10 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     else:
         score = in_degree(dataset.indptr.numpy())
     policy = "static" if cache_policy == "presample" else cache_policy
+    if world_size > 1:
+        source = SharedCachedFeatures(source, plan.cache_rows, policy, score=score, replicate_frac=replicate_frac)
+        log.info("feature tiers: %s", " over ".join(repr(t) for t in tiers_of(source)))
+        return source, plan
     on_gpu = torch.device(device).type == "cuda"  # hot rows in GPU memory, gathered rows arrive there
     source = CachedFeatures(source, plan.cache_rows, policy, score=score, prefetch=lookahead > 0,
                             device=device if on_gpu else None)

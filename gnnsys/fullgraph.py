@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
+from gnnsys.precision import make_precision
 from gnnsys.samplers import Block
 from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.evaluation import eval_nodes, split_scores
@@ -32,7 +33,7 @@ def train_fullgraph(dataset, options: FullGraphOptions | None = None, *, on_epoc
     hidden, workers, chunks, epochs, lr, weight_decay, dropout, input_dropout, norm,
     residual, input_proj, heads, seed, eval_every, metric, partition, balance,
     history_momentum, fresh_grad_scale, refresh_every, warmup, device,
-    checkpoint_dir, resume, timeout_s, progress; see FullGraphOptions), not
+    precision, checkpoint_dir, resume, timeout_s, progress; see FullGraphOptions), not
     both. workers = chunks = 1: single-process full-graph training (the
     reference); otherwise GNNPipe with `workers` stages and `chunks` chunks.
     on_epoch_end(record) is called after each epoch (in every worker, with
@@ -51,12 +52,15 @@ def train_fullgraph(dataset, options: FullGraphOptions | None = None, *, on_epoc
 
 
 class ReferenceTrainer:
-    """Single-process full-graph training."""
+    """Single-process full-graph training; forward (and evaluation) under the
+    options' precision (`gnnsys.precision`), features fed in its input dtype."""
 
     def __init__(self, dataset, options: FullGraphOptions, on_epoch_end=None):
         self.options, self.on_epoch_end = options, on_epoch_end
         self.device = torch.device(options.device)
-        self.x = dataset.features[torch.arange(dataset.num_nodes)].float().to(self.device)
+        self.precision = make_precision(options.precision, self.device)
+        x = dataset.features[torch.arange(dataset.num_nodes)]
+        self.x = x.to(self.device, self.precision.input_dtype(x.dtype))
         self.labels = dataset.labels.long()
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
         self.train_ids = self.splits["train"].to(self.device)
@@ -70,28 +74,30 @@ class ReferenceTrainer:
         o = self.options
         start = 0
         if o.resume:
-            start, self.history = resume_training(o, self.units, self.opt)
+            start, self.history = resume_training(o, self.units, self.opt, self.precision)
         run_epochs(o, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end,
                    bar="full-graph")
         return make_result(o, self.history, self.units)
 
     def _save(self, epochs_done: int):
         save_checkpoint(self.options.checkpoint_dir,
-                        training_state(self.options, epochs_done, self.history, self.units, self.opt))
+                        training_state(self.options, epochs_done, self.history, self.units, self.opt,
+                                       self.precision))
 
     def _epoch(self, epoch: int) -> dict:
         t = time.perf_counter()
         self.units.train()
         self.opt.zero_grad(set_to_none=True)
-        out = full_forward(self.units, self.x, self.block)
-        loss = F.cross_entropy(out[self.train_ids], self.train_labels)
-        loss.backward()
-        self.opt.step()
+        with self.precision.autocast():
+            out = full_forward(self.units, self.x, self.block)
+        loss = F.cross_entropy(out[self.train_ids].float(), self.train_labels)
+        self.precision.backward_step(loss, self.opt)
         took = time.perf_counter() - t
         return epoch_record(epoch, loss.item(), took, {"compute_s": took}, rank=0, bytes_sent=0)
 
     @torch.no_grad()
     def _evaluate(self) -> dict:
         self.units.eval()
-        logits = full_forward(self.units, self.x, self.block).cpu()
+        with self.precision.autocast():
+            logits = full_forward(self.units, self.x, self.block).float().cpu()
         return split_scores(self.options.metric, logits[eval_nodes(self.splits)], self.labels, self.splits)

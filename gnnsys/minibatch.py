@@ -18,13 +18,17 @@ import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
 from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
+from gnnsys.training.data_parallel import (mean_across_ranks, rank_options, resume_ranks, run_ranks,
+                                           save_rank_checkpoint, seed_rank, split_inference, torchrun_options,
+                                           under_torchrun, wrap_model, write_rank_result)
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
+from gnnsys.precision import make_precision
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
 
 
-def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None, **keywords) -> TrainResult:
+def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None, **keywords) -> TrainResult | None:
     """Train a GNN ("sage", "gcn" or "gat") for node classification on sampled minibatches.
 
     dataset: a Dataset or the path of a prepared dataset (never modified).
@@ -36,47 +40,122 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     on_epoch_end(record) is called after each epoch's checkpoint (a test can
     raise from it to simulate a kill). Returns a TrainResult whose `model` is
     the trained module.
+
+    Data-parallel (gnnsys.training.data_parallel) with workers > 1 (spawned
+    processes, on_epoch_end then runs in every worker and must be picklable)
+    or under torchrun (workers = torchrun's WORLD_SIZE): the result has the
+    format of a single-process run; under torchrun only rank 0 returns it,
+    the other ranks None.
     """
     options = MinibatchOptions.build(options, keywords)
     dataset = as_dataset(dataset)
     options = options.for_dataset(dataset)
+    if under_torchrun():
+        options = torchrun_options(options)
+    if options.workers > 1:
+        return _train_data_parallel(dataset, options, on_epoch_end)
+    _retain_memory(options)
+    return MinibatchTrainer(dataset, options, on_epoch_end).run()
+
+
+def build_model(dataset, options: MinibatchOptions) -> torch.nn.Module:
+    """The GNN `options` describe for `dataset`, initialised from options.seed, on the CPU."""
+    from gnnsys.models import GNN
+
+    o = options
+    torch.manual_seed(o.seed)
+    return GNN(o.model, dataset.num_features, o.hidden, dataset.num_classes, o.layers, dropout=o.dropout,
+               norm=o.norm, residual=o.residual, heads=o.heads, input_dropout=o.input_dropout)
+
+
+def _retain_memory(options: MinibatchOptions):
+    """Keep freed memory for reuse in this process when options.retain_memory (gnnsys.allocator)."""
     if options.retain_memory:
         from gnnsys.allocator import retain_freed_memory
 
         retain_freed_memory()
-    return MinibatchTrainer(dataset, options, on_epoch_end).run()
+
+
+def _train_data_parallel(dataset, options: MinibatchOptions, on_epoch_end=None) -> TrainResult | None:
+    """options.workers ranks of `data_parallel_worker`; rank 0's TrainResult
+    with its trained model, None on the other ranks under torchrun."""
+    out = run_ranks(data_parallel_worker, dataset, options, on_epoch_end)
+    if out is None:
+        return None
+    model = build_model(dataset, options)
+    model.load_state_dict(out["model"])
+    return make_result(options, out["history"], model.to(options.device))
+
+
+def data_parallel_worker(ctx, dataset, options: MinibatchOptions, result_path, threads: int, on_epoch_end=None):
+    """One rank of a data-parallel run (for data_parallel.run_ranks): trains
+    on its share of every epoch's seeds with `threads` torch threads; rank 0
+    writes the epoch records and the final weights to result_path. dataset:
+    a Dataset or a prepared directory."""
+    torch.set_num_threads(threads)
+    _retain_memory(options)
+    trainer = MinibatchTrainer(as_dataset(dataset), rank_options(options, ctx.device, ctx.rank), on_epoch_end,
+                               rank=ctx.rank, world_size=ctx.world_size)
+    seed_rank(options.seed, ctx.rank)
+    result = trainer.run()
+    if result is not None:
+        write_rank_result(result_path, result.epochs, trainer.model)
 
 
 class MinibatchTrainer:
     """One minibatch training run: placed features, model, optimizer, loader, history."""
 
-    def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None):
-        from gnnsys.models import GNN
+    def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None, rank: int = 0, world_size: int = 1):
         from gnnsys.samplers.block import gcn_degree
-        from gnnsys.storage.placement import place_features
 
         self.dataset, self.options, self.on_epoch_end = dataset, options, on_epoch_end
+        self.rank, self.world_size = rank, world_size  # data-parallel (gnnsys.training.data_parallel)
         o = options
         self.device = torch.device(o.device)
-        self.features = place_features(dataset, o.features, self.device, progress=o.progress).source
-        torch.manual_seed(o.seed)
-        self.model = GNN(o.model, dataset.num_features, o.hidden, dataset.num_classes, o.layers,
-                         dropout=o.dropout, norm=o.norm, residual=o.residual, heads=o.heads,
-                         input_dropout=o.input_dropout).to(self.device)
+        self.features, self.rows = self._feature_tiers()
+        self.precision = make_precision(o.precision, self.device)
+        self.model = build_model(dataset, o).to(self.device)
+        self.net = wrap_model(self.model, self.device, world_size)  # what a step calls: DDP over the ranks
         self.degree = gcn_degree(dataset.indptr, dataset.indices).to(self.device) if self.model.needs_degree else None
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
         self.history = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
 
-    def run(self) -> TrainResult:
+    def _feature_tiers(self):
+        """(the stack of feature tiers training gathers through, its bottom:
+        the rows that inference scans, which would only flush a cache)."""
+        from gnnsys.feature_stack import build_feature_stack, presample_score, tiers_of
+
+        o = self.options
+        stack, _ = build_feature_stack(
+            self.dataset, features=o.features, device=self.device, cache_rows=o.cache_rows, cache_gb=o.cache_gb,
+            cache_policy=o.cache_policy, lookahead=o.lookahead, victim_rows=o.victim_rows,
+            host_mem_budget=o.host_mem_budget, progress=o.progress, world_size=self.world_size,
+            replicate_frac=o.replicate_frac,
+            presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed))
+        return stack, tiers_of(stack)[-1]
+
+    def run(self) -> TrainResult | None:
+        """Train (from the checkpoint with options.resume); the TrainResult,
+        or None on a data-parallel rank other than 0."""
         o = self.options
         start = 0
-        if o.resume:
-            start, self.history = resume_training(o, self.model, self.optimizer)
+        if o.resume and self.world_size > 1:
+            start, self.history = resume_ranks(o, self.model, self.optimizer, self.rank, self.precision)
+        elif o.resume:
+            start, self.history = resume_training(o, self.model, self.optimizer, self.precision)
         loader = self._loader() if start < o.epochs else None
-        run_epochs(o, start, self.history, lambda epoch: self._epoch(loader, epoch), self._evaluate, self._save,
-                   self.on_epoch_end)
-        return make_result(o, self.history, self.model)
+        run_epochs(o, start, self.history, lambda epoch: self._train_epoch(loader, epoch), self._evaluate,
+                   self._save, self.on_epoch_end)
+        return make_result(o, self.history, self.model) if self.rank == 0 else None
+
+    def _train_epoch(self, loader, epoch: int) -> dict:
+        """`_epoch`'s record; its loss is the mean over every rank's seeds
+        (the ranks' shares are equal)."""
+        record = self._epoch(loader, epoch)
+        if self.world_size > 1:
+            record["loss"] = mean_across_ranks(record["loss"], self.device)
+        return record
 
     def _loader(self):
         from gnnsys.loader import MinibatchLoader
@@ -84,10 +163,15 @@ class MinibatchTrainer:
         o = self.options
         return MinibatchLoader(self.dataset, "train", list(o.fanouts), batch_size=o.batch_size, shuffle=True,
                                seed=o.seed, prefetch=o.prefetch, device=self.device, sampler=o.sampler,
-                               features=self.features)
+                               features=self.features, lookahead=o.lookahead, rank=self.rank,
+                               world_size=self.world_size, x_dtype=self.precision.input_dtype(self.features.dtype))
 
     def _epoch(self, loader, epoch: int) -> dict:
-        """One pass over the training seeds; the epoch's record without metrics."""
+        """One pass over the training seeds; the epoch's record without metrics
+        (with each feature tier's counters of the epoch under "tiers")."""
+        from gnnsys.feature_stack import reset_tier_stats, tier_postfix, tier_record
+
+        reset_tier_stats(self.features)
         self.model.train()
         loader.set_epoch(epoch)
         times = dict.fromkeys(BREAKDOWN, 0.0)
@@ -105,28 +189,41 @@ class MinibatchTrainer:
                 total_loss += loss * n
                 seen += n
                 bar.update()
-                bar.set_postfix(loss=f"{total_loss / seen:.4f}",
-                                seeds_s=f"{seen / (time.perf_counter() - began):,.0f}")
-        return epoch_record(epoch, total_loss / max(seen, 1), time.perf_counter() - began, times)
+                elapsed = time.perf_counter() - began
+                bar.set_postfix(loss=f"{total_loss / seen:.4f}", seeds_s=f"{seen / elapsed:,.0f}",
+                                **tier_postfix(self.features, elapsed))
+        elapsed = time.perf_counter() - began
+        return epoch_record(epoch, total_loss / max(seen, 1), elapsed, times, **tier_record(self.features))
 
     def _step(self, mb) -> float:
         self.optimizer.zero_grad(set_to_none=True)
         if self.degree is not None:
             mb.attach_degree(self.degree)
-        logits = self.model(mb.x.float(), mb.blocks)
-        loss = F.cross_entropy(logits, mb.y.long(), ignore_index=-1)
-        loss.backward()
-        self.optimizer.step()
+        with self.precision.autocast():
+            logits = self.net(mb.x, mb.blocks)
+        loss = F.cross_entropy(logits.float(), mb.y.long(), ignore_index=-1)
+        self.precision.backward_step(loss, self.optimizer)
         return loss.item()
 
     def _evaluate(self) -> dict:
-        """The metric on train/valid/test from exact layer-wise inference."""
+        """The metric on train/valid/test from exact layer-wise inference,
+        split across the ranks of a data-parallel run (the same on every rank)."""
         from gnnsys.training.inference import layerwise_inference
 
-        logits = layerwise_inference(self.model, self.dataset, eval_nodes(self.splits),
-                                     self.options.eval_batch_size, self.device, features=self.features)
+        nodes, size = eval_nodes(self.splits), self.options.eval_batch_size
+        if self.world_size > 1:
+            logits = split_inference(self.model, self.dataset, nodes, size, self.device, self.rows, self.rank,
+                                     self.world_size)
+        else:
+            logits = layerwise_inference(self.model, self.dataset, nodes, size, self.device, features=self.rows)
         return split_scores(self.options.metric, logits, self.dataset.labels, self.splits)
 
     def _save(self, epochs_done: int):
+        """Checkpoint after `epochs_done` epochs (data-parallel: rank 0 writes, with every rank's RNG state)."""
+        if self.world_size > 1:
+            save_rank_checkpoint(self.options, epochs_done, self.history, self.model, self.optimizer, self.rank,
+                                 self.precision)
+            return
         save_checkpoint(self.options.checkpoint_dir,
-                        training_state(self.options, epochs_done, self.history, self.model, self.optimizer))
+                        training_state(self.options, epochs_done, self.history, self.model, self.optimizer,
+                                       self.precision))

@@ -7,6 +7,12 @@ a sparse CSR `adj_t` (PyG's sparse-dense matmul, its fast CPU path); GAT needs
 per-edge attention and takes the block's edge_index. The same model runs on the
 whole graph with `[Block.full_graph(indptr, indices)] * num_layers`.
 
+In bf16 (under `torch.autocast(..., torch.bfloat16)`, or on bf16 inputs)
+SAGE and GCN aggregate with `gnnsys.aggregation` (bf16 rows summed in fp32)
+and their linear maps run in bf16; fp32 runs take PyG's path unchanged. GAT
+runs under autocast on PyG's own ops (attention scores and softmax as autocast
+types them).
+
 `GNNLayer` is the reusable unit (the full-graph pipelined trainer stacks
 layers itself); `GNN` stacks them for minibatch training.
 """
@@ -15,9 +21,11 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
+from gnnsys.aggregation import Adjacency, aggregate, aggregate_with_root
 from gnnsys.dropout import HashDropout, relu_dropout
 
 CONVS = ("sage", "gcn", "gat")
@@ -68,6 +76,22 @@ def _gcn_adj_t(indptr, indices, degree, num_dst):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
         return torch.sparse_csr_tensor(crow, cols[order], values[order], size=(num_dst, num_src))
+
+
+def low_precision(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype a layer reading `x` computes in when it is not fp32: autocast's
+    on x's device when autocast is on there, else x's own when x is bf16 or fp16;
+    None for fp32 (PyG's own aggregation, bit for bit as without autocast)."""
+    kind = x.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return x.dtype if x.dtype in (torch.bfloat16, torch.float16) else None
+
+
+def _cached(block, key: str, build):
+    if key not in block.cache:
+        block.cache[key] = build()
+    return block.cache[key]
 
 
 class GNNLayer(nn.Module):
@@ -130,11 +154,29 @@ class GNNLayer(nn.Module):
         return self.dropout(h)
 
     def _conv(self, x_src, x_dst, block):
+        dtype = low_precision(x_src)
+        if dtype is not None and self.kind != "gat":
+            return self._conv_low(x_src, block, dtype)
         if self.kind == "sage":
             return self.conv((x_src, x_dst), block.adj_t())
         if self.kind == "gcn":
             return self.conv(x_src, gcn_adj_t(block))
         return self.conv((x_src, x_dst), block.edge_index(), size=block.size)
+
+    def _conv_low(self, x_src, block, dtype):
+        """SAGE or GCN as PyG computes them, aggregating with `gnnsys.aggregation`
+        (fp32 sums of bf16 rows) instead of torch.sparse.mm. SAGE's two linear
+        maps and its bias share one output: the root GEMM adds the bias, the
+        neighbour GEMM accumulates onto it (no separate add pass), and the root
+        rows' gradient is added in place (`aggregate_with_root`)."""
+        c = self.conv
+        if self.kind == "sage":
+            adj = _cached(block, "mean_adjacency", lambda: Adjacency.mean(block.indptr, block.indices, block.num_src))
+            h, x_dst = aggregate_with_root(adj, x_src, dtype)
+            return torch.addmm(F.linear(x_dst, c.lin_r.weight, c.lin_l.bias), h, c.lin_l.weight.t())
+        adj = _cached(block, "gcn_adjacency", lambda: Adjacency.from_csr(gcn_adj_t(block)))
+        h = aggregate(adj, c.lin(x_src), dtype)
+        return h + c.bias.to(h.dtype)
 
 
 class GNN(nn.Module):

@@ -168,7 +168,7 @@ def run(args) -> int:
     else:
         from gnnsys.minibatch import train as trainer
     result = trainer(args.path, options)
-    if result is None:  # a torchrun worker other than the last pipeline stage, which reports
+    if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
     print(format_table(result))
     if getattr(args, "json_out", None):

@@ -34,8 +34,14 @@ def pipeline_worker(ctx, setup, options, result_path, threads: int, on_epoch_end
 
 
 def train_pipeline(dataset, options, on_epoch_end=None):
-    """GNNPipe training for train_fullgraph (options already completed for the dataset)."""
+    """GNNPipe training for train_fullgraph (options already completed for the dataset).
+    ConfigError for 16-mixed with several workers: each stage would have its
+    own gradient scaler, and they must agree on every overflow."""
     from gnnsys.distributed import launch
+
+    if options.precision == "16-mixed" and options.workers > 1:
+        raise ConfigError("precision", "16-mixed runs GNNPipe with workers=1 only (the stages' gradient scalers "
+                                       "would need a shared overflow check); use bf16-mixed")
 
     if "TORCHELASTIC_RUN_ID" in os.environ:
         return _train_under_torchrun(dataset, options, on_epoch_end)

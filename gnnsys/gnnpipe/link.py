@@ -9,18 +9,18 @@ import torch.distributed as dist
 
 class StageLink:
     """Point-to-point traffic of one stage with its neighbours (None at the
-    ends): chunk activations forward, their gradients back; counts bytes and
-    seconds spent waiting."""
+    ends): chunk activations forward, their gradients back, as `dtype` (bf16
+    under bf16-mixed: half the bytes); counts bytes and seconds spent waiting."""
 
-    def __init__(self, prev: int | None, next: int | None, device):
-        self.prev, self.next, self.device = prev, next, device
+    def __init__(self, prev: int | None, next: int | None, device, dtype: torch.dtype = torch.float32):
+        self.prev, self.next, self.device, self.dtype = prev, next, device, dtype
         self.bytes_sent = 0
         self.wait_s = 0.0
         self._pending = []
 
     def post_recv(self, peer, rows: int, dim: int, tag: int):
-        """Start receiving a [rows, dim] float tensor from `peer`."""
-        buf = torch.empty(rows, dim, device=self.device)
+        """Start receiving a [rows, dim] tensor of the link's dtype from `peer`."""
+        buf = torch.empty(rows, dim, dtype=self.dtype, device=self.device)
         return buf, dist.irecv(buf, src=peer, tag=tag)
 
     def wait(self, handle) -> torch.Tensor:
@@ -32,8 +32,8 @@ class StageLink:
         return buf
 
     def send(self, peer, tensor: torch.Tensor, tag: int):
-        """Start sending; the tensor is kept alive until `flush`."""
-        tensor = tensor.detach().contiguous()
+        """Start sending (as the link's dtype); the tensor is kept alive until `flush`."""
+        tensor = tensor.detach().to(self.dtype).contiguous()
         self.bytes_sent += tensor.numel() * tensor.element_size()
         self._pending.append((tensor, dist.isend(tensor, dst=peer, tag=tag)))
 

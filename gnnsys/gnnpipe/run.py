@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from gnnsys.errors import DatasetError
+from gnnsys.precision import input_dtype, make_precision
 from gnnsys.samplers import Block
 from gnnsys.training.checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state,
                                          save_checkpoint, training_state)
@@ -49,16 +50,18 @@ class PipeSetup:
 
 
 def prepare_setup(dataset, options) -> PipeSetup:
-    """Partition, relabel and balance for a FullGraphOptions."""
+    """Partition, relabel and balance for a FullGraphOptions; the features in
+    the dtype its precision feeds them in (`gnnsys.precision.input_dtype`)."""
     from gnnsys.partition import chunk_graph, relabel_csc
 
     part = chunk_graph(dataset.indptr, dataset.indices, options.chunks, options.partition, options.seed)
     indptr, indices = relabel_csc(dataset.indptr, dataset.indices, part.perm)
     inv = part.inverse()
-    features = dataset.features[part.perm].float()
+    features = dataset.features[part.perm]
+    features = features.to(input_dtype(options.precision, features.dtype))
     units = units_for(options, dataset.num_features, dataset.num_classes)
     if options.balance == "measure":
-        costs = measure_unit_costs(units, features, Block.full_graph(indptr, indices))
+        costs = measure_unit_costs(units, features.float(), Block.full_graph(indptr, indices))
     else:
         costs = estimate_unit_costs(units, dataset.num_nodes, dataset.num_edges)
     return PipeSetup(indptr, indices, features, dataset.labels.long()[part.perm],
@@ -74,6 +77,7 @@ class StageRunner:
         self.setup, self.options, self.rank, self.world = setup, options, rank, world
         self.on_epoch_end = on_epoch_end
         self.device = torch.device(device)
+        self.precision = make_precision(options.precision, self.device)
         units = units_for(options, setup.features.shape[1], setup.num_classes)
         torch.manual_seed(stage_seed(options.seed, rank))
         lo, hi = setup.stage_ptr[rank], setup.stage_ptr[rank + 1]
@@ -83,13 +87,15 @@ class StageRunner:
             p.block = p.block.to(self.device)
         link = None
         if world > 1:
-            link = StageLink(rank - 1 if rank > 0 else None, rank + 1 if rank < world - 1 else None, self.device)
+            link = StageLink(rank - 1 if rank > 0 else None, rank + 1 if rank < world - 1 else None, self.device,
+                             self.precision.activation_dtype)
         self.stage = PipelineStage(mine, plans, [u.in_dim for u in mine], num_nodes=setup.features.shape[0],
                                    features=setup.features if rank == 0 else None,
                                    labels=setup.labels if rank == world - 1 else None,
                                    train_ids=setup.splits["train"], link=link,
                                    history_momentum=options.history_momentum,
-                                   fresh_grad_scale=options.fresh_grad_scale, device=self.device)
+                                   fresh_grad_scale=options.fresh_grad_scale, device=self.device,
+                                   precision=self.precision)
         self.opt = torch.optim.Adam(self.stage.units.parameters(), lr=options.lr, weight_decay=options.weight_decay)
         self.history = []
 
@@ -118,7 +124,7 @@ class StageRunner:
         state = self.stage.forward_pass(order)
         loss = self.stage.backward_pass(order, state)
         del state
-        self.opt.step()
+        self.precision.step(self.opt)
         took = time.perf_counter() - t
         sent, wait = (link.bytes_sent - sent0, link.wait_s - wait0) if link else (0, 0.0)
         totals = self._all_reduce([loss, float(sent)], dist.ReduceOp.SUM)
@@ -139,7 +145,8 @@ class StageRunner:
         if not self.last:
             return {}
         splits = self.setup.splits
-        return split_scores(self.options.metric, logits.cpu()[eval_nodes(splits)], self.setup.labels, splits)
+        logits = logits.float().cpu()
+        return split_scores(self.options.metric, logits[eval_nodes(splits)], self.setup.labels, splits)
 
     # -- checkpoints: worker R keeps the last two epochs in slot0/slot1 --------------
     def _slot(self, epoch: int) -> Path:
@@ -149,7 +156,7 @@ class StageRunner:
         hist = [h if j > 0 or self.rank > 0 else None for j, h in enumerate(self.stage.hist)]
         save_checkpoint(self._slot(epochs_done),
                         training_state(self.options, epochs_done, self.history, self.stage.units, self.opt,
-                                       stage_ptr=self.setup.stage_ptr, hist=hist))
+                                       self.precision, stage_ptr=self.setup.stage_ptr, hist=hist))
 
     def _restore(self) -> int:
         """Load the newest epoch that every worker has saved; 0 if none (said
@@ -167,7 +174,8 @@ class StageRunner:
             raise DatasetError(file, f"worker {self.rank} has no checkpoint of epoch {common}")
         if state["extra"]["stage_ptr"] != self.setup.stage_ptr:
             raise DatasetError(file, "was written with different stage boundaries; cannot resume")
-        epoch, self.history = restore_training_state(state, file, self.options, self.stage.units, self.opt)
+        epoch, self.history = restore_training_state(state, file, self.options, self.stage.units, self.opt,
+                                                     self.precision)
         for j, h in enumerate(state["extra"]["hist"]):
             if h is not None:
                 self.stage.hist[j].copy_(h)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnnsys.precision import Precision
 from gnnsys.units import aggregates
 
 
@@ -15,11 +16,14 @@ class PipelineStage:
     units: this stage's modules (forward(x_src, block)); plans: every chunk;
     in_dims: input width of each unit; features: the input features (first
     stage); labels/train ids (last stage); link: StageLink (None when S = 1).
+    precision: a gnnsys.precision.Precision (default "32"): the units run
+    under its autocast, history buffers hold its compute dtype, the loss is
+    fp32 and scaled by its gradient scaler.
     """
 
     def __init__(self, units, plans, in_dims, *, num_nodes, features=None, labels=None, train_ids=None,
                  link=None, num_train=None, history_momentum: float = 0.0, fresh_grad_scale: float = 1.0,
-                 device="cpu"):
+                 device="cpu", precision: Precision | None = None):
         self.units = nn.ModuleList(units)
         self.plans = plans
         self.in_dims = list(in_dims)
@@ -27,6 +31,8 @@ class PipelineStage:
         self.first = link is None or link.prev is None
         self.last = link is None or link.next is None
         self.device = torch.device(device)
+        self.precision = precision or Precision("32", self.device)
+        self.dtype = self.precision.activation_dtype
         self.history_momentum = history_momentum
         self.fresh_grad_scale = fresh_grad_scale
         self.out_dim = self._out_dim(units[-1])
@@ -35,7 +41,7 @@ class PipelineStage:
             if j == 0 and self.first:
                 self.hist.append(features.to(self.device))
             elif aggregates(u):
-                self.hist.append(torch.zeros(num_nodes, self.in_dims[j], device=self.device))
+                self.hist.append(torch.zeros(num_nodes, self.in_dims[j], dtype=self.dtype, device=self.device))
             else:
                 self.hist.append(None)
         if self.last:
@@ -90,7 +96,8 @@ class PipelineStage:
             leaves[j][c] = h
             self._remember(j, c, h)
             src = self._source_rows(j, c, h, leaves, done) if aggregates(u) else h
-            outputs[j][c] = h = u(src, self.plans[c].block)
+            with self.precision.autocast():
+                outputs[j][c] = h = u(src, self.plans[c].block)
         return h
 
     def _recv_next(self, order, k, dim, base_tag, backward=False):
@@ -122,7 +129,7 @@ class PipelineStage:
             if not self.last:
                 self.link.send(self.link.next, out, tag=c)
             else:
-                losses[c] = F.cross_entropy(out[p.train], self.labels[p.start:p.stop][p.train],
+                losses[c] = F.cross_entropy(out[p.train].float(), self.labels[p.start:p.stop][p.train],
                                             reduction="sum") / max(self.num_train, 1)
         if self.link is not None:
             self.link.flush()
@@ -135,7 +142,8 @@ class PipelineStage:
         refresh=False: evaluation (eval mode), the history is left alone.
         refresh=True: the warm-up, in training mode (dropout on), storing
         every unit's input in the history. Returns the logits of all nodes on
-        the last stage, else None. Not pipelined: stage s+1 starts when s is done."""
+        the last stage (of the compute dtype), else None. Not pipelined: stage
+        s+1 starts when s is done."""
         C = len(self.plans)
         self.units.train(refresh)
         if not self.first:
@@ -146,11 +154,12 @@ class PipelineStage:
         for j, u in enumerate(self.units):
             if refresh and self.hist[j] is not None and not (j == 0 and self.first):
                 self.hist[j].copy_(h)
-            out = torch.empty(h.shape[0], getattr(u, "out_dim"), device=self.device)
+            out = torch.empty(h.shape[0], getattr(u, "out_dim"), dtype=self.dtype, device=self.device)
             for c, p in enumerate(self.plans):
                 own = h[p.start:p.stop]
                 src = torch.cat([own, h[p.halo]]) if aggregates(u) else own
-                out[p.start:p.stop] = u(src, p.block)
+                with self.precision.autocast():
+                    out[p.start:p.stop] = u(src, p.block)
             h = out
         if not self.last:
             for c, p in enumerate(self.plans):
@@ -179,13 +188,13 @@ class PipelineStage:
                 out = outputs[j][c]
                 if j == len(self.units) - 1:
                     if self.last:
-                        losses[c].backward()
+                        self.precision.scale(losses[c]).backward()
                     else:
-                        out.backward(grad)
+                        out.backward(grad.to(out.dtype))
                 else:
                     g = leaves[j + 1][c].grad
                     if g is not None:
-                        out.backward(g)
+                        out.backward(g.to(out.dtype))
             if not self.first:
                 g = leaves[0][c].grad
                 self.link.send(self.link.prev, g if g is not None else torch.zeros_like(leaves[0][c]), tag=C + c)

@@ -103,37 +103,47 @@ def load_checkpoint(directory) -> dict | None:
                                  f"{first[0] if first else ''})") from e
 
 
-def training_state(options, epochs_done: int, history: list, model, optimizer, **extra) -> dict:
-    """What a trainer checkpoints after an epoch: its options, the epochs done
-    and their records, model and optimizer state, RNG states, and `extra`."""
+def training_state(options, epochs_done: int, history: list, model, optimizer, precision=None, **extra) -> dict:
+    """What a trainer checkpoints after an epoch: its options (the precision
+    among them), the epochs done and their records, model and optimizer state,
+    the gradient scaler's state (`precision`, a gnnsys.precision.Precision;
+    empty without a scaler), RNG states, and `extra`."""
     return {"epoch": epochs_done, "options": options.to_dict(), "history": history, "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "rng": rng_state(), "extra": extra}
+            "optimizer": optimizer.state_dict(), "scaler": precision.state_dict() if precision else {},
+            "rng": rng_state(), "extra": extra}
 
 
-def restore_training_state(state: dict, file, options, model, optimizer) -> tuple[int, list]:
-    """Load a `training_state` into `model` and `optimizer` and the RNGs;
-    returns (epochs done, history). DatasetError naming `file` when it was
-    written with different options (those a resume may not change)."""
+def restore_training_state(state: dict, file, options, model, optimizer, precision=None) -> tuple[int, list]:
+    """Load a `training_state` into `model`, `optimizer`, `precision`'s gradient
+    scaler and the RNGs; returns (epochs done, history). DatasetError naming
+    `file` when it was written with another precision (naming both) or other
+    options (those a resume may not change)."""
     saved = {k: v for k, v in state["options"].items() if k not in options.RESUMABLE}
+    saved.setdefault("precision", "32")  # checkpoints from before the option trained in fp32
     ours = options.resume_key()
+    if saved["precision"] != ours["precision"]:
+        raise DatasetError(file, f"was written with precision {saved['precision']}, this run asks for "
+                                 f"{ours['precision']}; resume with --precision {saved['precision']}")
     if saved != ours:
         diff = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
         raise DatasetError(file, f"was written with different options ({', '.join(diff)}); cannot resume")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    if precision is not None:
+        precision.load_state_dict(state.get("scaler", {}))
     set_rng_state(state["rng"])
     return int(state["epoch"]), list(state["history"])
 
 
-def resume_training(options, model, optimizer) -> tuple[int, list]:
+def resume_training(options, model, optimizer, precision=None) -> tuple[int, list]:
     """For `options.resume`: (epochs done, history) of the checkpoint in
-    options.checkpoint_dir, restored into `model`, `optimizer` and the RNGs;
-    (0, []) after `note_fresh_start` when there is none."""
+    options.checkpoint_dir, restored into `model`, `optimizer`, `precision`'s
+    gradient scaler and the RNGs; (0, []) after `note_fresh_start` when there is none."""
     state = load_checkpoint(options.checkpoint_dir)
     if state is None:
         note_fresh_start(options.checkpoint_dir)
         return 0, []
-    return restore_training_state(state, Path(options.checkpoint_dir) / FILE, options, model, optimizer)
+    return restore_training_state(state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision)
 
 
 def note_fresh_start(directory):

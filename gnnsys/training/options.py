@@ -22,12 +22,12 @@ from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.models import CONVS, NORMS
 from gnnsys.partition import METHODS
+from gnnsys.precision import PRECISIONS, check_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
 from gnnsys.samplers.factory import SAMPLERS
 from gnnsys.storage.placement import PLACEMENTS
 
 from .metrics import resolve_metric
 
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")  # PyTorch Lightning's names
 FEATURES = PLACEMENTS + ("ssd",)
 CACHE_POLICIES = ("static", "presample", "lru", "sieve", "s3fifo", "hybrid")
 DEEP_FROM = 4  # full-graph layers from which input_proj/residual/norm default on
@@ -121,12 +121,8 @@ class TrainOptions:
             raise ConfigError("checkpoint_dir", f"{self.checkpoint_dir} exists and is not a directory")
         if self.metric not in ("auto", "acc", "auc"):
             raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         self._set("device", str(normalize_device(self.device)))
-        if self.precision == "16-mixed" and not self.device.startswith("cuda"):
-            raise ConfigError("precision", f"16-mixed needs a CUDA device (fp16 has no fast CPU kernels), got "
-                                           f"{self.device}; use bf16-mixed")
+        check_precision(self.precision, self.device)
 
     def for_dataset(self, dataset):
         """These options completed for `dataset` (metric resolved, its name
@@ -264,6 +260,8 @@ class MinibatchOptions(TrainOptions):
                 raise ConfigError("host_mem_budget", f"must be a number of GB > 0, got {self.host_mem_budget}")
         if not 0 <= self.replicate_frac <= 1:
             raise ConfigError("replicate_frac", f"must be in [0, 1], got {self.replicate_frac}")
+        if self.victim_rows and self.workers > 1:
+            raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
         if self.replicate_frac and self.workers == 1:
             raise ConfigError("replicate_frac", "replicates the shared cache across workers; needs workers > 1")
 

@@ -26,6 +26,7 @@ sequence of gather/gather_async calls (ids may differ, empty included).
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,7 +40,8 @@ from gnnsys.ids import check_ids, completed, gather_output
 from .cached import CachedFeatures
 from .ownership import Ownership, exchange_bytes, serve_step, shard_policy
 
-STATS = ("requested", "distinct", "local_hits", "remote_hits", "misses", "bytes_sent", "bytes_received")
+STATS = ("requested", "distinct", "local_hits", "remote_hits", "misses", "bytes_sent", "bytes_received",
+         "exchange_s")
 
 
 class ShardRows:
@@ -93,7 +95,8 @@ class SharedCachedFeatures:
     from its lower tiers, for itself or for peers), bytes_sent and
     bytes_received (ids, rows and hit counts exchanged with peers; the fixed
     count table, 8 x (W + 1) bytes per peer per gather, not counted),
-    bytes_from_base, and hit_rate = (local_hits + remote_hits) / distinct.
+    bytes_from_base, hit_rate = (local_hits + remote_hits) / distinct, and
+    exchange_s: seconds spent in the collectives (counts, ids, rows).
     """
 
     def __init__(self, base, capacity: int, policy: str = "static", *, group=None, replicate_frac: float = 0.0,
@@ -182,7 +185,9 @@ class SharedCachedFeatures:
             failure = None
         except Exception as e:  # noqa: BLE001 - a rank with bad input must still take part in the counts exchange
             failure, counts = e, np.zeros(self.world_size, np.int64)
+        began = time.perf_counter()
         table, failed = self._exchange_counts(counts, failure is not None)
+        waited = time.perf_counter() - began
         if failure is not None:
             raise failure
         rows = torch.empty((uniq.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
@@ -197,14 +202,18 @@ class SharedCachedFeatures:
             misses += order.shape[0]
         asked, wanted = table[self.rank], table[:, self.rank]
         exchanging = bool(table.any())
+        began = time.perf_counter()
         received = self._exchange_ids(uniq[order], asked, wanted) if exchanging else np.empty(0, np.int64)
+        waited += time.perf_counter() - began
         own_ids = uniq[own]
         own_rows, reply, own_hits, peer_hits, served_misses = self._serve(own_ids, received, wanted)
         if own_ids.shape[0]:
             rows[_index(np.flatnonzero(own), self.device)] = own_rows
         remote_hits = 0
         if exchanging:
+            began = time.perf_counter()
             remote, remote_hits = self._exchange_rows(reply, peer_hits, asked, wanted)
+            waited += time.perf_counter() - began
             if order.shape[0]:
                 rows[_index(order, self.device)] = remote
         torch.index_select(rows, 0, _index(inverse.reshape(-1), self.device), out=out)
@@ -216,6 +225,7 @@ class SharedCachedFeatures:
             self._counts["misses"] += misses + served_misses
             self._counts["bytes_sent"] += exchange_bytes(asked, wanted, self._row_bytes)
             self._counts["bytes_received"] += exchange_bytes(wanted, asked, self._row_bytes)
+            self._counts["exchange_s"] += waited
         return out
 
     def _serve(self, own_ids: np.ndarray, received: np.ndarray, wanted: np.ndarray):

@@ -115,3 +115,21 @@ def test_options_object_equals_keywords(make_dataset):
     assert by_options.config == by_keywords.config
     with pytest.raises(TypeError, match="not both"):
         train(ds, MinibatchOptions(), epochs=2)
+
+
+@pytest.mark.parametrize("stored", ["float32", "bfloat16"])
+def test_bf16_mixed_trains_close_to_fp32_and_feeds_bf16_rows_as_stored(make_dataset, monkeypatch, stored):
+    from gnnsys.datasets import PrepareOptions
+    from gnnsys.minibatch import MinibatchTrainer
+
+    ds, _ = make_dataset(num_nodes=200, num_edges=1600, options=PrepareOptions(progress=False, dtype=stored))
+    fed = []
+    step = MinibatchTrainer._step
+    monkeypatch.setattr(MinibatchTrainer, "_step", lambda self, mb: fed.append(mb.x.dtype) or step(self, mb))
+    fp32 = train(ds, **FAST, epochs=3, dropout=0.0)
+    bf16 = train(ds, **FAST, epochs=3, dropout=0.0, precision="bf16-mixed")
+    assert set(fed[:len(fed) // 2]) == {torch.float32}
+    assert set(fed[len(fed) // 2:]) == {torch.bfloat16 if stored == "bfloat16" else torch.float32}
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # fp32 master weights
+    for a, b in zip(fp32.epochs, bf16.epochs):
+        assert b["loss"] == pytest.approx(a["loss"], rel=0.05) and b["loss"] != a["loss"]

@@ -1,0 +1,353 @@
+"""Mixed-precision benchmark (issue 16): epoch time, accuracy and the GEMM roofline.
+
+Configurations, each run in its own process, interleaved (rep 1 of each, rep
+2 of each, ...) so that load on a shared machine falls on all alike:
+gnnsys fp32; gnnsys bf16-mixed with fp32 stored features; gnnsys bf16-mixed
+with bf16 stored features (--bf16-dataset, the same graph prepared with
+`--dtype bfloat16`); DGL fp32 and DGL with its whole run under
+`torch.autocast("cpu", torch.bfloat16)` (both when the DGL environment of
+benchmarks/setup_peers.sh exists; a configuration that fails is recorded with
+its error). GraphSAGE with bench_minibatch.py's defaults (3x256, 15/10/5,
+batch 1024); the timed figure is the training epoch (time_s, and compute_s of
+its breakdown), median over --repeats runs of --epochs epochs (the first epoch
+of a run left out when it has more than one).
+
+Roofline: the dense FLOP of one epoch counted from the sampled blocks of
+gnnsys's epoch 0 (per SAGE layer with n destination rows, in -> out: two
+GEMMs forward, 4 n in out; weight gradients the same; input gradients the
+same again except in the first layer), applied to every configuration (DGL
+samples blocks of the same sizes in distribution); the GEMM rate of this
+machine at 2 threads, fp32 and bf16 (a 50000x256 by 256x256 matmul, median
+of 5), measured in a fresh process before the first and after the last run;
+the floor is FLOP / rate and each configuration reports compute_s / floor.
+
+Accuracy: --acc-seeds runs of --acc-epochs epochs each for gnnsys fp32 and
+bf16-mixed (fp32 stored features), test accuracy after the last epoch
+(exact layer-wise inference), mean and spread over seeds.
+
+Every run records the 1-minute load average before and after; a run where
+either is above --load-flag per core is flagged `loaded`, and the summary
+gives the medians of all runs and of the quiet ones. Writes
+benchmarks/results/precision_<dataset>.json and .png (atomically, after every
+run), targets met or missed included.
+
+    gnnsys prepare synthetic --like ogbn-arxiv --scale 1.0 --to-undirected --dtype bfloat16 \\
+        --out /work/bench-data/arxiv-1.0-bf16
+    python benchmarks/bench_precision.py /work/bench-data/arxiv-1.0 \\
+        --bf16-dataset /work/bench-data/arxiv-1.0-bf16 --repeats 3 --epochs 2 --acc-epochs 10 --acc-seeds 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GEMM = (50000, 256, 256)
+TARGETS = {"bf16_vs_gnnsys_fp32": 1.8, "bf16_vs_dgl_fp32": 3.5, "accuracy_points": 0.5, "fp32_over_floor": 1.3}
+
+
+# -- children (each run is a fresh process; DGL's runs use the DGL environment) -------------
+def child_gemm() -> dict:
+    """GFLOP/s of a GEMM at 2 threads, fp32 and bf16 (median of 5 after a warm-up)."""
+    import torch
+
+    torch.set_num_threads(2)
+    m, k, n = GEMM
+    rates = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        a @ b
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t)
+        rates[name] = 2 * m * k * n / statistics.median(times) / 1e9
+    return rates
+
+
+def child_flops(dataset: str, fanouts: list, batch_size: int, hidden: int, seed: int) -> dict:
+    """Dense GFLOP of one gnnsys training epoch (epoch 0's blocks) and the block sizes."""
+    import gnnsys
+    from gnnsys.loader import MinibatchLoader
+
+    ds = gnnsys.load_dataset(dataset)
+    dims = [ds.num_features] + [hidden] * (len(fanouts) - 1) + [ds.num_classes]
+    loader = MinibatchLoader(ds, "train", fanouts, batch_size=batch_size, shuffle=True, seed=seed)
+    loader.set_epoch(0)
+    flop, rows, batches = 0.0, [0] * len(fanouts), 0
+    for mb in loader:
+        batches += 1
+        for i, block in enumerate(mb.blocks):
+            rows[i] += block.num_dst
+            flop += 4.0 * block.num_dst * dims[i] * dims[i + 1] * (2 if i == 0 else 3)
+    return {"gflop_per_epoch": flop / 1e9, "batches": batches, "mean_dst_rows_per_layer": [r / batches for r in rows]}
+
+
+def child_gnnsys(dataset: str, precision: str, epochs: int, seed: int, evaluate: bool, a) -> dict:
+    """gnnsys.train GraphSAGE epochs in `precision`; the peers' record format."""
+    import gnnsys
+
+    result = gnnsys.train(dataset, model="sage", fanouts=a.fanouts, batch_size=a.batch_size, hidden=a.hidden,
+                          epochs=epochs, lr=a.lr, dropout=0.5, seed=seed, eval_every=epochs, precision=precision,
+                          progress=False).to_dict()
+    record = {"system": "gnnsys", "precision": result["config"]["precision"],
+              "epochs": [{k: e[k] for k in ("epoch", "time_s", "loss", "breakdown")} for e in result["epochs"]]}
+    if evaluate:
+        record.update(valid=result["epochs"][-1]["valid"], test=result["epochs"][-1]["test"])
+    return record
+
+
+def child_dgl_autocast(peer_argv: list):
+    """benchmarks/peers/dgl_epoch.py with its whole run under bf16 autocast (in the DGL environment)."""
+    import torch
+
+    sys.path.insert(0, str(HERE / "peers"))
+    import dgl_epoch
+
+    sys.argv = [str(HERE / "peers" / "dgl_epoch.py"), *peer_argv]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dgl_epoch.main()
+
+
+def child_main(argv: list) -> int:
+    kind = argv[0]
+    if kind == "dgl-autocast":
+        child_dgl_autocast(argv[1:])
+        return 0
+    p = argparse.ArgumentParser()
+    p.add_argument("dataset", nargs="?")
+    p.add_argument("--precision", default="32")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval", action="store_true")
+    add_model_arguments(p)
+    a = p.parse_args(argv[1:])
+    a.fanouts = [int(f) for f in a.fanouts.split(",")]
+    if kind == "gemm":
+        record = child_gemm()
+    elif kind == "flops":
+        record = child_flops(a.dataset, a.fanouts, a.batch_size, a.hidden, a.seed)
+    else:
+        record = child_gnnsys(a.dataset, a.precision, a.epochs, a.seed, a.eval, a)
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+# -- the driver ---------------------------------------------------------------------------------
+def add_model_arguments(p):
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--lr", type=float, default=0.003)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dataset", help="prepared gnnsys dataset (fp32 features)")
+    p.add_argument("--bf16-dataset", help="the same graph prepared with --dtype bfloat16 (else that config is skipped)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs of each configuration")
+    p.add_argument("--epochs", type=int, default=1, help="training epochs per timed run")
+    p.add_argument("--acc-epochs", type=int, default=10, help="epochs of each accuracy run (0: no accuracy runs)")
+    p.add_argument("--acc-seeds", type=int, default=3, help="accuracy runs (seeds 0..N-1) per precision")
+    p.add_argument("--no-dgl", action="store_true", help="leave DGL out even when its environment exists")
+    p.add_argument("--load-flag", type=float, default=0.5, help="flag runs above this load average per core")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    p.add_argument("--out", default=str(HERE / "results"), help="results directory")
+    add_model_arguments(p)
+    args = p.parse_args(argv)
+    for d in filter(None, (args.dataset, args.bf16_dataset)):
+        if not (Path(d) / "meta.json").is_file():
+            p.error(f"{d}: not a prepared gnnsys dataset (no meta.json)")
+    return args
+
+
+def configurations(args) -> dict:
+    """{name: command line} of every configuration this machine can run."""
+    from bench_minibatch import SYSTEMS
+
+    me = [sys.executable, str(Path(__file__).resolve()), "child"]
+    model = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
+             "--lr", str(args.lr), "--epochs", str(args.epochs)]
+    configs = {"gnnsys-fp32": me + ["gnnsys", args.dataset, "--precision", "32", *model],
+               "gnnsys-bf16": me + ["gnnsys", args.dataset, "--precision", "bf16-mixed", *model]}
+    if args.bf16_dataset:
+        configs["gnnsys-bf16-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "bf16-mixed", *model]
+    dgl_python, dgl_script = SYSTEMS["dgl"]
+    if dgl_python.exists() and not args.no_dgl:
+        peer = [str(Path(args.dataset).resolve()), *model]
+        configs["dgl-fp32"] = [str(dgl_python), str(dgl_script), *peer]
+        configs["dgl-bf16"] = [str(dgl_python), str(Path(__file__).resolve()), "child", "dgl-autocast", *peer]
+    return configs
+
+
+def run(cmd: list, args, seed: int | None = None) -> dict:
+    """One child process: its JSON record with the load average around it, or an error record."""
+    if seed is not None:
+        cmd = cmd + ["--seed", str(seed)]
+    cores = os.cpu_count() or 1
+    before = os.getloadavg()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                              env={**os.environ, "PYTHONPATH": str(HERE)})
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            record = {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+        else:
+            record = json.loads(lines[-1])
+    except subprocess.TimeoutExpired:
+        record = {"error": f"timed out after {args.timeout:.0f} s"}
+    after = os.getloadavg()
+    record.update(process_wall_s=time.perf_counter() - start, loadavg_before=before, loadavg_after=after,
+                  loaded=max(before[0], after[0]) / cores > args.load_flag)
+    return record
+
+
+def median_of(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def warm(epochs: list) -> list:
+    """A run's epochs without its first when it has more (that one also pays for warming up)."""
+    return epochs[1:] or epochs
+
+
+def summarize(runs: list, gflop: float | None, rate: float | None) -> dict:
+    """Medians of one configuration's timed runs (all, and quiet ones only), its roofline line."""
+    ok = [r for r in runs if "error" not in r]
+    out = {"runs_ok": len(ok), "runs_failed": len(runs) - len(ok), "runs_loaded": sum(r["loaded"] for r in ok)}
+    for label, chosen in (("", ok), ("quiet_", [r for r in ok if not r["loaded"]])):
+        epochs = [e for r in chosen for e in warm(r.get("epochs", []))]
+        out[label + "epoch_s"] = median_of([e["time_s"] for e in epochs])
+        out[label + "compute_s"] = median_of([e["breakdown"].get("compute_s") for e in epochs])
+    if gflop and rate and out["compute_s"]:
+        out["floor_s"] = gflop / rate
+        out["compute_over_floor"] = out["compute_s"] / out["floor_s"]
+    return out
+
+
+def accuracy(runs: list) -> dict:
+    """Mean, spread and values of the test accuracy over the accuracy runs."""
+    tests = [r["test"] for r in runs if "test" in r]
+    return {"test_mean": statistics.mean(tests) if tests else None,
+            "test_stdev": statistics.stdev(tests) if len(tests) > 1 else None, "tests": tests}
+
+
+def targets(summary: dict, acc: dict) -> dict:
+    """Each target of the issue with its measured figure and met/missed (None: not measured)."""
+    def speed(a, b):
+        return summary[b]["epoch_s"] / summary[a]["epoch_s"] if a in summary and b in summary \
+            and summary[a]["epoch_s"] and summary[b]["epoch_s"] else None
+
+    figures = {"bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32"),
+               "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32"),
+               "fp32_over_floor": summary.get("gnnsys-fp32", {}).get("compute_over_floor")}
+    means = [acc.get(p, {}).get("test_mean") for p in ("32", "bf16-mixed")]
+    figures["accuracy_points"] = abs(means[0] - means[1]) * 100 if None not in means else None
+    out = {}
+    for name, figure in figures.items():
+        higher_is_better = name.startswith("bf16_vs")
+        met = None if figure is None else (figure >= TARGETS[name] if higher_is_better else figure <= TARGETS[name])
+        out[name] = {"target": TARGETS[name], "measured": figure, "met": met}
+    return out
+
+
+def plot(result: dict, path: Path):
+    """Epoch time (median, with the GEMM floor) per configuration and accuracy per precision, as a PNG."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gnnsys.datasets.atomic import atomic_write_bytes
+
+    names = [n for n, s in result["summary"].items() if s["epoch_s"]]
+    if not names:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    left.bar(names, [result["summary"][n]["epoch_s"] for n in names], color="tab:blue", label="epoch (median)")
+    floors = [n for n in names if result["summary"][n].get("floor_s")]
+    left.scatter(floors, [result["summary"][n]["floor_s"] for n in floors], color="black", marker="_", s=600,
+                 label="GEMM floor")
+    left.set_ylabel("seconds per epoch")
+    left.set_title(f"{result['dataset']}: epoch time")
+    left.legend()
+    left.tick_params(axis="x", rotation=20)
+    acc = result["accuracy"]
+    precisions = [p for p in acc if acc[p]["test_mean"] is not None]
+    right.bar(precisions, [100 * acc[p]["test_mean"] for p in precisions],
+              yerr=[100 * (acc[p]["test_stdev"] or 0) for p in precisions], color="tab:green")
+    right.set_ylabel("test accuracy (%)")
+    right.set_title(f"after {result['config']['acc_epochs']} epochs")
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from gnnsys.datasets.atomic import atomic_write_bytes
+
+    meta = json.loads((Path(args.dataset) / "meta.json").read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"precision_{Path(args.dataset).resolve().name}"
+    json_path, png_path = out / f"{name}.json", out / f"{name}.png"
+    configs = configurations(args)
+    model = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden)]
+    me = [sys.executable, str(Path(__file__).resolve()), "child"]
+    result = {"benchmark": "precision", "dataset": meta["name"], "config": vars(args), "cpus": os.cpu_count(),
+              "gemm": [run(me + ["gemm"], args)], "configurations": list(configs),
+              "runs": {name: [] for name in configs}, "accuracy_runs": {"32": [], "bf16-mixed": []}}
+
+    def save():
+        gemm = [g for g in result["gemm"] if "error" not in g]
+        rates = {p: median_of([g[p] for g in gemm]) for p in ("fp32", "bf16")}
+        gflop = result.get("flops", {}).get("gflop_per_epoch")
+        result["gemm_gflops"] = rates
+        result["summary"] = {n: summarize(r, gflop, rates["bf16" if "bf16" in n else "fp32"])
+                             for n, r in result["runs"].items()}
+        result["accuracy"] = {p: accuracy(r) for p, r in result["accuracy_runs"].items()}
+        result["targets"] = targets(result["summary"], result["accuracy"])
+        atomic_write_bytes(json_path, json.dumps(result, indent=1).encode())
+        plot(result, png_path)
+
+    result["flops"] = run(me + ["flops", args.dataset, *model], args)
+    for rep in range(args.repeats):
+        for name, cmd in configs.items():
+            record = run(cmd, args, seed=rep)
+            result["runs"][name].append(dict(record, rep=rep))
+            print(f"{name} rep {rep}: " + (record.get("error") or
+                  f"{[round(e['time_s'], 2) for e in record.get('epochs', [])]} s"
+                  f"{' (loaded)' if record['loaded'] else ''}"), flush=True)
+            save()
+    for seed in range(args.acc_seeds if args.acc_epochs else 0):
+        for precision in ("32", "bf16-mixed"):
+            cmd = me + ["gnnsys", args.dataset, "--precision", precision, "--lr", str(args.lr), *model,
+                        "--epochs", str(args.acc_epochs), "--eval"]
+            record = run(cmd, args, seed=seed)
+            result["accuracy_runs"][precision].append(dict(record, seed=seed))
+            print(f"accuracy {precision} seed {seed}: {record.get('error') or record.get('test')}", flush=True)
+            save()
+    result["gemm"].append(run(me + ["gemm"], args))
+    save()
+    print(json.dumps({"summary": result["summary"], "accuracy": result["accuracy"], "targets": result["targets"]},
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[2:]) if sys.argv[1:2] == ["child"] else main())

@@ -1,0 +1,210 @@
+"""Data-parallel training: W ranks, each on its own shard of every epoch's
+seeds, with gradients averaged by DistributedDataParallel.
+
+How a run starts (`run_ranks`): `options.workers` W > 1 spawns W processes
+on this machine (`gnnsys.distributed.launch`); under `torchrun` (detected by
+TORCHELASTIC_RUN_ID, as GNNPipe does) this process is one of the WORLD_SIZE
+ranks torchrun started, on one machine or several (`run_from_env`), and
+`options.workers` is WORLD_SIZE (`torchrun_options`). The trainer passes its
+per-rank function; this module never imports a trainer.
+
+What every rank shares, and what rank 0 alone does:
+- the model starts from the same seed and DDP averages gradients after each
+  backward, so every rank holds the same parameters after every step; then
+  each rank draws its dropout masks from its own stream (`seed_rank`);
+- an epoch's loss is the mean over all ranks' seeds (`mean_across_ranks`);
+- evaluation (`split_inference`) gives every layer's nodes to the ranks in
+  equal slices (padded, so every rank gathers features the same number of
+  times) and all-gathers each layer's outputs: each rank computes 1/W of the
+  layer-wise inference and all get the same logits and scores;
+- rank 0 writes the checkpoint (with every rank's RNG state) and the result;
+  a checkpoint is complete on disk before any rank starts the next epoch.
+A W-rank checkpoint resumes only with the same W (`workers` is part of the
+resume key); rank 0 reads it and sends it to the others, so the ranks of a
+multi-machine run need no shared file system for it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.errors import ConfigError
+
+from .checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state, rng_state,
+                          save_checkpoint, set_rng_state, training_state)
+from .inference import layerwise_inference
+
+
+def under_torchrun() -> bool:
+    """True when this process was started by torchrun."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def torchrun_options(options):
+    """`options` with workers = torchrun's WORLD_SIZE (a `--workers` left at
+    1 takes it); ConfigError when another worker count was asked for."""
+    world = int(os.environ["WORLD_SIZE"])
+    if options.workers not in (1, world):
+        raise ConfigError("workers", f"{options.workers} requested, but torchrun started {world} processes")
+    return dataclasses.replace(options, workers=world)
+
+
+def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
+    """Run `worker(ctx, dataset, options, result_path, threads, on_epoch_end)`
+    on every rank: W spawned processes (each with 1/W of this process's torch
+    threads), or this process as one rank under torchrun. Returns what rank 0
+    left at result_path (`read_rank_result`); None in the other torchrun ranks.
+    Spawned workers get the dataset's path (a Dataset without one is pickled);
+    under torchrun every rank opens the dataset itself."""
+    from gnnsys.distributed import launch, run_from_env
+
+    device = "cuda" if torch.device(options.device).type == "cuda" else options.device  # rank r: cuda:r
+    with tempfile.TemporaryDirectory(prefix="gnnsys-dp-") as tmp:
+        out = Path(tmp) / "result.pt"
+        if under_torchrun():
+            run_from_env(worker, dataset, options, str(out), torch.get_num_threads(), on_epoch_end, device=device)
+        else:
+            threads = max(1, torch.get_num_threads() // options.workers)
+            data = dataset if dataset.path is None else str(dataset.path)
+            launch(worker, options.workers, (data, options, str(out), threads, on_epoch_end), device=device)
+        return read_rank_result(out) if out.exists() else None
+
+
+def rank_options(options, device: torch.device, rank: int):
+    """The options rank `rank` trains with: its own device (cuda:LOCAL_RANK),
+    progress bars on rank 0 only."""
+    return dataclasses.replace(options, device=str(device), progress=options.progress and rank == 0)
+
+
+def seed_rank(seed: int, rank: int):
+    """Seed torch's generator with a stream of its own for rank `rank` (after
+    the model's shared initialisation): the ranks' dropout masks are then
+    independent. (A CPU dropout draws one seed per call, so ranks seeded alike
+    would draw the same masks.)"""
+    torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1, np.uint64)[0]))
+
+
+def wrap_model(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
+    """The module a training step calls: DistributedDataParallel over `model`
+    when world_size > 1 (a process group must exist), else `model` itself."""
+    if world_size == 1:
+        return model
+    ids = [device] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def mean_across_ranks(value: float, device: torch.device) -> float:
+    """The mean of `value` over all ranks (a collective: every rank calls it)."""
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
+class _OneLayer(nn.Module):
+    """One layer of a GNN, shaped as a model for `layerwise_inference`."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layers = nn.ModuleList([layer])
+
+    @property
+    def needs_degree(self) -> bool:
+        return self.layers[0].needs_degree
+
+
+class _Rows:
+    """A tensor's rows as a feature source (`gather`), for the next layer's inputs."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows = rows
+
+    def gather(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.rows[ids]
+
+
+def rank_slice(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Rank `rank`'s contiguous slice of `ids` (distinct ids), every slice of
+    length ceil(len / world_size): the slices, concatenated, are `ids`
+    repeated cyclically, so they start with `ids` and no slice holds an id
+    twice (a sampler refuses repeated seeds)."""
+    share = -(-ids.shape[0] // world_size)
+    positions = torch.arange(rank * share, (rank + 1) * share)
+    return ids[positions % max(ids.shape[0], 1)]
+
+
+@torch.no_grad()
+def split_inference(model, dataset, nodes: torch.Tensor, batch_size: int, device: torch.device, features,
+                    rank: int, world_size: int) -> torch.Tensor:
+    """`layerwise_inference` of `model` for `nodes`, each layer's targets
+    (every node, `nodes` for the last layer) cut into world_size equal
+    contiguous slices, rank `rank` computing its own; the slices are
+    all-gathered after each layer, so every rank returns the same
+    [len(nodes), out_dim] CPU tensor. Every rank reads `features` in the
+    same number of batches (`rank_slice`), so `features` may be collective
+    (a shared cache) or not."""
+    everyone = torch.arange(dataset.num_nodes)
+    layers = list(model.layers)
+    source = features
+    for i, layer in enumerate(layers):
+        targets = nodes if i == len(layers) - 1 else everyone
+        mine = rank_slice(targets, rank, world_size)
+        out = layerwise_inference(_OneLayer(layer), dataset, mine, batch_size, device, features=source).to(device)
+        source = None  # free the previous layer's rows (a whole graph's worth) before gathering this one's
+        rows = torch.empty(out.shape[0] * world_size, out.shape[1], device=device)
+        dist.all_gather_single(rows, out)
+        source = _Rows(rows[:targets.shape[0]].cpu())
+    return source.rows
+
+
+def save_rank_checkpoint(options, epochs_done: int, history: list, model, optimizer, rank: int, precision=None):
+    """Every rank's RNG state to rank 0, which writes the checkpoint (a
+    collective: every rank calls it; `precision`: see `training_state`);
+    returns once the file is in place."""
+    states = [None] * dist.get_world_size()
+    dist.all_gather_object(states, rng_state())
+    if rank == 0:
+        save_checkpoint(options.checkpoint_dir,
+                        training_state(options, epochs_done, history, model, optimizer, precision=precision,
+                                       rng_ranks=states))
+    dist.barrier()
+
+
+def resume_ranks(options, model, optimizer, rank: int, precision=None) -> tuple[int, list]:
+    """For `options.resume` on every rank: rank 0 reads the checkpoint and
+    sends it to all; each restores model, optimizer, `precision`'s gradient
+    scaler and its own RNG state.
+    Returns (epochs done, history); (0, []) when there is no checkpoint."""
+    box = [load_checkpoint(options.checkpoint_dir) if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    state = box[0]
+    if state is None:
+        if rank == 0:
+            note_fresh_start(options.checkpoint_dir)
+        return 0, []
+    if rank > 0:  # rank 0 checked the device; the others train on their own
+        options = dataclasses.replace(options, device=state["options"]["device"])
+    done, history = restore_training_state(state, Path(options.checkpoint_dir) / FILE, options, model, optimizer,
+                                           precision)
+    set_rng_state(state["extra"]["rng_ranks"][rank])
+    return done, history
+
+
+def write_rank_result(path, history: list, model: nn.Module):
+    """Rank 0's epoch records and final weights, written atomically to `path`."""
+    buf = io.BytesIO()
+    torch.save({"history": history, "model": model.state_dict()}, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def read_rank_result(path) -> dict:
+    """{"history", "model" (a state dict)} written by `write_rank_result`."""
+    return torch.load(path, map_location="cpu", weights_only=True)
