@@ -17,7 +17,6 @@ batches) and the belady bound. Reports the first epoch and the steady state
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
@@ -30,6 +29,7 @@ import gnnsys
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import in_degree, make_policy, presample_hotness
+from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 POLICIES = ["static-degree", "presample", "lru", "sieve", "s3fifo", "hybrid", "belady"]
@@ -147,10 +147,7 @@ def plot(results: dict, path: Path):
             ax.set_ylabel("hit rate")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    atomic_write_bytes(path, png.getvalue())
+    save_figure(fig, path)
 
 
 def main(argv=None):

@@ -47,6 +47,8 @@ import sys
 import time
 from pathlib import Path
 
+from plotting import save_figure
+
 HERE = Path(__file__).resolve().parent
 GEMM = (50000, 256, 256)
 TARGETS = {"bf16_vs_gnnsys_fp32": 1.8, "bf16_vs_dgl_fp32": 3.5, "accuracy_points": 0.5, "fp32_over_floor": 1.3}
@@ -263,14 +265,11 @@ def targets(summary: dict, acc: dict) -> dict:
 
 def plot(result: dict, path: Path):
     """Epoch time (median, with the GEMM floor) per configuration and accuracy per precision, as a PNG."""
-    import io
-
+    
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from gnnsys.datasets.atomic import atomic_write_bytes
 
     names = [n for n, s in result["summary"].items() if s["epoch_s"]]
     if not names:
@@ -290,11 +289,7 @@ def plot(result: dict, path: Path):
               yerr=[100 * (acc[p]["test_stdev"] or 0) for p in precisions], color="tab:green")
     right.set_ylabel("test accuracy (%)")
     right.set_title(f"after {result['config']['acc_epochs']} epochs")
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, png.getvalue())
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:

@@ -28,7 +28,6 @@ ownership); no lookahead window. Deterministic: one run per point.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
@@ -43,6 +42,7 @@ from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import make_policy, presample_hotness
 from gnnsys.storage.cache.ownership import Ownership, exchange_bytes, serve_step, shard_policy
+from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 SETUPS = ("private", "shared", "shared+replica", "ideal")
@@ -208,10 +208,7 @@ def plot(results: dict, path: Path):
             ax.set_title(f"{pol}: {label}")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    atomic_write_bytes(path, png.getvalue())
+    save_figure(fig, path)
 
 
 def table(results: dict) -> str:

@@ -27,7 +27,6 @@ PNG under benchmarks/results/ (--name).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -41,6 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_ssd_tier import device_reads, machine  # noqa: E402
+from plotting import save_figure  # noqa: E402
 
 TARGET_STEADY, TARGET_FIRST = 1.15, 1.5
 
@@ -185,8 +185,6 @@ def plot(summary: dict, path: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gnnsys.datasets.atomic import atomic_write_bytes
-
     modes = list(summary)
     x = np.arange(len(modes))
     fig, ax = plt.subplots(figsize=(1.6 * len(modes) + 2, 4))
@@ -196,10 +194,7 @@ def plot(summary: dict, path: Path):
     ax.set_ylabel("seconds per epoch")
     ax.set_title("SAGE epochs by feature placement")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    atomic_write_bytes(path, png.getvalue())
+    save_figure(fig, path)
 
 
 def main(argv=None):

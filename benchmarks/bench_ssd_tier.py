@@ -17,7 +17,6 @@ with matplotlib).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
@@ -32,6 +31,7 @@ import torch
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.storage.direct_io import aligned
 from gnnsys.storage.ssd import SSDFeatures
+from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 TARGET_IOPS_SHARE, TARGET_AMPLIFICATION = 0.80, 1.25
@@ -126,10 +126,7 @@ def plot(cases: list, path: Path):
     ax.set_ylabel("thousands per second (median)")
     ax.set_title("SSD tier vs device, 512 B random reads")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    atomic_write_bytes(path, png.getvalue())
+    save_figure(fig, path)
 
 
 def main(argv=None):

@@ -43,3 +43,18 @@ def gather_output(out, rows: int, dim: int, dtype: torch.dtype, device="cpu") ->
             or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {dtype} tensor of shape {(rows, dim)} on {device}")
     return out
+
+
+def distinct_request(ids, out, shape: tuple, dtype: torch.dtype, device="cpu"):
+    """The start of a gather of rows `ids` from a [num_rows, dim] source:
+    (out, uniq, inverse) with the ids checked, `out` checked or allocated
+    (gather_output), and the distinct ids sorted (int64 numpy) with each id's
+    position among them; uniq is None for an empty request."""
+    import numpy as np
+
+    ids = check_ids(torch.as_tensor(ids), shape[0])
+    out = gather_output(out, ids.shape[0], shape[1], dtype, device)
+    if ids.shape[0] == 0:
+        return out, None, None
+    uniq, inverse = np.unique(ids.cpu().numpy().astype(np.int64, copy=False), return_inverse=True)
+    return out, uniq, inverse.reshape(-1)

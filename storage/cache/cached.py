@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, completed, gather_output
+from gnnsys.ids import completed, distinct_request
 
 from ..base import tiers
 from .belady import BeladyPolicy
@@ -122,16 +122,14 @@ class CachedFeatures:
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given."""
-        ids = check_ids(torch.as_tensor(ids), self.shape[0])
-        n = ids.shape[0]
-        out = gather_output(out, n, self.shape[1], self.dtype, self.device)
-        if n == 0:
+        out, uniq, inverse = distinct_request(ids, out, self.shape, self.dtype, self.device)
+        if uniq is None:
             return out
-        uniq, inverse = np.unique(ids.cpu().numpy().astype(np.int64, copy=False), return_inverse=True)
+        n = inverse.shape[0]
         with self._lock:
             rows = self._batch(uniq)
             self._requested += n
-        torch.index_select(rows, 0, self._on_device(inverse.reshape(-1)), out=out)
+        torch.index_select(rows, 0, self._on_device(inverse), out=out)
         return out
 
     def _batch(self, uniq: np.ndarray) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 
 from gnnsys import _capabilities
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, completed, gather_output
+from gnnsys.ids import check_ids, completed, distinct_request
 
 from .policy import replace_by_key
 
@@ -91,12 +91,10 @@ class VictimBuffer:
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given."""
-        ids = check_ids(torch.as_tensor(ids), self.shape[0])
-        n = ids.shape[0]
-        out = gather_output(out, n, self.shape[1], self.dtype, self.device)
-        if n == 0:
+        out, uniq, inverse = distinct_request(ids, out, self.shape, self.dtype, self.device)
+        if uniq is None:
             return out
-        uniq, inverse = np.unique(ids.cpu().numpy().astype(np.int64, copy=False), return_inverse=True)
+        n = inverse.shape[0]
         rows = torch.empty((uniq.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
         with self._lock:
             slot = self._slot_of[uniq].astype(np.int64)
@@ -110,7 +108,7 @@ class VictimBuffer:
         miss = np.flatnonzero(~hit)
         if miss.shape[0]:
             rows[torch.from_numpy(miss).to(self.device)] = self.base.gather(torch.from_numpy(uniq[miss]))
-        torch.index_select(rows, 0, torch.from_numpy(inverse.reshape(-1)).to(self.device), out=out)
+        torch.index_select(rows, 0, torch.from_numpy(inverse).to(self.device), out=out)
         return out
 
     def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
