@@ -13,8 +13,9 @@ random subset of the training seeds (no evaluation):
   `--host-mem-budget` (default: 45% of features.bin), policy `--policy`,
   lookahead `--lookahead`.
 
-Device bytes per epoch are the child's /proc/self/io read_bytes delta (what
-reached the block device, for every mode alike). The device's bandwidth for
+Device bytes per epoch are the sectors read from the block device holding
+the dataset during the epoch (/sys/dev/block/M:m/stat, for every mode alike;
+/proc/self/io does not count a memory map's page faults here). The device's bandwidth for
 this pattern is measured in the same run with a plain O_DIRECT pread loop of
 random single blocks (bench_ssd_tier.device_reads) at the tier's thread
 count. Repeats alternate the modes; medians are reported. Writes JSON and a
@@ -64,10 +65,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def read_bytes() -> int:
-    """Bytes this process has caused to be read from the block device."""
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+def read_bytes(path: Path) -> int:
+    """Bytes read so far from the block device holding `path` (its sectors
+    read in /sys/dev/block: every reader of the device counts, page-cache
+    misses of a memory map included; the machine must be otherwise idle)."""
+    dev = os.stat(path).st_dev
+    with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as f:
+        return int(f.read().split()[2]) * 512
 
 
 def drop_page_cache(path: Path) -> str:
@@ -113,9 +117,9 @@ def child(args) -> dict:
                              prefetch=options.prefetch, features=trainer.features, lookahead=options.lookahead)
     epochs = []
     for e in range(args.epochs):
-        before = read_bytes()
+        before = read_bytes(ds.path)
         record = trainer._epoch(loader, e)
-        record["device_bytes"] = read_bytes() - before
+        record["device_bytes"] = read_bytes(ds.path) - before
         epochs.append(record)
     return {"mode": mode, "setup_s": setup_s, "page_cache": dropped, "epochs": epochs,
             "rss_peak_mib": _peak_rss_mib()}

@@ -125,15 +125,18 @@ class Plan:
     first: np.ndarray
 
 
-def plan_reads(rows: np.ndarray, stride: int, row_bytes: int, block: int, max_read: int, size: int) -> Plan:
+def plan_reads(rows: np.ndarray, stride: int, row_bytes: int, block: int, max_read: int, size: int,
+               max_gap: int = 0) -> Plan:
     """Block-aligned reads covering the sorted unique `rows` (int64): rows
-    whose blocks overlap or adjoin share one read, and no read exceeds
-    `max_read` bytes (callers ensure max_read >= row_blocks * block)."""
+    whose blocks overlap, adjoin or lie at most `max_gap` bytes (whole
+    blocks) apart share one read (the gap is read and ignored: one request
+    instead of two), and no read exceeds `max_read` bytes (callers ensure
+    max_read >= row_blocks * block)."""
     start = rows * stride
     lo = start // block
     hi = (start + row_bytes + block - 1) // block
     new_group = np.ones(rows.shape[0], dtype=bool)
-    new_group[1:] = lo[1:] > hi[:-1]  # a gap of at least one block before the row
+    new_group[1:] = lo[1:] > hi[:-1] + max_gap // block  # a longer gap than max_gap before the row
     group_lo = lo[new_group][np.cumsum(new_group) - 1]
     # rows starting within the same window of max_read // block - row_blocks + 1 blocks
     # of their group share a read, which then ends at most max_read bytes on

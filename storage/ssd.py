@@ -32,6 +32,7 @@ DEFAULT_STAGING = 64 << 20
 DEFAULT_THREADS = 16
 DEFAULT_DEPTH = 128
 DEFAULT_MAX_READ = 128 << 10
+DEFAULT_MAX_GAP = 8192  # one 8 KiB gap costs less than a request on this disk (about 1 GB/s, 50k IOPS)
 ENGINES = ("auto", "uring", "threads")
 _COUNTERS = ("bytes_read", "useful_bytes", "reads", "rows", "unique_rows")
 log = logging.getLogger(__name__)
@@ -60,7 +61,9 @@ class SSDFeatures:
     engine: "uring" (reads on an io_uring, `depth` in flight from one thread),
     "threads" (`threads` blocking preads in flight) or "auto" (default: uring
     where uring_available(), else threads); max_read: the largest single read
-    in bytes; host_mem_budget: bytes of staging buffer (default 64 MiB), at
+    in bytes; max_gap: rows at most this many bytes apart share one read
+    (the gap is read too: fewer, larger reads for more bytes; default
+    DEFAULT_MAX_GAP); host_mem_budget: bytes of staging buffer (default 64 MiB), at
     least threads x max_read (threads) or max_read (uring), else ConfigError;
     direct: True requires O_DIRECT, False reads through the page cache, None (default)
     tries O_DIRECT and falls back with a RuntimeWarning. `stats()` gives the
@@ -73,7 +76,7 @@ class SSDFeatures:
 
     def __init__(self, path, *, threads: int = DEFAULT_THREADS, max_read: int = DEFAULT_MAX_READ,
                  host_mem_budget: int | None = None, direct: bool | None = None, engine: str = "auto",
-                 depth: int = DEFAULT_DEPTH):
+                 depth: int = DEFAULT_DEPTH, max_gap: int = DEFAULT_MAX_GAP):
         meta = read_meta(path)
         f = meta["features"]
         self.path = Path(path) / f["file"]
@@ -82,6 +85,9 @@ class SSDFeatures:
         self.row_bytes, self.stride = f["dim"] * self.dtype.itemsize, f["row_stride"]
         if threads < 1:
             raise ConfigError("threads", f"must be at least 1, got {threads}")
+        if max_gap < 0:
+            raise ConfigError("max_gap", f"must be >= 0 bytes, got {max_gap}")
+        self.max_gap = int(max_gap)
         if not 1 <= depth <= MAX_DEPTH:
             raise ConfigError("depth", f"must be 1 to {MAX_DEPTH}, got {depth}")
         self.engine = pick_engine(engine)
@@ -138,7 +144,8 @@ class SSDFeatures:
     def _read(self, rows: np.ndarray, inverse: np.ndarray, out: np.ndarray):
         """Read the sorted unique `rows` in waves that fit the staging buffer
         and scatter each wave to out[p] for every p with rows[inverse[p]] in it."""
-        plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._reader.file.size)
+        plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._reader.file.size,
+                          self.max_gap)
         order = np.argsort(inverse, kind="stable")
         row_start = np.append(0, np.cumsum(np.bincount(inverse, minlength=rows.shape[0])))
         first = np.append(plan.first, rows.shape[0])

@@ -105,10 +105,10 @@ def test_out_of_range_ids_raise_index_error(make_dataset):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_read_amplification_of_512_byte_rows(make_dataset, engine):
-    """400 B rows stored in 512 B: one block per row, adjoining rows merge into
-    one read, and no read exceeds max_read."""
+    """400 B rows stored in 512 B, no gap merging: one block per row,
+    adjoining rows merge into one read, and no read exceeds max_read."""
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
-    with _ssd(ds.path, engine, 2, max_read=4096, host_mem_budget=8192) as ssd:
+    with _ssd(ds.path, engine, 2, max_read=4096, host_mem_budget=8192, max_gap=0) as ssd:
         assert ssd.block == 512
         ids = torch.from_numpy(np.random.default_rng(1).choice(N, 100, replace=False))
         ssd.gather(torch.cat([ids, ids[:10]]))
@@ -143,6 +143,33 @@ def test_plan_reads_are_aligned_bounded_and_cover_each_row(stride, row_bytes, bl
     cut = gap <= 0
     assert (gap >= -block).all() and (cut.any() or stride > block)  # rows 40..89 need several reads
     assert (plan.length[:-1][cut] >= max_read - (2 * row_blocks(row_bytes, stride, block) - 2) * block).all()
+
+
+@pytest.mark.parametrize("gap_blocks", [0, 1, 3, 8])
+def test_plan_reads_merge_rows_at_most_max_gap_apart(gap_blocks):
+    rows = np.array([0, 2, 6, 7, 20], np.int64)  # 512 B rows in 512 B blocks: gaps of 1, 3, 0 and 12 blocks
+    plan = plan_reads(rows, 512, 400, 512, 1 << 20, 100 * 512, max_gap=gap_blocks * 512)
+    expected = {0: [0, 1, 2, 4], 1: [0, 2, 4], 3: [0, 4], 8: [0, 4]}[gap_blocks]
+    assert plan.first.tolist() == expected
+    assert plan.length.sum() == 512 * (5 + sum(g for g in (1, 3, 12) if g <= gap_blocks))
+    assert (plan.src == plan.staged[np.searchsorted(plan.first, np.arange(5), side="right") - 1]
+            + rows * 512 - plan.offset[np.searchsorted(plan.first, np.arange(5), side="right") - 1]).all()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("max_gap", [512, 8192])
+def test_rows_through_gap_merging_equal_the_table(make_dataset, engine, max_gap):
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
+    with _ssd(ds.path, engine, 4, max_gap=max_gap) as ssd:
+        for name, ids in _id_sets(512, np.random.default_rng(max_gap)).items():
+            assert _same(ssd.gather(ids), ds.features.gather(ids)), name
+        assert ssd.stats()["read_amplification"] > 1.0  # the gaps were read too
+
+
+def test_a_negative_gap_is_refused(make_dataset):
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
+    with pytest.raises(ConfigError, match="^max_gap: must be >= 0"):
+        SSDFeatures(ds.path, max_gap=-1)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
