@@ -9,8 +9,9 @@ exchange, and the metric of W-rank training against one process.
    prepared here when missing). The first epoch compiles and warms the page
    cache, so the table shows the last one (`time_s`, excluding evaluation).
    With --cache-rows (and --replicate-frac) the runs stack the feature cache;
-   the exchange column is the breakdown's EXCHANGE_KEY seconds over the epoch
-   time, "-" while the stack has no shared cache that reports it.
+   with W > 1 that is the shared cache, and the exchange column is rank 0's
+   seconds in its collectives (`tiers.cache.exchange_s`) over the epoch
+   time ("-" for one rank or no cache).
 2. Metric: --seeds seeds on a small arxiv-shaped graph (--small, prepared
    when missing), one process against --metric-workers ranks, each rank with
    the same --batch-size (as `gnnsys train --workers W` runs): test metric at
@@ -40,7 +41,6 @@ from common import machine  # noqa: E402
 from prepare_synthetic import run_child  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_data_parallel.json"
-EXCHANGE_KEY = "exchange_s"  # the shared cache's all_to_all seconds in an epoch's breakdown, when it reports them
 
 
 def ensure_dataset(path: Path, like: str, scale: float) -> Path:
@@ -62,8 +62,9 @@ def train_options(args, workers: int, seed: int, epochs: int) -> dict:
 
 
 def exchange_share(record: dict) -> float | None:
-    """The share of the epoch's time spent exchanging rows between ranks; None when not reported."""
-    seconds = record["breakdown"].get(EXCHANGE_KEY)
+    """The share of rank 0's epoch spent in the shared cache's collectives
+    (its `exchange_s`); None without a shared cache (one rank, or no cache)."""
+    seconds = record.get("tiers", {}).get("cache", {}).get("exchange_s")
     return None if seconds is None else seconds / record["time_s"]
 
 
@@ -76,7 +77,7 @@ def epoch_time(data: Path, workers: int, args) -> dict:
     last = result.epochs[-1]
     seeds = load_dataset(data).split("train").shape[0] // workers * workers
     return {"workers": workers, "epoch_s": last["time_s"], "seeds_per_s": seeds / last["time_s"],
-            "exchange_share": exchange_share(last), "breakdown": last["breakdown"],
+            "exchange_share": exchange_share(last), "breakdown": last["breakdown"], "tiers": last.get("tiers"),
             "epochs_s": [e["time_s"] for e in result.epochs], "run_s": time.perf_counter() - began,
             "loss": last["loss"], "valid": last["valid"], "test": last["test"]}
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from gnnsys.datasets.atomic import atomic_write_bytes
-
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
     """Lay out matplotlib figure `fig` and write it as a PNG to `path`
-    (complete or not at all), then close it."""
+    (complete or not at all), then close it. Imports nothing at module
+    level, so scripts that also run in the peers' environments can import it."""
     import matplotlib.pyplot as plt
+
+    from gnnsys.datasets.atomic import atomic_write_bytes
 
     fig.tight_layout()
     png = io.BytesIO()
