@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", default="100000,400000", help="unique ids per gather (comma-separated)")
     p.add_argument("--repeats", type=int, default=3, help="runs per case (>= 3 for a reported median)")
     p.add_argument("--budget-mib", type=int, default=256, help="SSDFeatures host_mem_budget (staging)")
+    p.add_argument("--max-gap", type=int, default=0,
+                   help="SSDFeatures max_gap (default 0: one request per run of adjoining rows, so tier and device "
+                        "reads/s compare requests)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(HERE / "results" / "ssd_tier.json"))
     args = p.parse_args(argv)
@@ -136,7 +139,7 @@ def main(argv=None):
     cases = []
     for threads in args.threads:
         for engine in args.engines:
-            with SSDFeatures(args.dataset, threads=threads, depth=threads, engine=engine,
+            with SSDFeatures(args.dataset, threads=threads, depth=threads, engine=engine, max_gap=args.max_gap,
                              host_mem_budget=args.budget_mib << 20, direct=True) as ssd:
                 layout = {"rows": ssd.shape[0], "row_bytes": ssd.row_bytes, "row_stride": ssd.stride,
                           "block": ssd.block, "file_bytes": ssd.shape[0] * ssd.stride}
