@@ -137,11 +137,16 @@ def test_victim_buffer_refuses_bad_offers():
     assert VictimBuffer(CountingSource(x), 0).gather(torch.tensor([3])).tolist() == x[[3]].tolist()
 
 
+def prefetching_lru(rows: int):
+    """(table, counting device over it, an lru cache of every row with prefetch)."""
+    x = torch.randn(rows, 2)
+    device = CountingSource(x)
+    return x, device, CachedFeatures(device, rows, "lru", prefetch=True)
+
+
 @pytest.mark.parametrize("lookahead", [1, 2])
 def test_prefetch_reads_the_farthest_batch_ahead_so_its_gather_reads_nothing(lookahead):
-    x = torch.randn(10, 2)
-    device = CountingSource(x)
-    cache = CachedFeatures(device, 10, "lru", prefetch=True)
+    x, device, cache = prefetching_lru(10)
     trace = [[0, 1], [2, 3], [4, 5]][:lookahead + 1]
     for i, ids in enumerate(trace):
         cache.set_window(trace[i + 1:])
@@ -159,9 +164,7 @@ def test_prefetch_reads_the_farthest_batch_ahead_so_its_gather_reads_nothing(loo
 
 
 def test_gathers_before_the_batch_read_for_serve_their_misses_from_the_prefetch():
-    x = torch.randn(10, 2)
-    device = CountingSource(x)
-    cache = CachedFeatures(device, 10, "lru", prefetch=True)
+    x, device, cache = prefetching_lru(10)
     trace = [[0], [2, 9], [2, 3]]
     for i, ids in enumerate(trace):
         cache.set_window(trace[i + 1:])
@@ -188,9 +191,7 @@ def held_prefetch(device):
 
 
 def test_a_gather_does_not_wait_for_a_read_for_a_later_batch():
-    x = torch.randn(6, 2)
-    device = CountingSource(x)
-    cache = CachedFeatures(device, 6, "lru", prefetch=True)
+    x, device, cache = prefetching_lru(6)
     gate, started = held_prefetch(device)
     cache.set_window([[2, 3]])
     started.wait()
@@ -204,9 +205,7 @@ def test_a_gather_does_not_wait_for_a_read_for_a_later_batch():
 
 
 def test_a_gather_waits_for_the_read_of_its_own_batch():
-    x = torch.randn(6, 2)
-    device = CountingSource(x)
-    cache = CachedFeatures(device, 6, "lru", prefetch=True)
+    x, device, cache = prefetching_lru(6)
     gate, started = held_prefetch(device)
     cache.set_window([[2, 3]])
     started.wait()
@@ -219,9 +218,7 @@ def test_a_gather_waits_for_the_read_of_its_own_batch():
 
 
 def test_a_second_window_replaces_the_waiting_request():
-    x = torch.randn(10, 2)
-    device = CountingSource(x)
-    cache = CachedFeatures(device, 10, "lru", prefetch=True)
+    x, device, cache = prefetching_lru(10)
     gate, started = held_prefetch(device)
     cache.set_window([[1]])
     started.wait()
