@@ -6,23 +6,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnsys.ids import check_ids, completed, gather_output, index_to_ids
+from gnnsys.feature_source import FeatureSource
+from gnnsys.ids import check_ids, gather_output, index_to_ids
 
-from .gather_cpu import gather_rows, word_view
+from .gather_cpu import gather_rows, gather_rows_to, tensor_words, word_view
 
 
-class RowTable:
+class RowTable(FeatureSource):
     """A FeatureSource over a [num_rows, row_stride] uint8 table (a memmap of
     features.bin or an in-memory array) holding `dim` values of `dtype` per row.
 
     gather copies the requested rows in parallel into a reusable buffer, so a
     steady-state gather allocates nothing when `out` is passed; `table[ids]`
     (ids, a slice, a boolean mask or an int) returns the exact stored rows.
-    It is a FeatureSource (gnnsys.storage.base) with no lower tier (`base` None).
+    It is a FeatureSource (gnnsys.feature_source) with no lower tier (`base`
+    None); host_bytes() counts an in-memory table, not a memory-mapped one
+    (its pages belong to the page cache).
     """
-
-    base = None
-    device = torch.device("cpu")
 
     def __init__(self, table: np.ndarray, dim: int, dtype: torch.dtype):
         if table.dtype != np.uint8 or table.ndim != 2:
@@ -53,12 +53,16 @@ class RowTable:
             gather_rows(self._words, ids.numpy(), raw)
         return out
 
-    def gather_async(self, ids, out=None):
-        """gather, already complete (a CPU gather is synchronous)."""
-        return completed(self.gather(ids, out))
+    def gather_into(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
+        """Row ids[i] into out[at[i]] (a CPU tensor of this dtype; `at` distinct), with no temporary."""
+        ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        if out.device.type != "cpu" or not out.is_contiguous():
+            return super().gather_into(ids, out, at)
+        gather_rows_to(self._words, ids.numpy(), tensor_words(out), at.numpy())
 
-    def __len__(self) -> int:
-        return self.shape[0]
+    def host_bytes(self) -> dict:
+        """{"rows": bytes} of an in-memory table; {} for a memory-mapped one."""
+        return {} if self.mapped else {"rows": int(self.table.nbytes)}
 
     def __getitem__(self, index) -> torch.Tensor:
         ids = index_to_ids(index, self.shape[0])

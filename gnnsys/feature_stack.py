@@ -1,18 +1,23 @@
-"""The stack of feature tiers a minibatch trainer reads, built from its options.
+"""The stack of feature tiers a minibatch trainer reads, built from its
+options, and the plan of the host memory it holds.
 
 Bottom to top: the rows (the dataset's in-memory or memory-mapped table placed
 by `storage.placement`, or the SSD tier `SSDFeatures` reading features.bin
 with O_DIRECT), a victim buffer (when a lookahead window is given), and a
-software cache (`CachedFeatures`) on top. With `host_mem_budget`, what the
-SSD stack holds in host memory (cache rows, victim rows, read staging) is
-planned to fit it (`plan_host_memory`) and a budget that cannot hold them is
-refused with one line. `tier_stats` reads every tier's counters, keyed by
-tier name, for the progress bar and the epoch records.
+software cache (`CachedFeatures`, or `SharedCachedFeatures` over
+data-parallel ranks) on top. `plan_host_memory` sizes every part the stack
+holds in host memory (cache rows, the policy's per-node state and window,
+victim rows and index, SSD read staging, rows read ahead) and, with
+`host_mem_budget`, fits them into it: the rows read ahead get what the rest
+leaves (up to the window's worth; the cache's stats say how many were
+skipped for lack of room), and a budget that cannot hold the rest is refused
+with one line naming each part and its size. `tier_stats` reads every tier's
+counters, keyed by tier name, for the progress bar and the epoch records.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -23,116 +28,177 @@ log = logging.getLogger(__name__)
 
 GB = 10**9
 MAX_STAGING = 64 << 20  # staging beyond this buys no throughput (benchmarks/README.md, SSD tier)
+FIRST_STAGING = 8 << 20  # staging served before the rows read ahead (a full ring of 64 KiB reads)
+SSD_ENGINE_BYTES = 1 << 20  # held for the SSD tier's read engine (io_uring's rings are about 20 KiB)
 PRESAMPLE_EPOCHS = 2
 PRESAMPLE_FROM = 1_000_000  # pre-sampled epochs are numbered far beyond any training epoch
-TIER_NAMES = {"CachedFeatures": "cache", "SharedCachedFeatures": "cache", "VictimBuffer": "victim",
-              "SSDFeatures": "ssd"}
+CACHE_POLICIES = ("static", "presample", "lru", "sieve", "s3fifo", "hybrid")  # the names training takes
+PRESAMPLED = ("presample", "hybrid")  # policies scored by pre-sampled hotness (the others: in-degree)
+
+
+def storage_policy(name: str) -> str:
+    """The storage.cache policy a training policy name runs ("presample" is static over hotness)."""
+    if name not in CACHE_POLICIES:
+        raise ConfigError("cache_policy", f"must be one of {', '.join(CACHE_POLICIES)}, got {name!r}")
+    return "static" if name == "presample" else name
 
 
 @dataclass(frozen=True)
 class HostMemoryPlan:
-    """Rows of the cache and of the victim buffer, and bytes of SSD read
-    staging (None: the tier's default), for rows of `row_bytes` bytes."""
+    """Rows of the cache, of the victim buffer and read ahead (None: bounded
+    only by the window), bytes of SSD read staging (None: the tier's
+    default), for rows of `row_bytes` bytes; `parts`: the planned bytes of
+    every part ("tier.part"), `budget` the bytes it had to fit (or None)."""
 
     cache_rows: int
     victim_rows: int
     staging_bytes: int | None
+    prefetch_rows: int | None
     row_bytes: int
+    parts: dict = field(default_factory=dict)
+    budget: int | None = None
+
+    @property
+    def total(self) -> int:
+        """Bytes of every planned part together."""
+        return sum(self.parts.values())
 
     def describe(self) -> str:
-        """One line: what each part holds."""
-        mb = lambda n: f"{n / 2**20:,.1f} MiB"  # noqa: E731
-        staging = "default" if self.staging_bytes is None else mb(self.staging_bytes)
-        return (f"cache {self.cache_rows:,} rows ({mb(self.cache_rows * self.row_bytes)}), victim buffer "
-                f"{self.victim_rows:,} rows ({mb(self.victim_rows * self.row_bytes)}), SSD staging {staging}")
+        """One line: each part and its size."""
+        return ", ".join(f"{name} {_mib(n)}" for name, n in self.parts.items()) or "nothing"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cache_gb: float | None = None,
-                     lookahead: int = 0, victim_rows: int | None = None, host_mem_budget: float | None = None,
-                     min_staging: int = 0) -> HostMemoryPlan:
+                     cache_policy: str = "static", lookahead: int = 0, victim_rows: int | None = None,
+                     host_mem_budget: float | None = None, min_staging: int = 0, engine_bytes: int = 0,
+                     batch_rows: int = 0, cache_on_host: bool = True) -> HostMemoryPlan:
     """The sizes of the host-memory parts of a stack (see HostMemoryPlan).
 
     cache_gb (GB = 10^9 bytes) converts to rows; the victim buffer defaults
-    to a quarter of the cache when lookahead > 0 (else none); with a budget
-    (GB) the staging gets what the cache and victim buffer leave, up to
-    MAX_STAGING, and ConfigError("host_mem_budget") when that is less than
-    `min_staging` bytes (one read per SSD thread).
+    to a quarter of the cache when lookahead > 0 (else none); batch_rows:
+    the distinct rows one batch needs (estimate_batch_rows), which sizes the
+    policy's window and the rows read ahead (lookahead x batch_rows at most);
+    cache_on_host False: the cache's rows live on a GPU; engine_bytes: held
+    for the SSD tier's read engine. With a budget (GB) what the fixed parts
+    leave is shared: the SSD staging gets up to FIRST_STAGING (at least
+    `min_staging`, one read per SSD thread), the rows read ahead up to the
+    window's worth, then the staging up to MAX_STAGING again;
+    ConfigError("host_mem_budget") naming every part when the fixed parts and
+    `min_staging` do not fit.
     """
+    from gnnsys.storage.cache import POLICIES, VictimBuffer
+
     if cache_gb is not None:
         cache_rows = int(cache_gb * GB // row_bytes)
     cache_rows = min(int(cache_rows), num_nodes)
     if victim_rows is None:
         victim_rows = cache_rows // 4 if lookahead > 0 else 0
     victim_rows = min(int(victim_rows), num_nodes)
+    window = lookahead * batch_rows if cache_rows else 0
+    parts = {}
+    if cache_rows:
+        parts["cache.rows"] = cache_rows * row_bytes if cache_on_host else 0
+        parts["cache.policy"] = POLICIES[storage_policy(cache_policy)].planned_bytes(
+            cache_rows, num_nodes, scored=True, window_ids=window)
+    if victim_rows:
+        parts["victim"] = VictimBuffer.planned_bytes(victim_rows, num_nodes, row_bytes)
+    if engine_bytes:
+        parts["ssd.engine"] = engine_bytes
+    sizes = dict(cache_rows=cache_rows, victim_rows=victim_rows, row_bytes=row_bytes)
     if host_mem_budget is None:
-        return HostMemoryPlan(cache_rows, victim_rows, None, row_bytes)
+        return HostMemoryPlan(staging_bytes=None, prefetch_rows=None, parts=parts, **sizes)
     budget = int(host_mem_budget * GB)
-    left = budget - (cache_rows + victim_rows) * row_bytes
+    left = budget - sum(parts.values())
     if left < min_staging:
-        held = f"{(cache_rows + victim_rows) * row_bytes / 2**20:,.1f} MiB"
-        raise ConfigError("host_mem_budget", f"{host_mem_budget:g} GB cannot hold the cache ({cache_rows:,} rows) "
-                          f"and victim buffer ({victim_rows:,} rows), {held}, plus {min_staging / 2**20:.1f} MiB "
-                          "of SSD read staging (one read per thread); raise it or shrink the cache")
-    plan = HostMemoryPlan(cache_rows, victim_rows, min(left, MAX_STAGING), row_bytes)
-    return plan
+        needed = dict(parts, **{"ssd.staging (at least)": min_staging})
+        raise ConfigError("host_mem_budget", f"{host_mem_budget:g} GB cannot hold "
+                          f"{', '.join(f'{k} {_mib(v)}' for k, v in needed.items())}: "
+                          f"{_mib(sum(needed.values()))} in all; raise it or shrink the cache")
+    staging = min(left, max(FIRST_STAGING, min_staging))
+    prefetch_rows = min((left - staging) // row_bytes, window) if lookahead and cache_rows else 0
+    parts["ssd.staging"] = staging = min(left - prefetch_rows * row_bytes, MAX_STAGING)
+    if lookahead and cache_rows:
+        parts["cache.prefetch"] = prefetch_rows * row_bytes
+        if prefetch_rows < window:
+            log.info("reading ahead is limited to %s rows of the %s a %d-batch window may need by the "
+                     "host-memory budget", f"{prefetch_rows:,}", f"{window:,}", lookahead)
+    return HostMemoryPlan(staging_bytes=staging, prefetch_rows=prefetch_rows, parts=parts, budget=budget, **sizes)
+
+
+def estimate_batch_rows(dataset, fanouts, batch_size: int, seed: int, batches: int = 3) -> int:
+    """The distinct input rows a training batch needs, measured: 1.25 x the
+    largest of the first `batches` sampled batches of epoch 0 (the sampler
+    training uses, so the estimate follows the graph and fanouts)."""
+    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed)
+    seeds = seeds.epoch(0)[:batches]
+    largest = max((sampler.sample(s, 0, i).input_nodes.shape[0] for i, s in enumerate(seeds)), default=0)
+    return min(dataset.num_nodes, largest + largest // 4)
 
 
 def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_rows: int = 0,
                         cache_gb: float | None = None, cache_policy: str = "static", lookahead: int = 0,
                         victim_rows: int | None = None, host_mem_budget: float | None = None,
-                        presample=None, progress: bool = True, world_size: int = 1, replicate_frac: float = 0.0):
+                        presample=None, progress: bool = True, world_size: int = 1, replicate_frac: float = 0.0,
+                        batch_rows: int = 0):
     """The FeatureSource stack for `dataset` (see the module docstring).
 
     features: a placement of storage.placement ("auto", "gpu", "pinned",
     "cpu-gather") or "ssd" (needs a prepared dataset directory); cache_rows
-    or cache_gb and cache_policy ("static" in-degree, "presample" hotness,
-    "lru", "sieve", "s3fifo", "hybrid"): the cache (none when both are
-    unset/0; on a CUDA device its rows live in GPU memory); lookahead > 0 adds a victim buffer of victim_rows rows and
-    reading ahead for the cache (the loader passes the window); presample():
-    the pre-sampling hotness score, called only when the policy needs it
-    (presample and hybrid). world_size > 1 (a data-parallel rank, the
-    process group initialised): the cache is one `SharedCachedFeatures` of
-    world_size x its rows over all ranks (replicate_frac: the share of each
-    rank's slots holding the hottest rows on every rank), with no victim
-    buffer. Returns (source, HostMemoryPlan).
+    or cache_gb and cache_policy (CACHE_POLICIES: "static" in-degree,
+    "presample" hotness, "lru", "sieve", "s3fifo", "hybrid"): the cache (none
+    when both are unset/0; on a CUDA device its rows live in GPU memory);
+    lookahead > 0 adds a victim buffer of victim_rows rows and reading ahead
+    for the cache (the loader passes the window); presample(): the
+    pre-sampling hotness score, called only when the policy needs it
+    (PRESAMPLED); batch_rows: see plan_host_memory. world_size > 1 (a
+    data-parallel rank, the process group initialised): the cache is one
+    `SharedCachedFeatures` of world_size x its rows over all ranks
+    (replicate_frac: the share of each rank's slots holding the hottest rows
+    on every rank), with no victim buffer. Returns (source, HostMemoryPlan).
     """
+    from gnnsys.storage.base import check_stack
+
     if world_size > 1:
         if victim_rows:
             raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
         victim_rows = 0
-    source, plan = _bottom(dataset, features, device, host_mem_budget, progress, cache_rows, cache_gb, lookahead,
-                           victim_rows)
+    on_gpu = torch.device(device).type == "cuda"  # hot rows in GPU memory, gathered rows arrive there
+    sizes = dict(cache_rows=cache_rows, cache_gb=cache_gb, cache_policy=cache_policy, lookahead=lookahead,
+                 victim_rows=victim_rows, batch_rows=batch_rows, cache_on_host=not on_gpu)
+    source, plan = _bottom(dataset, features, device, host_mem_budget, progress, sizes)
     if plan.cache_rows == 0:
-        return source, plan
+        return check_stack(source), plan
     from gnnsys.storage.cache import CachedFeatures, SharedCachedFeatures, in_degree
 
     if plan.victim_rows:
         from gnnsys.storage.cache import VictimBuffer
 
         source = VictimBuffer(source, plan.victim_rows)
-    if cache_policy in ("presample", "hybrid"):
+    if cache_policy in PRESAMPLED:
         if presample is None:
             raise ConfigError("cache_policy", f"{cache_policy!r} needs a pre-sampling score")
         score = presample()
     else:
         score = in_degree(dataset.indptr.numpy())
-    policy = "static" if cache_policy == "presample" else cache_policy
+    policy = storage_policy(cache_policy)
     if world_size > 1:
         source = SharedCachedFeatures(source, plan.cache_rows, policy, score=score, replicate_frac=replicate_frac)
-        log.info("feature tiers: %s", " over ".join(repr(t) for t in tiers_of(source)))
-        return source, plan
-    on_gpu = torch.device(device).type == "cuda"  # hot rows in GPU memory, gathered rows arrive there
-    source = CachedFeatures(source, plan.cache_rows, policy, score=score, prefetch=lookahead > 0,
-                            device=device if on_gpu else None)
-    log.info("feature tiers: %s", " over ".join(repr(t) for t in tiers_of(source)))
-    return source, plan
+    else:
+        source = CachedFeatures(source, plan.cache_rows, policy, score=score, prefetch=lookahead > 0,
+                                prefetch_rows=plan.prefetch_rows, device=device if on_gpu else None)
+    log.info("feature tiers: %s; host memory planned: %s", " over ".join(repr(t) for t in tiers_of(source)),
+             plan.describe())
+    return check_stack(source), plan
 
 
-def _bottom(dataset, features, device, host_mem_budget, progress, cache_rows, cache_gb, lookahead, victim_rows):
+def _bottom(dataset, features, device, host_mem_budget, progress, sizes):
     """(rows source, HostMemoryPlan): the placed table, or the SSD tier sized by the plan."""
     num_nodes, dim = dataset.num_nodes, dataset.num_features
     row_bytes = dim * dataset.features.dtype.itemsize
-    sizes = dict(cache_rows=cache_rows, cache_gb=cache_gb, lookahead=lookahead, victim_rows=victim_rows)
     if features != "ssd":
         from gnnsys.storage.placement import place_features
 
@@ -143,7 +209,7 @@ def _bottom(dataset, features, device, host_mem_budget, progress, cache_rows, ca
     from gnnsys.storage.ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
 
     plan = plan_host_memory(num_nodes, row_bytes, host_mem_budget=host_mem_budget,
-                            min_staging=DEFAULT_THREADS * DEFAULT_MAX_READ, **sizes)
+                            min_staging=DEFAULT_THREADS * DEFAULT_MAX_READ, engine_bytes=SSD_ENGINE_BYTES, **sizes)
     return SSDFeatures(dataset.path, host_mem_budget=plan.staging_bytes), plan
 
 
@@ -157,44 +223,56 @@ def tiers_of(source):
 def tier_stats(source) -> dict:
     """{tier name: its stats()} for every tier of `source` that counts (cache,
     victim, ssd)."""
-    return {TIER_NAMES.get(type(t).__name__, type(t).__name__): t.stats()
-            for t in tiers_of(source) if hasattr(t, "stats")}
+    return {t.name: stats for t in tiers_of(source) if (stats := t.stats())}
 
 
 def tier_record(source) -> dict:
-    """{"tiers": tier_stats(source)} for an epoch record, {} when no tier counts."""
+    """For an epoch record: {"tiers": tier_stats(source) plus "host_bytes",
+    what the tiers hold in host memory at the epoch's end (storage.base.stack_host_bytes)},
+    {} when no tier counts."""
+    from gnnsys.storage.base import stack_host_bytes
+
     stats = tier_stats(source)
-    return {"tiers": stats} if stats else {}
+    return {"tiers": {**stats, "host_bytes": stack_host_bytes(source)}} if stats else {}
 
 
 def tier_postfix(source, elapsed_s: float) -> dict:
-    """Progress-bar values: each counting tier's hit rate, the SSD's MB/s over `elapsed_s`."""
+    """Progress-bar values: each counting tier's hit rate, the SSD's MB/s over
+    `elapsed_s`, its read amplification over the rows' payload and the times
+    it read the whole file's worth of bytes."""
     shown = {}
     for name, s in tier_stats(source).items():
         if "hit_rate" in s:
             shown[name] = f"{s['hit_rate']:.0%}"
         if "bytes_read" in s:
             shown[f"{name}_MB_s"] = f"{s['bytes_read'] / 1e6 / max(elapsed_s, 1e-9):,.0f}"
+            shown[f"{name}_amp"] = f"{s['read_amplification']:.2f}x"
+            shown[f"{name}_file_x"] = f"{s['file_fraction']:.2f}"
     return shown
 
 
 def reset_tier_stats(source) -> None:
     """Zero the counters of every tier of `source`."""
     for t in tiers_of(source):
-        if hasattr(t, "reset_stats"):
-            t.reset_stats()
+        t.reset_stats()
+
+
+def _training_batches(dataset, fanouts, batch_size: int, seed: int):
+    """(CPU sampler, SeedBatches) over the training seeds, as training draws them."""
+    from gnnsys.samplers.factory import make_sampler
+    from gnnsys.samplers.seeds import SeedBatches
+
+    sampler = make_sampler("cpu", dataset.indptr, dataset.indices, list(fanouts), seed=seed)
+    return sampler, SeedBatches(dataset.split("train"), batch_size, shuffle=True, seed=seed)
 
 
 def presample_score(dataset, fanouts, batch_size: int, seed: int, epochs: int = PRESAMPLE_EPOCHS) -> np.ndarray:
     """GNNLab's hotness: in how many batches of `epochs` pre-sampled epochs of
     the training seeds (numbered from PRESAMPLE_FROM, never trained on) each
     node's features are needed, with the CPU sampler."""
-    from gnnsys.samplers.factory import make_sampler
-    from gnnsys.samplers.seeds import SeedBatches
     from gnnsys.storage.cache import presample_hotness
 
-    sampler = make_sampler("cpu", dataset.indptr, dataset.indices, list(fanouts), seed=seed)
-    seeds = SeedBatches(dataset.split("train"), batch_size, shuffle=True, seed=seed)
+    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed)
     return presample_hotness(sampler, seeds, range(PRESAMPLE_FROM, PRESAMPLE_FROM + epochs))
 
 
@@ -205,6 +283,7 @@ def placement_advice(num_nodes: int, row_stride: int, row_bytes: int, device="cp
     host memory available, what placement "auto" would pick for `device`,
     and, given a budget (GB), whether the table fits it and the largest cache
     (rows) an SSD stack can keep within it."""
+    from gnnsys.storage.cache import StaticPolicy
     from gnnsys.storage.placement import available_host_bytes, choose_placement
     from gnnsys.storage.ssd import DEFAULT_MAX_READ, DEFAULT_THREADS
 
@@ -215,10 +294,12 @@ def placement_advice(num_nodes: int, row_stride: int, row_bytes: int, device="cp
               "auto_reason": auto.reason, "fits_host_memory": table <= available}
     if host_mem_budget is not None:
         budget = int(host_mem_budget * GB)
-        staging = min(MAX_STAGING, max(budget - table, DEFAULT_THREADS * DEFAULT_MAX_READ))
-        advice.update(host_mem_budget_bytes=budget, fits_budget=table <= budget,
-                      min_staging_bytes=DEFAULT_THREADS * DEFAULT_MAX_READ,
-                      max_cache_rows=max(0, min(num_nodes, (budget - staging) // row_bytes)))
+        min_staging = DEFAULT_THREADS * DEFAULT_MAX_READ
+        staging = min(MAX_STAGING, max(budget - table, min_staging))
+        policy = StaticPolicy.planned_bytes(0, num_nodes, scored=True)  # a static cache's per-node state
+        per_row = row_bytes + 8 + StaticPolicy.slot_bytes  # a row and its slot's state
+        advice.update(host_mem_budget_bytes=budget, fits_budget=table <= budget, min_staging_bytes=min_staging,
+                      max_cache_rows=max(0, min(num_nodes, (budget - staging - policy) // per_row)))
     return advice
 
 

@@ -45,6 +45,28 @@ def gather_output(out, rows: int, dim: int, dtype: torch.dtype, device="cpu") ->
     return out
 
 
+def gather_distinct(ids, out, shape: tuple, dtype: torch.dtype, device, fill) -> torch.Tensor:
+    """A gather of rows `ids` built on `fill(uniq, out, at)`, which writes the
+    row of each distinct id uniq[i] into out[at[i]] (tensors; uniq sorted):
+    `out` is checked or allocated (gather_output), each distinct id is read
+    once into its first position, repeats are copied from there. So a tier
+    reads each distinct row once, straight into the caller's rows, with no
+    intermediate [distinct, dim] buffer."""
+    import numpy as np
+
+    out, uniq, inverse = distinct_request(ids, out, shape, dtype, device)
+    if uniq is None:
+        return out
+    n = inverse.shape[0]
+    first = np.empty(uniq.shape[0], np.int64)
+    first[inverse[::-1]] = np.arange(n - 1, -1, -1)
+    fill(torch.from_numpy(uniq), out, torch.from_numpy(first))
+    if n > uniq.shape[0]:
+        repeat = np.flatnonzero(first[inverse] != np.arange(n))
+        out[torch.from_numpy(repeat).to(out.device)] = out[torch.from_numpy(first[inverse[repeat]]).to(out.device)]
+    return out
+
+
 def distinct_request(ids, out, shape: tuple, dtype: torch.dtype, device="cpu"):
     """The start of a gather of rows `ids` from a [num_rows, dim] source:
     (out, uniq, inverse) with the ids checked, `out` checked or allocated

@@ -37,6 +37,7 @@ from gnnsys._capabilities import normalize_device
 from gnnsys.samplers.block import MiniBatch
 from gnnsys.samplers.factory import make_sampler
 from gnnsys.samplers.seeds import SeedBatches
+from gnnsys.storage.base import has_tier
 from gnnsys.storage.cuda_stream import CudaStreams
 
 _POLL_S = 0.05  # how often a blocked stage looks at the stop event
@@ -94,9 +95,9 @@ class MinibatchLoader:
         self.features = dataset.features if features is None else features
         self.prefetch = int(prefetch)
         self.lookahead = int(lookahead)
-        if self.lookahead and not hasattr(self.features, "set_window"):
-            raise ValueError(f"lookahead needs a feature source that takes a window (a cache), "
-                             f"got {type(self.features).__name__}")
+        if self.lookahead and not has_tier(self.features, "cache"):
+            raise ValueError(f"lookahead needs a feature stack with a cache, which takes the window; "
+                             f"got {self.features!r}")
         self.num_workers = int(num_workers)
         self.set_epoch(epoch)
         source, self.x_dtype = self.features, x_dtype

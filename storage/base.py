@@ -1,48 +1,68 @@
-"""The `FeatureSource` protocol, the stack of sources, and the `x[ids]` wrapper.
+"""The stack of feature tiers, its memory and its rules, and the `x[ids]` wrapper.
 
 Every placement (in memory, memory-mapped file, pinned host, GPU, staged
-copies) implements `FeatureSource`; training code only ever calls `gather` or
-indexes a `UnifiedTensor`, so changing the placement changes no caller. A
-source may wrap a lower tier (`base`): rows it does not hold itself come from
-there. `storage.placement` builds the stack; the bottom is always the
-dataset's `RowTable` (gnnsys.datasets.feature_table). See
-docs/architecture.md, "Feature tiers".
+copies, the SSD tier) and every tier over one (a cache, a victim buffer)
+is a `FeatureSource` (the contract, gnnsys/feature_source.py); training code
+only ever calls `gather` or indexes a `UnifiedTensor`, so changing the
+placement changes no caller. A tier may wrap a lower one (`base`): rows it
+does not hold itself come from there. `tiers` walks a stack top-down,
+`stack_host_bytes` sums what its tiers hold in host memory, and
+`check_stack` refuses stacks that make no sense. `gnnsys.feature_stack`
+builds the stacks training uses; the bottom is the dataset's `RowTable`
+(gnnsys.datasets.feature_table) or the SSD tier. See docs/architecture.md,
+"Feature tiers".
 """
 from __future__ import annotations
 
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Iterator
 
-import torch
-
+from gnnsys.errors import ConfigError
+from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import index_to_ids
 
-
-@runtime_checkable
-class FeatureSource(Protocol):
-    """Rows of a [num_nodes, dim] feature table, wherever they live.
-
-    gather(ids, out=None) returns rows `ids` (an int32/int64 tensor) as a
-    [len(ids), dim] tensor on `device`, written into `out` when given, and
-    raises IndexError for ids outside [0, num_nodes). gather_async returns a
-    handle whose wait() gives the same tensor. `base` is the source this one
-    wraps and falls back to (None for the bottom of a stack).
-    """
-
-    shape: tuple
-    dtype: torch.dtype
-    device: torch.device
-    base: "FeatureSource | None"
-
-    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...
-
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None): ...
+__all__ = ["FeatureSource", "UnifiedTensor", "check_stack", "has_tier", "stack_host_bytes", "tiers"]
 
 
 def tiers(source: FeatureSource) -> Iterator[FeatureSource]:
     """The stack of sources from `source` down to the bottom (following `base`)."""
     while source is not None:
         yield source
-        source = getattr(source, "base", None)
+        source = source.base
+
+
+def has_tier(source, name: str) -> bool:
+    """Whether `source` is a FeatureSource whose stack holds a tier called `name`."""
+    return isinstance(source, FeatureSource) and any(t.name == name for t in tiers(source))
+
+
+def stack_host_bytes(source: FeatureSource) -> dict:
+    """{"tier.part": bytes} of host memory every tier of `source` holds now
+    (each tier's host_bytes(), keyed by its name), plus "total"."""
+    held = {f"{t.name}.{part}": int(n) for t in tiers(source) for part, n in t.host_bytes().items()}
+    held["total"] = sum(held.values())
+    return held
+
+
+def check_stack(source: FeatureSource) -> FeatureSource:
+    """`source` if its stack makes sense, else ConfigError naming the problem:
+    every tier is a FeatureSource of the same shape and dtype as its base, at
+    most one cache (a cache over a cache only copies rows twice), and a victim
+    buffer only directly under the cache (nothing else offers it rows)."""
+    stack = list(tiers(source))
+    for upper, lower in zip(stack, stack[1:]):
+        if not isinstance(lower, FeatureSource):
+            raise ConfigError("features", f"{type(lower).__name__} under {upper.name} is not a FeatureSource")
+        if tuple(upper.shape) != tuple(lower.shape) or upper.dtype != lower.dtype:
+            raise ConfigError("features", f"{upper.name} ({tuple(upper.shape)}, {upper.dtype}) over "
+                              f"{lower.name} ({tuple(lower.shape)}, {lower.dtype}): shapes and dtypes differ")
+    names = [t.name for t in stack]
+    if names.count("cache") > 1:
+        raise ConfigError("features", f"a cache over a cache ({' over '.join(names)}): keep one, of their "
+                          "combined size")
+    for i, name in enumerate(names):
+        if name == "victim" and (i == 0 or names[i - 1] != "cache"):
+            raise ConfigError("features", f"a victim buffer must sit directly under the cache ({' over '.join(names)})")
+    return source
 
 
 class UnifiedTensor:

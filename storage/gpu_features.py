@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from gnnsys._capabilities import normalize_device, require_cuda, require_triton
 from gnnsys.datasets.feature_table import RowTable
+from gnnsys.feature_source import FeatureSource
 
 COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
 
@@ -51,13 +52,12 @@ class PendingGather:
         return self.value
 
 
-class TableFeatures:
+class TableFeatures(FeatureSource):
     """A FeatureSource over a contiguous [num_rows, row_stride] uint8 `table`
     holding `dim` values of `dtype` per row, gathered by the Triton kernel into
     tensors on `device`. `max_programs` caps the kernel's grid (None: 2 per SM)."""
 
     placement = "table"
-    base = None  # holds every row itself
 
     def __init__(self, table: torch.Tensor, dim: int, dtype: torch.dtype, device=None,
                  max_programs: int | None = None):

@@ -217,8 +217,6 @@ class PinnedFeatures(TableFeatures):
         self._release()
         self.table = None
 
-    def __enter__(self) -> "PinnedFeatures":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def host_bytes(self) -> dict:
+        """{"pinned_rows": bytes} of the pinned table (in place or a copy)."""
+        return {} if self.closed else {"pinned_rows": self.nbytes}

@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from gnnsys._capabilities import normalize_device, require_cuda
+from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import completed
 
 from .gpu_features import as_row_table
 
 
-class StagedFeatures:
+class StagedFeatures(FeatureSource):
     """A FeatureSource over a RowTable whose rows reach a CUDA `device` through
     pinned staging buffers (`slots` of them, reused round robin)."""
 
@@ -57,6 +58,10 @@ class StagedFeatures:
         event.record(torch.cuda.current_stream(self.device))
         self._events[slot] = event
         return completed(out)
+
+    def host_bytes(self) -> dict:
+        """{"staging": bytes} of its pinned staging buffers."""
+        return {"staging": sum(b.numel() for b in self._buffers)}
 
     def __repr__(self):
         return f"StagedFeatures(shape={self.shape}, dtype={self.dtype}, device={self.device})"

@@ -20,14 +20,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOP = "gnnsys"  # the package itself: its __init__, rank 6 (not its submodules)
 LAYERS = [  # (rank, modules); each name covers the module and its submodules
-    (0, ("gnnsys.errors", "gnnsys._capabilities", "gnnsys.ids")),
+    (0, ("gnnsys.errors", "gnnsys._capabilities", "gnnsys.ids", "gnnsys.feature_source")),
     (1, ("gnnsys.datasets",)),
     (2, ("gnnsys.samplers", "gnnsys.storage")),
     (3, ("gnnsys.allocator", "gnnsys.dropout", "gnnsys.models", "gnnsys.units", "gnnsys.partition",
          "gnnsys.distributed", "gnnsys.loader", "gnnsys.feature_stack", "gnnsys.bf16", "gnnsys.aggregation",
-         "gnnsys.precision")),
+         "gnnsys.precision", "gnnsys.cpu_features", "gnnsys.streaming")),
     (4, ("gnnsys.training",)),
-    (5, ("gnnsys.minibatch", "gnnsys.fullgraph", "gnnsys.gnnpipe")),
+    (5, ("gnnsys.minibatch", "gnnsys.fullgraph", "gnnsys.gnnpipe", "gnnsys.prediction")),
     (6, ("gnnsys.cli", "gnnsys.__main__")),
 ]
 FORBIDDEN = [  # (importer, imported) within one rank

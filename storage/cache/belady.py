@@ -14,6 +14,7 @@ class BeladyPolicy(CachePolicy):
     starts warm with the rows first used soonest."""
 
     name = "belady"
+    node_bytes = 8  # next use (the recorded trace is the caller's)
 
     def __init__(self, capacity: int, num_nodes: int, trace, score=None):
         super().__init__(capacity, num_nodes)

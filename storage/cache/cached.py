@@ -18,9 +18,11 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError
-from gnnsys.ids import completed, distinct_request
+from gnnsys.feature_source import FeatureSource
+from gnnsys.datasets.gather_cpu import copy_rows
+from gnnsys.ids import gather_distinct
 
-from ..base import tiers
+from ..base import has_tier
 from .belady import BeladyPolicy
 from .hybrid import HybridPolicy
 from .lru import LRUPolicy
@@ -42,7 +44,7 @@ def make_policy(name: str, capacity: int, num_nodes: int, **options) -> CachePol
     return POLICIES[name](capacity, num_nodes, **options)
 
 
-class CachedFeatures:
+class CachedFeatures(FeatureSource):
     """A FeatureSource serving rows of `base` through a cache of `capacity` rows.
 
     policy: a name of POLICIES (options as for make_policy) or a CachePolicy.
@@ -55,19 +57,31 @@ class CachedFeatures:
     set_window(batches) gives every policy each row's next use. A row the
     cache evicts whose next use lies in the window is copied out before its
     slot is overwritten and offered, with that use, to the first tier below
-    that has `offer` (storage.base.tiers); rows not in the window are dropped.
-    prefetch=True: see set_window. close() stops the prefetch thread (also
-    when the cache is collected). device: where the cached rows live and
-    gathered rows are returned (default the base's device); rows read from
-    the base are copied there.
+    that is a VictimBuffer; rows not in the window are dropped.
+    prefetch=True: see set_window; prefetch_rows bounds the rows read ahead
+    and held at once (None: the window's). close() stops the prefetch thread
+    (also when the cache is collected), then closes the base. device: where
+    the cached rows live and gathered rows are returned (default the base's
+    device); rows read from the base are copied there. A cache over a stack
+    that already holds one is refused (ConfigError).
 
     stats(): hits and misses (distinct ids per batch), requested rows (every
     id, repeats included), hit_rate, prefetched (rows the prefetch read from
-    the base) and prefetch_hits (misses served from prefetched rows instead
-    of the base); reset_stats() zeroes them.
+    the base), prefetch_hits (misses served from prefetched rows instead
+    of the base), prefetch_skipped (rows not read ahead for lack of room),
+    prefetch_capacity (rows; None: unbounded), and read_rate: the rows read
+    from the base by gathers and by the prefetch per distinct row looked up,
+    the share of the batches' rows the tiers below had to serve (with a
+    prefetch it can differ from 1 - hit_rate); reset_stats() zeroes them.
     """
 
-    def __init__(self, base, capacity: int, policy="lru", *, prefetch: bool = False, device=None, **options):
+    name = "cache"
+
+    def __init__(self, base, capacity: int, policy="lru", *, prefetch: bool = False, prefetch_rows: int | None = None,
+                 device=None, **options):
+        if has_tier(base, "cache"):
+            raise ConfigError("features", f"a cache over a stack that has one ({base!r}): keep one, of their "
+                              "combined size")
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
@@ -81,13 +95,13 @@ class CachedFeatures:
         else:
             self.policy = make_policy(policy, capacity, self.shape[0], **options)
         self._rows = torch.empty((self.policy.capacity, self.shape[1]), dtype=self.dtype, device=self.device)
-        self._victim = next((t for t in tiers(base) if callable(getattr(t, "offer", None))), None)
+        self._victim = base if base.name == "victim" else None
         self._lock = threading.Condition()
-        self.prefetcher = Prefetcher(base, self.policy, self._lock) if prefetch else None
+        self.prefetcher = Prefetcher(base, self.policy, self._lock, prefetch_rows) if prefetch else None
         self._finalizer = weakref.finalize(self, self.prefetcher.close) if prefetch else None
         ids, slots = self.policy.warm()
         if ids.shape[0]:
-            self._rows[self._on_device(slots)] = base.gather(torch.from_numpy(ids)).to(self.device)
+            base.gather_into(torch.from_numpy(ids), self._rows, torch.from_numpy(slots))
         self.reset_stats()
 
     def set_window(self, batches) -> None:
@@ -116,50 +130,59 @@ class CachedFeatures:
             self.prefetcher.wait()
 
     def close(self) -> None:
-        """Stop the prefetch thread and wait for it; gathers still work."""
+        """Stop the prefetch thread and wait for it, then close the base."""
         if self._finalizer is not None:
             self._finalizer()
+        super().close()
+
+    def host_bytes(self) -> dict:
+        """{"rows", "policy", "prefetch"}: bytes of the cached rows (when on the
+        host), of the policy's arrays, and of the rows read ahead and held now."""
+        with self._lock:
+            return {"rows": self._rows.nbytes if self.device.type == "cpu" else 0,
+                    "policy": self.policy.host_bytes(),
+                    "prefetch": self.prefetcher.host_bytes() if self.prefetcher is not None else 0}
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given."""
-        out, uniq, inverse = distinct_request(ids, out, self.shape, self.dtype, self.device)
-        if uniq is None:
-            return out
-        n = inverse.shape[0]
+        """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given
+        (each distinct row written once, straight into `out`)."""
+        n = torch.as_tensor(ids).shape[0]
+        out = gather_distinct(ids, out, self.shape, self.dtype, self.device, self._batch)
         with self._lock:
-            rows = self._batch(uniq)
             self._requested += n
-        torch.index_select(rows, 0, self._on_device(inverse), out=out)
         return out
 
-    def _batch(self, uniq: np.ndarray) -> torch.Tensor:
-        """The rows of the distinct sorted `uniq`, as one batch (lock held)."""
-        ahead_ids, ahead_rows = (self.prefetcher.take(self.policy.batches + 1) if self.prefetcher is not None
-                                 else (np.empty(0, np.int64), None))
-        rows = torch.empty((uniq.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
-        miss = np.flatnonzero(self.policy.slot_of[uniq] < 0)
-        self._read(uniq, miss, rows, ahead_ids, ahead_rows)  # before the policy changes: a failed read leaves it
-        hit, slot = self.policy.access(uniq)
-        rows[self._on_device(np.flatnonzero(hit))] = self._rows[self._on_device(slot[hit])]
-        if self._victim is not None:
-            self._victim.offer(*self._evicted())
-        admit = miss[slot[miss] >= 0]
-        self._rows[self._on_device(slot[admit])] = rows[self._on_device(admit)]
-        self._hits += int(hit.sum())
-        self._misses += int(miss.shape[0])
-        return rows
+    def _batch(self, uniq: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
+        """The distinct sorted ids `uniq`, as one batch, into out[at]."""
+        uniq, at = uniq.numpy(), at.numpy()
+        with self._lock:
+            ahead = self.prefetcher.take(self.policy.batches + 1) if self.prefetcher is not None else []
+            miss = np.flatnonzero(self.policy.slot_of[uniq] < 0)
+            self._read(uniq, miss, out, at, ahead)  # before the policy changes: a failed read leaves it
+            hit, slot = self.policy.access(uniq)
+            copy_rows(self._rows, slot[hit], out, at[hit])
+            if self._victim is not None:
+                self._victim.offer(*self._evicted())
+            admit = miss[slot[miss] >= 0]
+            copy_rows(out, at[admit], self._rows, slot[admit])
+            self._hits += int(hit.sum())
+            self._misses += int(miss.shape[0])
 
-    def _read(self, uniq, miss, rows, ahead_ids, ahead_rows) -> None:
-        """Rows `miss` (positions in `uniq`) into `rows`: from the prefetched
-        rows where there, the rest from the base in one gather."""
-        if ahead_ids.shape[0] and miss.shape[0]:
-            at = np.minimum(np.searchsorted(ahead_ids, uniq[miss]), ahead_ids.shape[0] - 1)
-            found = ahead_ids[at] == uniq[miss]
-            rows[self._on_device(miss[found])] = ahead_rows[torch.from_numpy(at[found])].to(self.device)
+    def _read(self, uniq, miss, out, at, ahead) -> None:
+        """Rows `miss` (positions in `uniq`) into out[at[miss]]: from the
+        prefetched reads `ahead` ((sorted ids, rows) each) where there, the
+        rest from the base in one gather_into."""
+        for ahead_ids, ahead_rows in ahead:
+            if not miss.shape[0]:
+                break
+            where = np.minimum(np.searchsorted(ahead_ids, uniq[miss]), ahead_ids.shape[0] - 1)
+            found = ahead_ids[where] == uniq[miss]
+            copy_rows(ahead_rows, where[found], out, at[miss[found]])
             self._prefetch_hits += int(found.sum())
             miss = miss[~found]
         if miss.shape[0]:
-            rows[self._on_device(miss)] = self.base.gather(torch.from_numpy(uniq[miss])).to(self.device)
+            self.base.gather_into(torch.from_numpy(uniq[miss]), out, torch.from_numpy(at[miss]))
+            self._base_reads += int(miss.shape[0])
 
     def _evicted(self):
         """(ids, rows, next use) of the rows the last access evicted that the
@@ -172,28 +195,24 @@ class CachedFeatures:
     def _on_device(self, index: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(index).to(self.device)
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
-        """gather, already complete (the cache gathers synchronously)."""
-        return completed(self.gather(ids, out))
-
     def stats(self) -> dict:
-        """{"hits", "misses", "requested", "hit_rate", "prefetched", "prefetch_hits"} since the last reset_stats."""
+        """The counters of the class doc since the last reset_stats."""
         with self._lock:
             looked = self._hits + self._misses
+            p = self.prefetcher
+            prefetched = p.rows_read if p is not None else 0
             return {"hits": self._hits, "misses": self._misses, "requested": self._requested,
-                    "hit_rate": self._hits / looked if looked else 0.0,
-                    "prefetched": self.prefetcher.rows_read if self.prefetcher is not None else 0,
-                    "prefetch_hits": self._prefetch_hits}
+                    "hit_rate": self._hits / looked if looked else 0.0, "prefetched": prefetched,
+                    "prefetch_hits": self._prefetch_hits, "prefetch_skipped": p.skipped if p is not None else 0,
+                    "prefetch_capacity": p.capacity if p is not None else 0,
+                    "read_rate": (self._base_reads + prefetched) / looked if looked else 0.0}
 
     def reset_stats(self) -> None:
         """Zero the counters."""
         with self._lock:
-            self._hits = self._misses = self._requested = self._prefetch_hits = 0
+            self._hits = self._misses = self._requested = self._prefetch_hits = self._base_reads = 0
             if self.prefetcher is not None:
-                self.prefetcher.rows_read = 0
-
-    def __len__(self) -> int:
-        return self.shape[0]
+                self.prefetcher.rows_read = self.prefetcher.skipped = 0
 
     def __repr__(self):
         extra = ", prefetch" if self.prefetcher is not None else ""

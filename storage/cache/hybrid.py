@@ -24,6 +24,7 @@ class HybridPolicy(CachePolicy):
     """
 
     name = "hybrid"
+    node_bytes = 16  # prior (float32), ema, last (int32)
 
     def __init__(self, capacity: int, num_nodes: int, score=None, prior_weight: float = 0.5,
                  decay: float = 0.1):
@@ -35,12 +36,12 @@ class HybridPolicy(CachePolicy):
             raise ConfigError("decay", f"must be in (0, 1], got {decay}")
         super().__init__(capacity, num_nodes, score)
         top = self.score.max(initial=0.0)
-        self._prior = self.score / top if top > 0 else self.score
+        self._prior = (self.score / top if top > 0 else self.score).astype(np.float32)
         self._weight = float(prior_weight)
         self._keep = 1.0 - float(decay)
         self._decay = float(decay)
         self._ema = np.zeros(self.num_nodes, np.float64)
-        self._last = np.zeros(self.num_nodes, np.int64)
+        self._last = np.zeros(self.num_nodes, np.int32)
 
     def _keys(self, ids: np.ndarray) -> np.ndarray:
         """Rank of rows `ids` (smaller = keep), at the current batch."""

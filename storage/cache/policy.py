@@ -33,14 +33,16 @@ class CachePolicy:
     """
 
     name = ""
+    node_bytes = 0  # bytes of state per node beyond the base's (planned_bytes)
+    slot_bytes = 0  # bytes of state per slot beyond the base's
 
     def __init__(self, capacity: int, num_nodes: int, score=None):
         if capacity < 0:
             raise ConfigError("capacity", f"must be >= 0 rows, got {capacity}")
         self.num_nodes = int(num_nodes)
         self.capacity = min(int(capacity), self.num_nodes)
-        self.score = None if score is None else _check_score(score, self.num_nodes)
-        self.slot_of = np.full(self.num_nodes, -1, np.int64)
+        self.score = None if score is None else _check_score(score, self.num_nodes)  # dropped by warm()
+        self.slot_of = np.full(self.num_nodes, -1, slot_dtype(self.capacity))
         self.id_of = np.full(self.capacity, -1, np.int64)
         self.batches = 0
         self.window_size = 0
@@ -48,11 +50,27 @@ class CachePolicy:
         self._next = None  # per node: the batch number of its next use in the window (0: none)
         self._window_ids = np.empty(0, np.int64)
 
+    @classmethod
+    def planned_bytes(cls, capacity: int, num_nodes: int, *, scored: bool, window_ids: int = 0) -> int:
+        """Bytes of state a policy of this class holds at most, for `capacity`
+        of `num_nodes` rows, with a score or not, and a lookahead window of up
+        to `window_ids` ids (0: no window): the id <-> slot maps, the score,
+        each node's next use and the window's ids, and the class's own arrays
+        (node_bytes, slot_bytes)."""
+        per_node = np.dtype(slot_dtype(capacity)).itemsize + 8 * scored + 4 * (window_ids > 0) + cls.node_bytes
+        return num_nodes * per_node + min(capacity, num_nodes) * (8 + cls.slot_bytes) + 8 * window_ids + 64
+
+    def host_bytes(self) -> int:
+        """Bytes of the arrays this policy holds now (what planned_bytes bounds)."""
+        return sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
+
     def warm(self) -> tuple[np.ndarray, np.ndarray]:
-        """Fill the cache with the top-scored rows; returns (ids, slots) to load."""
-        if self.score is None or self.capacity == 0:
+        """Fill the cache with the top-scored rows; returns (ids, slots) to
+        load. The score is not kept after (its per-node memory is freed)."""
+        score, self.score = self.score, None
+        if score is None or self.capacity == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        ids = top_rows(self.score, self.capacity)
+        ids = top_rows(score, self.capacity)
         return ids, self._place(ids)
 
     def set_window(self, batches) -> None:
@@ -67,7 +85,7 @@ class CachePolicy:
         if self._next is None:
             if not any(b.size for b in batches):
                 return
-            self._next = np.zeros(self.num_nodes, np.int64)
+            self._next = np.zeros(self.num_nodes, np.int32)  # batch numbers
         self._next[self._window_ids] = 0
         for j in range(len(batches) - 1, -1, -1):
             self._next[batches[j]] = self.batches + 2 + j
@@ -104,6 +122,11 @@ class CachePolicy:
         out, gone, freed = replace_by_key(self.slot_of, self.id_of, miss_ids, miss_keys, slot_keys)
         self.evicted = (gone, freed)
         return out
+
+
+def slot_dtype(capacity: int):
+    """The dtype of a slot number for a cache of `capacity` slots (-1: none)."""
+    return np.int32 if capacity < 2**31 else np.int64
 
 
 NO_EVICTIONS = (np.empty(0, np.int64), np.empty(0, np.int64))
@@ -150,6 +173,7 @@ class QueuePolicy(CachePolicy):
 
     lists = 1
     initial_state = (0, 0)  # slots used, batches seen
+    slot_bytes = 24  # prev, nxt, stamp
 
     def __init__(self, capacity: int, num_nodes: int, score=None):
         super().__init__(capacity, num_nodes, score)

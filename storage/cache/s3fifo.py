@@ -98,6 +98,8 @@ class S3FIFOPolicy(QueuePolicy):
     name = "s3fifo"
 
     lists = 2  # small FIFO, main FIFO
+    node_bytes = 8  # ghost
+    slot_bytes = QueuePolicy.slot_bytes + 2  # which, freq
     initial_state = (0, 0, 0)  # slots used, batches seen, ghost insertions
 
     def __init__(self, capacity: int, num_nodes: int, score=None):

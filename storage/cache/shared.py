@@ -35,7 +35,8 @@ import torch
 import torch.distributed as dist
 
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, completed, gather_output
+from gnnsys.feature_source import FeatureSource
+from gnnsys.ids import check_ids, gather_output
 
 from .cached import CachedFeatures
 from .ownership import Ownership, exchange_bytes, serve_step, shard_policy
@@ -44,9 +45,12 @@ STATS = ("requested", "distinct", "local_hits", "remote_hits", "misses", "bytes_
          "exchange_s")
 
 
-class ShardRows:
+class ShardRows(FeatureSource):
     """The rows `ids` (sorted int64 global ids, a numpy array) of `base` as a
-    FeatureSource of len(ids) rows: local row i is base row ids[i]."""
+    FeatureSource of len(ids) rows: local row i is base row ids[i]. A view:
+    the shared cache that made it closes the base, not this."""
+
+    name = "shard"
 
     def __init__(self, base, ids: np.ndarray):
         self.base = base
@@ -59,12 +63,15 @@ class ShardRows:
         ids = check_ids(torch.as_tensor(ids), self.shape[0])
         return self.base.gather(self.ids[ids.cpu().long()], out=out)
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
-        """gather, already complete."""
-        return completed(self.gather(ids, out))
+    def host_bytes(self) -> dict:
+        """{"ids": bytes} of the shard's id map."""
+        return {"ids": self.ids.nbytes}
+
+    def close(self) -> None:
+        """Nothing: the base belongs to the shared cache."""
 
 
-class SharedCachedFeatures:
+class SharedCachedFeatures(FeatureSource):
     """A FeatureSource over `base` whose cache is shared by every rank of a group.
 
     capacity: this rank's slots (W x capacity in all); policy: a name of
@@ -98,6 +105,8 @@ class SharedCachedFeatures:
     bytes_from_base, hit_rate = (local_hits + remote_hits) / distinct, and
     exchange_s: seconds spent in the collectives (counts, ids, rows).
     """
+
+    name = "cache"
 
     def __init__(self, base, capacity: int, policy: str = "static", *, group=None, replicate_frac: float = 0.0,
                  **policy_options):
@@ -311,9 +320,16 @@ class SharedCachedFeatures:
         self._cache.close()
         if self._own_group:
             dist.destroy_process_group(self.group)
+        super().close()
 
-    def __len__(self) -> int:
-        return self.shape[0]
+    def host_bytes(self) -> dict:
+        """This rank's own cache's parts (rows, policy, prefetch), its shard's
+        id map, the replicated rows and the ownership map."""
+        held = dict(self._cache.host_bytes())
+        held["shard"] = self._shard.nbytes
+        held["replica"] = self._replica.nbytes if self._replica is not None and self._replica.device.type == "cpu" else 0
+        held["ownership"] = sum(v.nbytes for v in vars(self.ownership).values() if isinstance(v, np.ndarray))
+        return held
 
     def __repr__(self):
         o = self.ownership

@@ -60,6 +60,7 @@ class SievePolicy(QueuePolicy):
 
     name = "sieve"
     initial_state = (0, 0, -1)  # slots used, batches seen, hand
+    slot_bytes = QueuePolicy.slot_bytes + 1  # visited
 
     def __init__(self, capacity: int, num_nodes: int, score=None):
         super().__init__(capacity, num_nodes, score)

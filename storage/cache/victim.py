@@ -16,13 +16,15 @@ import numpy as np
 import torch
 
 from gnnsys import _capabilities
+from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, completed, distinct_request
+from gnnsys.feature_source import FeatureSource
+from gnnsys.ids import check_ids, gather_distinct
 
 from .policy import replace_by_key
 
 
-class VictimBuffer:
+class VictimBuffer(FeatureSource):
     """A FeatureSource over `base` that also serves up to `capacity` rows
     offered to it by the cache above (`offer`).
 
@@ -39,6 +41,14 @@ class VictimBuffer:
     and kept (offered rows taken in). `pinned`: whether its rows are in
     page-locked memory (when CUDA is present).
     """
+
+    name = "victim"
+
+    @staticmethod
+    def planned_bytes(capacity: int, num_nodes: int, row_bytes: int) -> int:
+        """Host bytes a buffer of `capacity` rows of `row_bytes` over `num_nodes` rows holds."""
+        capacity = min(capacity, num_nodes)
+        return capacity * (row_bytes + 16) + num_nodes * (4 if num_nodes < 2**31 else 8)
 
     def __init__(self, base, capacity: int):
         if capacity < 0:
@@ -91,29 +101,32 @@ class VictimBuffer:
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given."""
-        out, uniq, inverse = distinct_request(ids, out, self.shape, self.dtype, self.device)
-        if uniq is None:
-            return out
-        n = inverse.shape[0]
-        rows = torch.empty((uniq.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
+        n = torch.as_tensor(ids).shape[0]
+        out = gather_distinct(ids, out, self.shape, self.dtype, self.device, self.gather_into)
         with self._lock:
-            slot = self._slot_of[uniq].astype(np.int64)
-            hit = slot >= 0
-            served = torch.from_numpy(slot[hit])
-            rows[torch.from_numpy(np.flatnonzero(hit)).to(self.device)] = self._rows[served].to(self.device)
-            self._due[slot[hit]] = self._clock
-            self._hits += int(hit.sum())
-            self._misses += int(uniq.shape[0] - hit.sum())
             self._requested += n
-        miss = np.flatnonzero(~hit)
-        if miss.shape[0]:
-            rows[torch.from_numpy(miss).to(self.device)] = self.base.gather(torch.from_numpy(uniq[miss]))
-        torch.index_select(rows, 0, torch.from_numpy(inverse).to(self.device), out=out)
         return out
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
-        """gather, already complete (the buffer gathers synchronously)."""
-        return completed(self.gather(ids, out))
+    def gather_into(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
+        """Rows of the distinct `ids` into out[at]: those held from the buffer,
+        the rest from the base in one gather_into."""
+        ids = check_ids(torch.as_tensor(ids), self.shape[0]).numpy().astype(np.int64, copy=False)
+        at = at.numpy()
+        with self._lock:
+            slot = self._slot_of[ids].astype(np.int64)
+            hit = slot >= 0
+            copy_rows(self._rows, slot[hit], out, at[hit])
+            self._due[slot[hit]] = self._clock
+            self._hits += int(hit.sum())
+            self._misses += int(ids.shape[0] - hit.sum())
+        miss = np.flatnonzero(~hit)
+        if miss.shape[0]:
+            self.base.gather_into(torch.from_numpy(ids[miss]), out, torch.from_numpy(at[miss]))
+
+    def host_bytes(self) -> dict:
+        """{"rows", "index"}: bytes of the held rows and of the id/slot/due arrays."""
+        return {"rows": self._rows.nbytes,
+                "index": self._slot_of.nbytes + self._id_of.nbytes + self._due.nbytes}
 
     def held(self) -> np.ndarray:
         """The sorted ids the buffer holds now."""
@@ -130,9 +143,6 @@ class VictimBuffer:
     def reset_stats(self) -> None:
         """Zero the counters."""
         self._hits = self._misses = self._requested = self._offered = self._kept = 0
-
-    def __len__(self) -> int:
-        return self.shape[0]
 
     def __repr__(self):
         return f"VictimBuffer({self.capacity:,} of {self.shape[0]:,} rows, over {type(self.base).__name__})"

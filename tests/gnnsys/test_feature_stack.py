@@ -1,5 +1,6 @@
-"""The feature tiers of minibatch training: host-memory plan, stack building,
-training through the SSD tier and a cache, `gnnsys info` placement advice."""
+"""The feature tiers of minibatch training: host-memory plan (and the bytes
+held, measured against it), stack building, training through the SSD tier and
+a cache, `gnnsys info` placement advice."""
 import json
 
 import pytest
@@ -9,22 +10,74 @@ from gnnsys import train
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions
 from gnnsys.errors import ConfigError
-from gnnsys.feature_stack import GB, build_feature_stack, plan_host_memory, tier_stats, tiers_of
+from gnnsys.feature_stack import FIRST_STAGING, GB, MAX_STAGING, build_feature_stack, plan_host_memory, tier_stats, tiers_of
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2, epochs=2, eval_every=2)
 
 
-def test_plan_converts_gb_defaults_the_victim_buffer_and_stages_what_is_left():
-    plan = plan_host_memory(10_000, 1000, cache_gb=0.004, lookahead=2, host_mem_budget=0.01)
+def test_plan_sizes_every_part_stages_and_reads_ahead_with_what_is_left():
+    from gnnsys.storage.cache import HybridPolicy, VictimBuffer
+
+    plan = plan_host_memory(10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500,
+                            host_mem_budget=0.02)
     assert (plan.cache_rows, plan.victim_rows) == (4000, 1000)
-    assert plan.staging_bytes == 0.01 * GB - 5000 * 1000
+    policy = HybridPolicy.planned_bytes(4000, 10_000, scored=True, window_ids=1000)
+    fixed = {"cache.rows": 4000 * 1000, "cache.policy": policy,
+             "victim": VictimBuffer.planned_bytes(1000, 10_000, 1000)}
+    left = 0.02 * GB - sum(fixed.values())
+    assert plan.prefetch_rows == 2 * 500  # the window's worth, after the first staging
+    assert plan.staging_bytes == left - 1000 * 1000  # then the staging takes the rest (under MAX_STAGING)
+    assert plan.parts == {**fixed, "ssd.staging": plan.staging_bytes, "cache.prefetch": 1000 * 1000}
+    tight = plan_host_memory(10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500,
+                             host_mem_budget=0.0142)
+    assert FIRST_STAGING <= tight.staging_bytes < FIRST_STAGING + 1000 and 0 < tight.prefetch_rows < 1000  # shrank
+    roomy = plan_host_memory(10_000, 1000, cache_rows=4000, lookahead=2, batch_rows=500, host_mem_budget=1)
+    assert roomy.staging_bytes == MAX_STAGING and roomy.prefetch_rows == 2 * 500  # the window's worth at most
+    assert roomy.total <= GB
     assert plan_host_memory(10_000, 1000, cache_rows=400).victim_rows == 0  # no window, no victim buffer
     assert plan_host_memory(100, 1000, cache_rows=400, lookahead=1).cache_rows == 100  # never more than the table
 
 
-def test_plan_refuses_a_budget_without_room_for_staging():
-    with pytest.raises(ConfigError, match=r"^host_mem_budget: 0.005 GB cannot hold the cache \(4,000 rows\)"):
-        plan_host_memory(10_000, 1000, cache_rows=4000, host_mem_budget=0.005, min_staging=2 << 20)
+def test_plan_refuses_a_budget_naming_every_part():
+    with pytest.raises(ConfigError) as e:
+        plan_host_memory(10_000, 1000, cache_rows=4000, lookahead=1, host_mem_budget=0.005, min_staging=2 << 20)
+    assert str(e.value).startswith("host_mem_budget: 0.005 GB cannot hold cache.rows 3.8 MiB, cache.policy ")
+    assert "victim " in str(e.value) and "ssd.staging (at least) 2.0 MiB" in str(e.value)
+
+
+@pytest.mark.parametrize("policy, budget", [("hybrid", 0.01), ("lru", 0.01), ("hybrid", 0.0045)])
+def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, budget):
+    """A trace of three epochs through SSD + victim buffer + cache with reading
+    ahead, driven by the real loader's window: after every batch (and with every
+    read ahead finished) each tier holds at most what the plan gave it."""
+    from gnnsys.feature_stack import estimate_batch_rows
+    from gnnsys.loader import MinibatchLoader
+    from gnnsys.storage.base import stack_host_bytes
+
+    ds = ssd_dataset(make_dataset)
+    batch_rows = estimate_batch_rows(ds, [4, 3], 16, seed=0)
+    stack, plan = build_feature_stack(ds, features="ssd", cache_rows=40, cache_policy=policy, lookahead=3,
+                                      host_mem_budget=budget, batch_rows=batch_rows,
+                                      presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy())
+    loader = MinibatchLoader(ds, "train", [4, 3], batch_size=16, prefetch=0, features=stack, lookahead=3)
+    planned = {t: sum(n for k, n in plan.parts.items() if k.startswith(t + ".") or k == t)
+               for t in ("cache", "victim", "ssd")}
+    steps = 0
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for mb in loader:
+            assert torch.equal(mb.x, ds.features.gather(mb.input_nodes))
+            stack.wait_prefetch()
+            held = stack_host_bytes(stack)
+            for tier, bound in planned.items():
+                assert sum(n for k, n in held.items() if k.startswith(tier + ".")) <= bound, (tier, held, plan)
+            assert held["total"] <= plan.total <= plan.budget
+            steps += 1
+    stats = stack.stats()
+    assert steps > 10 and stats["prefetch_capacity"] == plan.prefetch_rows
+    if plan.prefetch_rows < 3 * batch_rows:  # the budget shrank the read-ahead: rows it could not hold were skipped
+        assert stats["prefetch_skipped"] > 0
+    stack.close()
 
 
 def ssd_dataset(make_dataset, **kwargs):
@@ -65,7 +118,8 @@ def test_ssd_needs_a_prepared_dataset(make_dataset):
 def test_training_through_ssd_and_cache_equals_training_in_memory(make_dataset):
     ds = ssd_dataset(make_dataset)
     memory = train(ds, **FAST)
-    tiered = train(ds, **FAST, features="ssd", cache_rows=60, cache_policy="lru", host_mem_budget=0.01)
+    tiered = train(ds, **FAST, features="ssd", cache_rows=60, cache_policy="lru", host_mem_budget=0.01,
+                   eval="layerwise")
     assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
     assert tiered.test == memory.test
     for record in tiered.epochs:  # each epoch's own counters
@@ -81,7 +135,9 @@ def test_cli_trains_from_ssd_and_reports_tiers(make_dataset, tmp_path, capsys):
                  "--host-mem-budget", "0.01", "--fanouts", "4,3", "--hidden", "8", "--epochs", "1",
                  "--batch-size", "32", "--no-progress", "--json", str(out)]) == 0
     record = json.loads(out.read_text())["epochs"][0]
-    assert set(record["tiers"]) == {"cache", "ssd"} and record["tiers"]["ssd"]["read_amplification"] >= 1.0
+    assert set(record["tiers"]) == {"cache", "ssd", "host_bytes"} and record["tiers"]["ssd"]["read_amplification"] >= 1.0
+    held = record["tiers"]["host_bytes"]
+    assert held["cache.rows"] == 50 * 48 and held["total"] <= 0.01 * GB
 
 
 def test_cli_refuses_a_budget_too_small_in_one_line(make_dataset, capsys):
@@ -129,6 +185,6 @@ def test_training_with_lookahead_victim_buffer_and_read_ahead_equals_training_in
                    host_mem_budget=0.01)
     assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
     tiers = tiered.epochs[-1]["tiers"]
-    assert set(tiers) == {"cache", "victim", "ssd"}
+    assert set(tiers) == {"cache", "victim", "ssd", "host_bytes"}
     assert tiers["victim"]["offered"] > 0 and tiers["cache"]["prefetched"] > 0
     assert tiers["ssd"]["unique_rows"] <= tiers["cache"]["misses"]  # the victim buffer served some misses

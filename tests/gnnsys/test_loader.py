@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gnnsys.datasets import PrepareOptions
+from gnnsys.feature_source import FeatureSource
 from gnnsys.loader import MinibatchLoader
 
 
@@ -170,7 +171,7 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
     (dict(batch_size=0), "batch_size"),
     (dict(epoch=-1), "epoch"),
     (dict(lookahead=-1), "lookahead"),
-    (dict(lookahead=2), "takes a window"),
+    (dict(lookahead=2), "stack with a cache"),
     (dict(rank=2, world_size=2), "rank"),
 ])
 def test_bad_loader_arguments(make_dataset, kwargs, match):
@@ -216,8 +217,10 @@ def test_sampler_object_refuses_sampling_arguments(make_dataset):
         MinibatchLoader(ds, "train", [3, 2], sampler=NeighborSampler(ds.indptr, ds.indices, [3, 2]))
 
 
-class WindowRecorder(HalvedFeatures):
+class WindowRecorder(HalvedFeatures, FeatureSource):
     """A stand-in cache tier: records the window it is given before each gather."""
+
+    name = "cache"
 
     def __init__(self, base):
         super().__init__(base)

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 
 import torch
 
+from gnnsys.feature_source import FeatureSource
+
 
 def pretend_cuda(monkeypatch) -> None:
     """gnnsys sees CUDA (device "cuda" normalises to "cuda:0"); nothing runs on it."""
@@ -131,7 +133,7 @@ class FakePinning:
         return [c for c in self.log if c[0] == name]
 
 
-class CountingRows:
+class CountingRows(FeatureSource):
     """A FeatureSource over the in-memory table `x` that counts the rows
     gathered from it (`rows_read`, repeats included)."""
 
@@ -153,7 +155,7 @@ class CountingRows:
         return completed(self.gather(ids, out))
 
 
-class CountingSource:
+class CountingSource(FeatureSource):
     """A FeatureSource over the CPU tensor `x` that logs the ids of every
     gather (`reads`, one int64 array per call, in call order) and calls
     `before_read(ids)`, when set, before reading (to hold or fail a read)."""
@@ -191,6 +193,8 @@ class CountingSource:
 class OfferLog(CountingSource):
     """A CountingSource that also takes `offer(ids, rows, next_use)` as a
     victim buffer does, logging each call as (ids, rows, next_use) in `offers`."""
+
+    name = "victim"
 
     def __init__(self, x: torch.Tensor):
         super().__init__(x)

@@ -65,7 +65,7 @@ def test_gather_into_out_async_and_stats_reset():
     assert cache.gather(ids, out=out) is out and torch.equal(out, x[ids])
     assert torch.equal(cache.gather_async(ids).wait(), x[ids])
     assert cache.stats() == {"hits": 2, "misses": 2, "requested": 6, "hit_rate": 0.5, "prefetched": 0,
-                             "prefetch_hits": 0}
+                             "prefetch_hits": 0, "prefetch_skipped": 0, "prefetch_capacity": 0, "read_rate": 0.5}
     cache.reset_stats()
     assert cache.stats()["requested"] == 0
     with pytest.raises(IndexError):
