@@ -9,7 +9,9 @@ the start of the batch. Policies: static-degree and presample (static by
 in-degree / by hotness from `--presample-epochs` pre-sampled epochs that
 training does not use, GNNLab), lru, sieve, s3fifo (warmed by presample
 hotness), hybrid (presample hotness + reuse + a window of `--lookahead`
-batches) and the belady bound. Reports the first epoch and the steady state
+batches, built as gnnsys.loader.MinibatchLoader builds it: the input ids of
+the next batches of the same epoch, never crossing into the next one) and
+the belady bound. Reports the first epoch and the steady state
 (the later epochs); the simulation is deterministic, so one run each.
 
     python benchmarks/bench_cache_policies.py papers=/tmp/papers products=/tmp/products
@@ -21,6 +23,7 @@ import json
 import os
 import platform
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +65,15 @@ def record_trace(sampler, seeds: SeedBatches, epochs) -> list[np.ndarray]:
             for e in epochs for i, b in enumerate(seeds.epoch(e))]
 
 
-def simulate(policy, trace, lookahead: int) -> np.ndarray:
-    """Hits per batch of `policy` over `trace` (a window of `lookahead` batches)."""
+def simulate(policy, trace, lookahead: int, per_epoch: int) -> np.ndarray:
+    """Hits per batch of `policy` over `trace` (epochs of `per_epoch` batches),
+    each batch's window the next `lookahead` batches of its own epoch, as
+    MinibatchLoader._windowed gives them (it windows one epoch's batches)."""
     policy.warm()
     hits = np.zeros(len(trace), np.int64)
     for t, ids in enumerate(trace):
-        policy.set_window(trace[t + 1:t + 1 + lookahead])
+        epoch_end = (t // per_epoch + 1) * per_epoch
+        policy.set_window(trace[t + 1:min(t + 1 + lookahead, epoch_end)])
         hits[t] = policy.access(ids)[0].sum()
     return hits
 
@@ -99,7 +105,7 @@ def run_graph(name: str, path: str, args) -> dict:
             else:
                 policy = make_policy(pol, cap, ds.num_nodes, score=hot)
             t0 = time.perf_counter()
-            hits = simulate(policy, trace, args.lookahead)
+            hits = simulate(policy, trace, args.lookahead, per_epoch)
             rates[pol] = {"first_epoch": hits[first].sum() / distinct[first].sum(),
                           "steady": hits[steady].sum() / distinct[steady].sum(),
                           "sim_s": round(time.perf_counter() - t0, 2)}
@@ -153,16 +159,23 @@ def plot(results: dict, path: Path):
 def main(argv=None):
     args = parse_args(argv)
     results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                           "processor": platform.processor()},
+                           "processor": platform.processor(), "loadavg_start": os.getloadavg(),
+                           "python": platform.python_version(), "numpy": np.__version__,
+                           "gnnsys": version("gnnsys")},
                "config": {"fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
                           "presample_epochs": args.presample_epochs, "lookahead": args.lookahead},
                "graphs": {}}
     for name, path in args.graphs:
         results["graphs"][name] = run_graph(name, path, args)
+    results["machine"]["loadavg_end"] = os.getloadavg()
     out = Path(args.out)
     atomic_write_bytes(out.with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
-    plot(results, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    print(f"wrote {out.with_suffix('.json')}")
+    try:
+        plot(results, out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.png')}")
+    except ImportError:
+        print("matplotlib is not installed: no plot")
 
 
 if __name__ == "__main__":

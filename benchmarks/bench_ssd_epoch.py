@@ -1,29 +1,36 @@
-"""Training epochs with features on SSD (issue 12, benchmarks c and d).
+"""Training epochs with features in memory and on SSD, against a floor
+computed from the device (fio) and the sampled batches.
 
 Each run is a fresh child process that builds the minibatch trainer
 (gnnsys.minibatch.MinibatchTrainer) with the tiers of one mode and trains
 `--epochs` epochs of SAGE over the first `--batches` batches of a fixed
-random subset of the training seeds (no evaluation):
+random subset of the training seeds, each epoch followed by the trainer's
+evaluation (`--eval auto`: MinibatchTrainer._evaluate with the options'
+eval="auto", timed apart as eval_s; `--eval none` skips it):
 
-- memory: the whole feature table read into RAM first (the in-memory peer);
+- memory: the whole feature table read into RAM first, for training and
+  evaluation (the in-memory peer);
 - memmap: numpy.memmap of features.bin through the page cache, the file's
   pages dropped before the run (`echo 1 > /proc/sys/vm/drop_caches` where
   permitted, else posix_fadvise(DONTNEED));
 - ssd-<f>: `features="ssd"` with a cache of fraction f of the nodes under
   `--host-mem-budget` (default: 45% of features.bin), policy `--policy`,
-  lookahead `--lookahead`.
+  lookahead `--lookahead`; the SSD tier's engine and gaps come from the
+  device's I/O probe (storage/io_probe.py), run once before the children.
 
-Device bytes per epoch are the sectors read from the block device holding
-the dataset during the epoch (/sys/dev/block/M:m/stat, for every mode alike;
-/proc/self/io does not count a memory map's page faults here). The device's bandwidth for
-this pattern is measured in the same run with a plain O_DIRECT pread loop of
-random single blocks (bench_ssd_tier.device_reads) at the tier's thread
-count. Repeats alternate the modes; medians are reported. Writes JSON and a
-PNG under benchmarks/results/ (--name).
+Each child records its peak RSS (getrusage ru_maxrss). The device is
+measured with fio in the same run (bench_ssd_tier.fio): random reads of the
+dataset's read size with io_uring at `--fio-depths`, and 1 MiB sequential
+reads. The floor of an SSD epoch is what the device needs for the rows the
+epoch needed, whatever the tier chose to read: min(distinct uncached rows
+needed (the SSD tier's unique_rows, summed over batches) / fio's best random
+reads/s, features.bin / fio's sequential bandwidth) + the in-memory epoch's
+compute time. Repeats alternate the modes; medians are reported. Writes JSON
+and a PNG under benchmarks/results/ (--name).
 
-    python benchmarks/bench_ssd_epoch.py /work/bench12/products-0.5 --batches 12 --epochs 3 --repeats 3
-    python benchmarks/bench_ssd_epoch.py /work/bench12/papers-0.18 --modes ssd-0.05 --batches 20 --epochs 1 \\
-        --repeats 1 --host-mem-budget 4 --name ssd_epoch_papers
+    bash benchmarks/setup_fio.sh
+    python benchmarks/bench_ssd_epoch.py /work/bench/papers-0.02 --modes memory,ssd-0.1 --batches 8 --epochs 3 \\
+        --repeats 3 --name ssd_epoch_papers
 """
 from __future__ import annotations
 
@@ -40,16 +47,16 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ssd_tier import device_reads, machine  # noqa: E402
+from bench_ssd_tier import fio, machine  # noqa: E402
 from plotting import save_figure  # noqa: E402
 
-TARGET_STEADY, TARGET_FIRST = 1.15, 1.5
+TARGET_STEADY, TARGET_FIRST, TARGET_RSS_SLACK, TARGET_MODE = 1.3, 1.5, 0.05, "ssd-0.1"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dataset", help="prepared dataset with 512 B-aligned feature rows")
-    p.add_argument("--modes", default="memory,memmap,ssd-0.05,ssd-0.1,ssd-0.2")
+    p.add_argument("--modes", default="memory,ssd-0.1", help="comma-separated: memory, memmap, ssd-<cache fraction>")
     p.add_argument("--batches", type=int, default=12, help="training batches per epoch")
     p.add_argument("--epochs", type=int, default=3, help="epoch 1 is the first (cold), the rest steady state")
     p.add_argument("--repeats", type=int, default=3)
@@ -59,7 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--policy", default="static")
     p.add_argument("--lookahead", type=int, default=0)
     p.add_argument("--host-mem-budget", type=float, help="GB (default: 45%% of features.bin)")
-    p.add_argument("--device-seconds", type=float, default=3.0, help="length of the device-rate measurement")
+    p.add_argument("--eval", choices=["auto", "none"], default="auto", help="evaluate after every epoch")
+    p.add_argument("--fio-depths", default="1,8,32,128", help="queue depths of fio's random reads")
+    p.add_argument("--fio-seconds", type=float, default=2.0, help="length of each fio run")
     p.add_argument("--name", default="ssd_epoch")
     p.add_argument("--child", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -103,13 +112,15 @@ def child(args) -> dict:
     mode = args.child
     tiers = dict(features="ssd", cache_rows=int(float(mode.split("-")[1]) * ds.num_nodes), cache_policy=args.policy,
                  lookahead=args.lookahead, host_mem_budget=args.host_mem_budget) if mode.startswith("ssd") else {}
+    if "eval" in MinibatchOptions.__dataclass_fields__:
+        tiers["eval"] = "auto"
     dropped = drop_page_cache(ds.path / "features.bin") if mode == "memmap" else None
     options = MinibatchOptions(fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
                                hidden=args.hidden, epochs=args.epochs, progress=False, **tiers).for_dataset(ds)
     began = time.perf_counter()
     trainer = MinibatchTrainer(ds, options)
     if mode == "memory":
-        trainer.features = RowTable.from_tensor(ds.features.gather(torch.arange(ds.num_nodes)))
+        trainer.features = trainer.rows = RowTable.from_tensor(ds.features.gather(torch.arange(ds.num_nodes)))
     setup_s = time.perf_counter() - began
     seeds = ds.split("train")
     seeds = seeds[torch.from_numpy(np.random.default_rng(0).permutation(seeds.shape[0]))][:args.batches * args.batch_size]
@@ -120,9 +131,13 @@ def child(args) -> dict:
         before = read_bytes(ds.path)
         record = trainer._epoch(loader, e)
         record["device_bytes"] = read_bytes(ds.path) - before
+        began = time.perf_counter()
+        if args.eval == "auto":
+            record["metrics"] = trainer._evaluate()
+        record["eval_s"] = time.perf_counter() - began
         epochs.append(record)
     return {"mode": mode, "setup_s": setup_s, "page_cache": dropped, "epochs": epochs,
-            "rss_peak_mib": _peak_rss_mib()}
+            "eval_option": options.__dict__.get("eval"), "rss_peak_mib": _peak_rss_mib()}
 
 
 def _peak_rss_mib() -> float:
@@ -131,55 +146,62 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def device_rate(path: Path, seconds: float, size: int = 512, threads: int = 16) -> dict:
-    """Random O_DIRECT reads of `size` bytes (a multiple of 512) at 512 B-aligned
-    offsets of features.bin for about `seconds`: reads/s and MB/s."""
-    file = path / "features.bin"
-    blocks = (file.stat().st_size - size) // 512
-    rng = np.random.default_rng(1)
-    count = 2_000
-    took = device_reads(file, rng.integers(0, blocks, count) * 512, size, threads)
-    count = int(count * max(1.0, seconds / took))
-    took = device_reads(file, rng.integers(0, blocks, count) * 512, size, threads)
-    return {"reads_per_s": count / took, "mb_per_s": count * size / took / 1e6, "threads": threads, "size": size}
+def measure_device(file: Path, read_size: int, depths: list, seconds: float) -> dict:
+    """fio on `file` now: random reads of `read_size` with io_uring at each
+    depth (the best is the floor's rate) and 1 MiB sequential reads."""
+    random = [fio(file, read_size, d, "io_uring", seconds) for d in depths]
+    best = max(random, key=lambda r: r["reads_per_s"])
+    seq = fio(file, 1 << 20, 8, "io_uring", seconds, rw="read")
+    print(f"fio: best {best['reads_per_s']:,.0f} random {read_size} B reads/s (depth {best['depth']}), sequential "
+          f"{seq['mb_per_s']:,.0f} MB/s", flush=True)
+    return {"random": random, "best_reads_per_s": best["reads_per_s"], "best_depth": best["depth"],
+            "seq_bytes_per_s": seq["mb_per_s"] * 1e6, "read_size": read_size, "load": os.getloadavg()}
 
 
-def measure_device(path: Path, runs: list, seconds: float) -> dict:
-    """The device's rate for random reads of the SSD runs' mean read size
-    (rounded up to 512 B; 512 B without SSD runs), measured now."""
-    sizes = [e["tiers"]["ssd"]["bytes_read"] / e["tiers"]["ssd"]["reads"]
-             for r in runs for e in r["epochs"] if e.get("tiers", {}).get("ssd", {}).get("reads")]
-    size = max(512, -(-int(statistics.median(sizes)) // 512) * 512) if sizes else 512
-    device = device_rate(path, seconds, size)
-    print(f"device: {device['reads_per_s']:,.0f} random {size} B reads/s ({device['mb_per_s']:.1f} MB/s) at "
-          f"{device['threads']} threads, O_DIRECT", flush=True)
-    return device
+def _epoch_s(e: dict) -> float:
+    """An epoch's training time plus its evaluation."""
+    return e["time_s"] + e.get("eval_s", 0.0)
 
 
-def summarize(runs: list, device: dict) -> dict:
-    """Per mode: first-epoch and steady-state medians, device bytes, hit rates, targets."""
+def summarize(runs: list, device: dict, file_bytes: int, budget_bytes: float) -> dict:
+    """Per mode: first-epoch and steady-state medians (training + evaluation),
+    device bytes, hit rates, the floor, peak RSS and the targets."""
     out = {}
+    med = statistics.median
     for mode in dict.fromkeys(r["mode"] for r in runs):
         mine = [r for r in runs if r["mode"] == mode]
-        first = statistics.median(r["epochs"][0]["time_s"] for r in mine)
-        steady_runs = [statistics.median(e["time_s"] for e in r["epochs"][1:]) for r in mine if len(r["epochs"]) > 1]
-        steady = statistics.median(steady_runs) if steady_runs else None
-        dev = statistics.median(statistics.median(e["device_bytes"] for e in r["epochs"][1:] or r["epochs"])
-                                for r in mine)
-        tiers = mine[0]["epochs"][-1].get("tiers", {})
-        out[mode] = {"first_s": first, "steady_s": steady, "device_bytes_steady": dev,
-                     "hit_rate": tiers.get("cache", {}).get("hit_rate"),
-                     "read_amplification": tiers.get("ssd", {}).get("read_amplification"),
-                     "io_floor_s": dev / (device["mb_per_s"] * 1e6), "runs": len(mine)}
-    memory = out.get("memory", {}).get("steady_s")
+        steady_epochs = lambda r: r["epochs"][1:] or r["epochs"]  # noqa: E731
+        ssd = [e["tiers"]["ssd"] for r in mine for e in steady_epochs(r) if "ssd" in e.get("tiers", {})]
+        cache = [e["tiers"]["cache"] for r in mine for e in steady_epochs(r) if "cache" in e.get("tiers", {})]
+        out[mode] = {"first_s": med(_epoch_s(r["epochs"][0]) for r in mine),
+                     "steady_s": med(med(_epoch_s(e) for e in r["epochs"][1:]) for r in mine)
+                     if len(mine[0]["epochs"]) > 1 else None,
+                     "train_steady_s": med(e["time_s"] for r in mine for e in steady_epochs(r)),
+                     "eval_s": med(e.get("eval_s", 0.0) for r in mine for e in r["epochs"]),
+                     "compute_s": med(e["breakdown"]["compute_s"] for r in mine for e in steady_epochs(r)),
+                     "device_bytes_steady": med(e["device_bytes"] for r in mine for e in steady_epochs(r)),
+                     "rss_peak_mib": max(r["rss_peak_mib"] for r in mine), "runs": len(mine)}
+        if ssd:
+            needed = med(s["unique_rows"] for s in ssd)
+            out[mode].update(rows_needed=needed, read_amplification=med(s["read_amplification"] for s in ssd),
+                             file_fraction=med(s["file_fraction"] for s in ssd),
+                             max_gap_mean=med(s["max_gap_mean"] for s in ssd),
+                             io_floor_s=min(needed / device["best_reads_per_s"],
+                                            file_bytes / device["seq_bytes_per_s"]))
+        if cache:
+            out[mode]["hit_rate"] = med(c["hit_rate"] for c in cache)
+    memory = out.get("memory")
     for mode, s in out.items():
-        if mode.startswith("ssd") and s["steady_s"] and memory:
-            bound = max(memory, s["io_floor_s"])
-            s["steady_over_bound"] = s["steady_s"] / bound
-            s["steady_target_met"] = s["steady_over_bound"] <= TARGET_STEADY
         if s["steady_s"]:
             s["first_over_steady"] = s["first_s"] / s["steady_s"]
             s["first_target_met"] = s["first_over_steady"] <= TARGET_FIRST
+        if "io_floor_s" in s and memory and memory["steady_s"]:
+            s["floor_s"] = s["io_floor_s"] + memory["compute_s"]
+            s["steady_over_bound"] = s["steady_s"] / max(memory["steady_s"], s["floor_s"])
+            s["steady_target_met"] = s["steady_over_bound"] <= TARGET_STEADY
+            s["train_over_bound"] = s["train_steady_s"] / max(memory["train_steady_s"], s["floor_s"])
+            s["rss_bound_mib"] = (memory["rss_peak_mib"] - (file_bytes - budget_bytes) / 2**20) * (1 + TARGET_RSS_SLACK)
+            s["rss_target_met"] = s["rss_peak_mib"] <= s["rss_bound_mib"]
     return out
 
 
@@ -201,18 +223,35 @@ def plot(summary: dict, path: Path):
     save_figure(fig, path)
 
 
+def read_size(path: Path) -> int:
+    """The bytes of the blocks one row of the dataset at `path` spans (the SSD tier's smallest read)."""
+    from gnnsys.datasets.features_file import DTYPES
+    from gnnsys.datasets.meta import read_meta
+    from gnnsys.storage.direct_io import open_rows_file, row_blocks
+
+    f = read_meta(path)["features"]
+    file = open_rows_file(path / f["file"], True)
+    os.close(file.fd)
+    return row_blocks(f["dim"] * DTYPES[f["dtype"]].itemsize, f["row_stride"], file.block) * file.block
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.child:
         print(json.dumps(child(args)))
         return
     from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.storage.io_probe import io_model
 
     path = Path(args.dataset)
-    file_bytes = (path / "features.bin").stat().st_size
+    file = path / "features.bin"
+    file_bytes = file.stat().st_size
     if args.host_mem_budget is None:
         args.host_mem_budget = round(0.45 * file_bytes / 1e9, 3)
     info = machine()
+    size = read_size(path)
+    model = io_model(file, size)  # probed once here (or cached): every SSD child plans with it
+    device = measure_device(file, size, [int(d) for d in args.fio_depths.split(",")], args.fio_seconds)
     print(f"features.bin {file_bytes / 1e9:.2f} GB, host budget {args.host_mem_budget} GB", flush=True)
     runs = []
     for rep in range(args.repeats):
@@ -226,22 +265,31 @@ def main(argv=None):
             run = json.loads(done.stdout.strip().splitlines()[-1])
             run.update(repeat=rep, loadavg_before=load, loadavg_after=os.getloadavg())
             runs.append(run)
-            print(f"rep {rep} {mode:>10}: " + ", ".join(f"{e['time_s']:.1f} s" for e in run["epochs"]) +
-                  f"; device {run['epochs'][-1]['device_bytes'] / 1e6:,.0f} MB/epoch; load {load[0]:.2f}", flush=True)
-    device = measure_device(path, runs, args.device_seconds)
-    summary = summarize(runs, device)
+            print(f"rep {rep} {mode:>10}: " + ", ".join(f"{_epoch_s(e):.1f} s" for e in run["epochs"]) +
+                  f" (eval {run['epochs'][0]['eval_s']:.1f} s); device {run['epochs'][-1]['device_bytes'] / 1e6:,.0f}"
+                  f" MB/epoch; peak RSS {run['rss_peak_mib']:,.0f} MiB; load {load[0]:.2f}", flush=True)
+    info["loadavg_end"] = os.getloadavg()
+    summary = summarize(runs, device, file_bytes, args.host_mem_budget * 1e9)
     result = {"machine": info, "args": vars(args), "feature_bytes": file_bytes, "device": device,
-              "summary": summary, "runs": runs}
+              "io_model": model.to_json() if model else None, "summary": summary, "runs": runs,
+              "targets": {"steady_over_max_memory_floor": TARGET_STEADY, "first_over_steady": TARGET_FIRST,
+                          "rss_slack": TARGET_RSS_SLACK, "mode": TARGET_MODE}}
     out = HERE / "results" / f"{args.name}.json"
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
-    plot(summary, out.with_suffix(".png"))
-    print(f"{'mode':>10} {'first s':>8} {'steady s':>9} {'dev MB':>8} {'hit':>5} {'amp':>5} {'io floor s':>10} "
-          f"{'steady/bound':>12} {'first/steady':>12}")
+    try:
+        plot(summary, out.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    print(f"{'mode':>10} {'first s':>8} {'steady s':>9} {'eval s':>7} {'dev MB':>8} {'hit':>5} {'amp':>5} "
+          f"{'file x':>6} {'floor s':>8} {'steady/bound':>12} {'first/steady':>12} {'RSS MiB':>8} {'RSS bound':>9}")
     for mode, s in summary.items():
-        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-        print(f"{mode:>10} {s['first_s']:>8.2f} {fmt(s['steady_s'], '>9.2f')} {s['device_bytes_steady'] / 1e6:>8,.0f} "
-              f"{fmt(s['hit_rate'], '>5.2f')} {fmt(s['read_amplification'], '>5.2f')} {s['io_floor_s']:>10.2f} "
-              f"{fmt(s.get('steady_over_bound'), '>12.2f')} {fmt(s.get('first_over_steady'), '>12.2f')}")
+        print(f"{mode:>10} {s['first_s']:>8.2f} {fmt(s['steady_s'], '>9.2f')} {s['eval_s']:>7.2f} "
+              f"{s['device_bytes_steady'] / 1e6:>8,.0f} {fmt(s.get('hit_rate'), '>5.2f')} "
+              f"{fmt(s.get('read_amplification'), '>5.2f')} {fmt(s.get('file_fraction'), '>6.2f')} "
+              f"{fmt(s.get('floor_s'), '>8.2f')} {fmt(s.get('steady_over_bound'), '>12.2f')} "
+              f"{fmt(s.get('first_over_steady'), '>12.2f')} {s['rss_peak_mib']:>8,.0f} "
+              f"{fmt(s.get('rss_bound_mib'), '>9,.0f')}")
     print(f"written to {out}")
 
 

@@ -3,10 +3,12 @@
 
 `open_rows_file` opens a file with O_DIRECT and finds the alignment the kernel
 enforces; `plan_reads` turns sorted row numbers into block-aligned reads,
-merging rows that share or adjoin a block; `ReadPool` runs a plan on a pool of
-threads (os.preadv releases the GIL, so `threads` reads are in flight) into a
-page-aligned staging buffer (storage/uring_io.py is the io_uring engine with
-the same contract); `scatter_rows` copies the staged rows into the caller's order.
+merging rows that share or adjoin a block or lie at most a gap apart, and
+`choose_gap` picks the gap that minimises a cost model's time; `ReadPool`
+runs a plan on a pool of threads (os.preadv releases the GIL, so `threads`
+reads are in flight) into a page-aligned staging buffer (storage/uring_io.py
+is the io_uring engine with the same contract); `scatter_rows` copies the
+staged rows into the caller's order.
 """
 from __future__ import annotations
 
@@ -125,6 +127,35 @@ class Plan:
     first: np.ndarray
 
 
+def _row_span(rows: np.ndarray, stride: int, row_bytes: int, block: int):
+    """(first byte, first block, end block) of each of `rows`."""
+    start = rows * stride
+    return start, start // block, (start + row_bytes + block - 1) // block
+
+
+def choose_gap(rows: np.ndarray, stride: int, row_bytes: int, block: int, cost) -> int:
+    """The max_gap (bytes, whole blocks) for plan_reads of the sorted unique
+    `rows` that minimises cost(requests, bytes) (vectorised over arrays, e.g.
+    IOModel.cost): every threshold from 0 to the largest gap between
+    consecutive rows is evaluated at once (merging the gaps up to a threshold
+    removes one request and reads the gap's bytes per gap). Requests count
+    merged runs; the max_read split, which adds about one request per
+    max_read bytes at any threshold, is not modelled."""
+    _, lo, hi = _row_span(rows, stride, row_bytes, block)
+    gaps = np.sort(lo[1:] - hi[:-1])
+    gaps = gaps[gaps > 0]
+    if not gaps.size:
+        return 0
+    # candidate k merges the k smallest gaps; only the ends of runs of equal gaps are thresholds
+    ends = np.append(np.flatnonzero(gaps[1:] != gaps[:-1]) + 1, gaps.size)
+    merged = np.append(0, ends)
+    requests = gaps.size + 1 - merged
+    span = int(hi[-1] - lo[0])
+    nbytes = (span - (gaps.sum() - np.append(0, np.cumsum(gaps))[merged])) * block
+    best = int(np.argmin(cost(requests, nbytes)))
+    return 0 if best == 0 else int(gaps[merged[best] - 1]) * block
+
+
 def plan_reads(rows: np.ndarray, stride: int, row_bytes: int, block: int, max_read: int, size: int,
                max_gap: int = 0) -> Plan:
     """Block-aligned reads covering the sorted unique `rows` (int64): rows
@@ -132,9 +163,7 @@ def plan_reads(rows: np.ndarray, stride: int, row_bytes: int, block: int, max_re
     blocks) apart share one read (the gap is read and ignored: one request
     instead of two), and no read exceeds `max_read` bytes (callers ensure
     max_read >= row_blocks * block)."""
-    start = rows * stride
-    lo = start // block
-    hi = (start + row_bytes + block - 1) // block
+    start, lo, hi = _row_span(rows, stride, row_bytes, block)
     new_group = np.ones(rows.shape[0], dtype=bool)
     new_group[1:] = lo[1:] > hi[:-1] + max_gap // block  # a longer gap than max_gap before the row
     group_lo = lo[new_group][np.cumsum(new_group) - 1]
@@ -155,15 +184,16 @@ def plan_reads(rows: np.ndarray, stride: int, row_bytes: int, block: int, max_re
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def scatter_rows(staging, src, inverse, positions, out):
-    """out[p, :] = staging[src[inverse[p]]:][:out.shape[1]] for p in positions
-    (all in words of one width; offsets already divided by it)."""
+def scatter_rows(staging, src, inverse, positions, dest, out):
+    """out[dest[p], :] = staging[src[inverse[p]]:][:out.shape[1]] for p in
+    positions (all in words of one width; offsets already divided by it)."""
     width = out.shape[1]
     for k in numba.prange(positions.shape[0]):
         p = positions[k]
         s = src[inverse[p]]
+        d = dest[p]
         for j in range(width):
-            out[p, j] = staging[s + j]
+            out[d, j] = staging[s + j]
 
 
 def read_failed(path, length: int, offset: int, reason: str) -> DatasetError:
@@ -221,6 +251,10 @@ class ReadPool:
         except BaseException:
             stop.append(True)
             raise
+
+    def host_bytes(self) -> dict:
+        """{} (the reads land in the caller's staging buffer)."""
+        return {}
 
     def close(self):
         """Stop the threads and close the file."""

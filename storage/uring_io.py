@@ -191,6 +191,10 @@ class UringReader:
             self._enter(self._inflight)
             self._harvest()
 
+    def host_bytes(self) -> dict:
+        """{"uring": bytes} of the rings, submission entries and the batch being queued."""
+        return {"uring": sum(len(m) for m in self._maps) + self._batch.nbytes}
+
     def close(self):
         """Close the ring and the file."""
         self._words = self._sqes = self._cqes = None  # the arrays hold the mappings open

@@ -1,7 +1,8 @@
-"""`gnnsys info DIR [--verify] [--json]`."""
+"""`gnnsys info DIR [--verify] [--json] [--probe-io]`."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -13,7 +14,29 @@ def add_parser(sub):
     p.add_argument("--device", default="cpu", help="the training device placement 'auto' is chosen for")
     p.add_argument("--host-mem-budget", type=float, metavar="GB",
                    help="say whether the features fit this much host memory, and the cache an SSD stack can keep")
+    p.add_argument("--probe-io", action="store_true",
+                   help="measure the random and sequential O_DIRECT reads of the device holding features.bin "
+                        "(a few seconds), print them and refresh the cache the SSD tier plans its reads with")
     return p
+
+
+def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | None]:
+    """(lines to print, the model as JSON or None) of a fresh I/O probe of `file` (a features.bin)."""
+    from gnnsys.errors import ConfigError
+    from gnnsys.storage.direct_io import open_rows_file, row_blocks
+    from gnnsys.storage.io_probe import MIN_PROBE_BYTES, cache_path, format_model, io_model
+
+    try:
+        rows = open_rows_file(file, True)
+    except ConfigError:
+        return [f"I/O probe: not run, the file system of {file} does not honour O_DIRECT"], None
+    os.close(rows.fd)
+    if rows.size < MIN_PROBE_BYTES:
+        return [f"I/O probe: not run, {file} is under {MIN_PROBE_BYTES >> 20} MiB (random reads over it would "
+                f"measure the device's cache)"], None
+    read_size = row_blocks(row_bytes, stride, rows.block) * rows.block
+    model = io_model(file, read_size, refresh=True)
+    return [*format_model(model), f"  cached in {cache_path(file, read_size)}"], model.to_json()
 
 
 def run(args) -> int:
@@ -26,7 +49,11 @@ def run(args) -> int:
     row_bytes = f["dim"] * DTYPES[f["dtype"]].itemsize
     summary["placement"] = placement_advice(summary["num_nodes"], f["row_stride"], row_bytes, args.device,
                                             args.host_mem_budget)
-    text = "\n".join([format_summary(summary), *format_advice(summary["placement"])])
+    probe_lines = []
+    if args.probe_io:
+        file = os.path.join(args.path, f["file"])
+        probe_lines, summary["io_probe"] = probe_io(file, row_bytes, f["row_stride"])
+    text = "\n".join([format_summary(summary), *format_advice(summary["placement"]), *probe_lines])
     print(json.dumps(summary, indent=2) if args.json else text)
     if args.verify:
         problems = verify(args.path)

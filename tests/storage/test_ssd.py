@@ -11,13 +11,16 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from gnnsys.datasets import PrepareOptions, load_dataset, write_dataset
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.storage import FeatureSource
 from gnnsys.storage import uring_io
-from gnnsys.storage.direct_io import ReadPool, RowsFile, aligned, open_rows_file, plan_reads, row_blocks
+from gnnsys.storage.direct_io import ReadPool, RowsFile, aligned, choose_gap, open_rows_file, plan_reads, row_blocks
+from gnnsys.storage.io_probe import IOModel
 from gnnsys.storage.ssd import SSDFeatures
 from gnnsys.storage.uring_io import UringReader, uring_available
 from tests.conftest import random_source
@@ -90,6 +93,11 @@ def test_rows_equal_base_table(make_dataset, dtype, align, inflight, tight, engi
         out = torch.empty(4, 70, dtype=ssd.dtype)
         assert ssd.gather(ids, out=out) is out and _same(out, ds.features.gather(ids))
         assert _same(ssd.gather_async(ids).wait(), ds.features.gather(ids))
+        into = torch.zeros(6, 70, dtype=ssd.dtype)
+        ssd.gather_into(ids, into, torch.tensor([5, 1, 3, 0]))  # rows written in place, the others untouched
+        expect = torch.zeros(6, 70, dtype=ssd.dtype)
+        expect[torch.tensor([5, 1, 3, 0])] = ds.features.gather(ids)
+        assert _same(into, expect)
 
 
 def test_out_of_range_ids_raise_index_error(make_dataset):
@@ -120,9 +128,11 @@ def test_read_amplification_of_512_byte_rows(make_dataset, engine):
         ssd.gather(torch.arange(N))
         s = ssd.stats()
         assert s["reads"] == -(-N * 512 // 4096) and s["bytes_read"] == N * 512
+        assert s["file_fraction"] == 1.0 and s["gathers"] == 1 and s["max_gap_mean"] == s["max_gap_last"] == 0
         ssd.reset_stats()
         assert ssd.stats() == {"bytes_read": 0, "useful_bytes": 0, "reads": 0, "rows": 0, "unique_rows": 0,
-                               "read_amplification": 1.0}
+                               "gathers": 0, "read_amplification": 1.0, "file_fraction": 0.0, "max_gap_mean": 0.0,
+                               "max_gap_last": 0}
 
 
 @pytest.mark.parametrize("stride,row_bytes,block,max_read", [(384, 280, 512, 2048), (128, 28, 512, 4096),
@@ -166,10 +176,102 @@ def test_rows_through_gap_merging_equal_the_table(make_dataset, engine, max_gap)
         assert ssd.stats()["read_amplification"] > 1.0  # the gaps were read too
 
 
-def test_a_negative_gap_is_refused(make_dataset):
+@pytest.mark.parametrize("bad", [-1, 1.5, "8k", True])
+def test_a_bad_gap_is_refused(make_dataset, bad):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
-    with pytest.raises(ConfigError, match="^max_gap: must be >= 0"):
-        SSDFeatures(ds.path, max_gap=-1)
+    with pytest.raises(ConfigError, match=f"^max_gap: must be \"auto\" or an int >= 0 bytes, got {bad!r}$"):
+        SSDFeatures(ds.path, max_gap=bad)
+
+
+def _model(request_us: float, seq: float = 1e9, threads_rate: float | None = None) -> IOModel:
+    """An IOModel whose reads cost `request_us` microseconds each at any depth
+    on both engines (the thread pool `threads_rate` reads/s if given) and
+    whose bytes come at `seq` B/s."""
+    rate = 1e6 / request_us
+    rates = {"threads": {1: threads_rate or rate}, "uring": {1: rate}}
+    return IOModel(512, rates, seq, seq, {"at": 0.0})
+
+
+DEPTH = 16
+
+
+def _plan_cost(plan, model) -> float:
+    """The model's seconds for a plan's requests and bytes on io_uring at depth DEPTH."""
+    return float(model.cost("uring", DEPTH, len(plan.offset), int(plan.length.sum())))
+
+
+def test_chosen_gap_minimises_the_modelled_cost_over_every_threshold():
+    """For any rows, block layout and model, the plan with choose_gap's
+    threshold costs no more than the plan with any other threshold (max_read
+    large enough that no run is split, so requests are the model's)."""
+
+    @settings(max_examples=100, deadline=None, derandomize=True)
+    @given(rows=st.sets(st.integers(0, 3000), min_size=1, max_size=120),
+                      layout=st.sampled_from([(512, 400, 512), (384, 280, 512), (128, 28, 512), (4096, 280, 512),
+                                              (512, 400, 4096)]),
+                      rates=st.lists(st.floats(1e3, 1e6), min_size=2, max_size=2), seq=st.floats(1e7, 1e10))
+    def check(rows, layout, rates, seq):
+        stride, row_bytes, block = layout
+        rows = np.array(sorted(rows), np.int64)
+        model = IOModel(512, {"uring": {1: min(rates), DEPTH: max(rates)}}, seq, seq, {})
+        cost = lambda r, b: model.cost("uring", DEPTH, r, b)  # noqa: E731
+        size, big = 3001 * stride, 1 << 40
+        gap = choose_gap(rows, stride, row_bytes, block, cost)
+        chosen = _plan_cost(plan_reads(rows, stride, row_bytes, block, big, size, gap), model)
+        starts = rows * stride // block
+        ends = (rows * stride + row_bytes + block - 1) // block
+        for threshold in {0, *np.maximum(starts[1:] - ends[:-1], 0).tolist()}:
+            other = _plan_cost(plan_reads(rows, stride, row_bytes, block, big, size, threshold * block), model)
+            assert chosen <= other * (1 + 1e-12)
+
+    check()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_expensive_requests_merge_and_cheap_ones_do_not(make_dataset, engine):
+    """With auto gaps, a model whose requests cost 1 ms reads 60 random rows
+    of 300 in one request; one whose requests cost nothing reads every run of
+    adjoining rows alone; both give the table's rows bit for bit."""
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
+    ids = torch.from_numpy(np.random.default_rng(5).choice(N, 60, replace=False))
+    for request_us, merged in ((1000.0, True), (1e-3, False)):
+        with _ssd(ds.path, engine, 4, io_model=_model(request_us), max_read=N * 512) as ssd:
+            assert ssd.max_gap == "auto"
+            for name, id_set in _id_sets(512, np.random.default_rng(1)).items():
+                assert _same(ssd.gather(id_set), ds.features.gather(id_set)), name
+            ssd.reset_stats()
+            ssd.gather(ids)
+            s = ssd.stats()
+            runs = 1 + int((np.diff(np.unique(ids.numpy())) > 1).sum())
+            if merged:
+                assert s["reads"] == 1 and s["max_gap_last"] > 0 and s["read_amplification"] > 512 / 140
+            else:
+                assert s["reads"] == runs and s["max_gap_last"] == 0 and s["bytes_read"] == 60 * 512
+            assert s["file_fraction"] == s["bytes_read"] / (N * 512) and s["max_gap_mean"] == s["max_gap_last"]
+
+
+def test_without_a_model_auto_gaps_merge_nothing(make_dataset):
+    """A file too small to probe (and any file read without O_DIRECT) has no
+    model: auto reads only the blocks of the rows."""
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
+    with _ssd(ds.path) as ssd:
+        assert ssd.io_model is None
+        ssd.gather(torch.arange(0, N, 3))
+        assert ssd.stats()["bytes_read"] == 100 * 512 and ssd.stats()["max_gap_last"] == 0
+
+
+def test_auto_engine_takes_the_one_the_model_measured_faster(make_dataset, caplog):
+    _need_uring()
+    ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
+    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"):
+        with SSDFeatures(ds.path, io_model=_model(20.0, threads_rate=1e6)) as ssd:
+            assert ssd.engine == "threads"
+        with SSDFeatures(ds.path, io_model=_model(20.0, threads_rate=1e3)) as ssd:
+            assert ssd.engine == "uring" and "uring" in ssd.host_bytes()
+            assert ssd.host_bytes()["uring"] > 0 and ssd.host_bytes()["staging"] == 64 << 20
+        with SSDFeatures(ds.path, engine="uring", io_model=_model(20.0, threads_rate=1e6)) as ssd:
+            assert ssd.engine == "uring"  # an engine named is kept
+    assert "measured 50000 reads/s with io_uring depth 128, 1000000 with 16 threads" in caplog.text
 
 
 @pytest.mark.parametrize("engine", ENGINES)
