@@ -2,15 +2,25 @@
 
 Configurations, each run in its own process, interleaved (rep 1 of each, rep
 2 of each, ...) so that load on a shared machine falls on all alike:
-gnnsys fp32; gnnsys bf16-mixed with fp32 stored features; gnnsys bf16-mixed
-with bf16 stored features (--bf16-dataset, the same graph prepared with
-`--dtype bfloat16`); DGL fp32 and DGL with its whole run under
+gnnsys fp32; gnnsys bf16-mixed and gnnsys auto (the default precision) with
+fp32 stored features; the same two with bf16 stored features (--bf16-dataset,
+the same graph prepared with `--dtype bfloat16`); DGL fp32 and DGL with its whole run under
 `torch.autocast("cpu", torch.bfloat16)` (both when the DGL environment of
 benchmarks/setup_peers.sh exists; a configuration that fails is recorded with
 its error). GraphSAGE with bench_minibatch.py's defaults (3x256, 15/10/5,
 batch 1024); the timed figure is the training epoch (time_s, and compute_s of
 its breakdown), median over --repeats runs of --epochs epochs (the first epoch
-of a run left out when it has more than one).
+of a run left out when it has more than one). Each gnnsys run records the
+precision its request resolved to on this machine (gnnsys.precision).
+
+The machine: `machine` is gnnsys's machine record taken in a child process
+(the CPU by gnnsys.cpu_features: model, flags, torch's capability, whether
+bf16 GEMMs are native). `--isa avx2` emulates a CPU with AVX2 only on a newer
+one: every child runs with ATEN_CPU_CAPABILITY=avx2 (torch's kernels),
+ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's, which torch's bf16 matmul uses) and
+NUMBA_CPU_NAME=haswell (gnnsys's numba kernels), and the results file is
+named ..._avx2; the GEMM rates show whether the emulation reproduces the
+bf16 cliff of such CPUs.
 
 Roofline: the dense FLOP of one epoch counted from the sampled blocks of
 gnnsys's epoch 0 (per SAGE layer with n destination rows, in -> out: two
@@ -21,8 +31,8 @@ machine at 2 threads, fp32 and bf16 (a 50000x256 by 256x256 matmul, median
 of 5), measured in a fresh process before the first and after the last run;
 the floor is FLOP / rate and each configuration reports compute_s / floor.
 
-Accuracy: --acc-seeds runs of --acc-epochs epochs each for gnnsys fp32 and
-bf16-mixed (fp32 stored features), test accuracy after the last epoch
+Accuracy: --acc-seeds runs of --acc-epochs epochs each for gnnsys fp32,
+bf16-mixed and auto (fp32 stored features), test accuracy after the last epoch
 (exact layer-wise inference), mean and spread over seeds.
 
 Every run records the 1-minute load average before and after; a run where
@@ -39,6 +49,7 @@ run), targets met or missed included.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -51,7 +62,10 @@ from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 GEMM = (50000, 256, 256)
-TARGETS = {"bf16_vs_gnnsys_fp32": 1.8, "bf16_vs_dgl_fp32": 3.5, "accuracy_points": 0.5, "fp32_over_floor": 1.3}
+TARGETS = {"bf16_vs_gnnsys_fp32": 1.8, "bf16_vs_dgl_fp32": 3.5, "accuracy_points": 0.5, "fp32_over_floor": 1.3,
+           "bf16_over_fp32_epoch": 1.05, "auto_over_fp32_epoch": 1.05}
+EMULATE = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "NUMBA_CPU_NAME": "haswell"}}
+ACC_PRECISIONS = ("32", "bf16-mixed", "auto")
 
 
 # -- children (each run is a fresh process; DGL's runs use the DGL environment) -------------
@@ -72,6 +86,51 @@ def child_gemm() -> dict:
             times.append(time.perf_counter() - t)
         rates[name] = 2 * m * k * n / statistics.median(times) / 1e9
     return rates
+
+
+def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
+    """Milliseconds (median of 5 after a warm-up) of the CPU kernels whose speed
+    depends on a dtype, at a first-layer batch's size (100k source rows, 50k
+    destinations, 10 entries each, 128 features): gnnsys's aggregation kernel
+    in fp32 and bf16 and torch.sparse.mm in fp32 (what "32" aggregates with);
+    the feature gather of each stored dtype, and the widening copy to fp32
+    that the loader makes of bf16 or fp16 rows."""
+    import torch
+
+    import gnnsys
+    from gnnsys.aggregation import Adjacency, aggregate
+
+    n_src, n_dst, degree, dim = 100_000, 50_000, 10, 128
+    gen = torch.Generator().manual_seed(0)
+    adj = Adjacency.mean(torch.arange(0, n_dst * degree + 1, degree),
+                         torch.randint(0, n_src, (n_dst * degree,), generator=gen), n_src)
+    x = torch.randn(n_src, dim, generator=gen)
+
+    def ms(fn):
+        fn()
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    out = {"aggregate_fp32": ms(lambda: aggregate(adj, x, torch.float32)),
+           "aggregate_bf16": ms(lambda: aggregate(adj, x.bfloat16(), torch.bfloat16)),
+           "sparse_mm_fp32": ms(lambda: torch.sparse.mm(adj.csr(torch.float32), x))}
+    wide, half = torch.empty(n_src, dim), x.half()
+    out["widen_fp16"] = ms(lambda: wide.copy_(half))
+    for name, path in (("fp32", dataset), ("bf16", bf16_dataset)):
+        if path is None:
+            continue
+        features = gnnsys.load_dataset(path).features
+        ids = torch.randint(0, features.shape[0], (n_src,), generator=gen)
+        raw = torch.empty(n_src, features.shape[1], dtype=features.dtype)
+        out[f"gather_{name}"] = ms(lambda: features.gather(ids, out=raw))
+        if name != "fp32":
+            wide = torch.empty(n_src, features.shape[1])
+            out[f"widen_{name}"] = ms(lambda: wide.copy_(raw))
+    return out
 
 
 def child_flops(dataset: str, fanouts: list, batch_size: int, hidden: int, seed: int) -> dict:
@@ -129,11 +188,18 @@ def child_main(argv: list) -> int:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval", action="store_true")
+    p.add_argument("--bf16-dataset")
     add_model_arguments(p)
     a = p.parse_args(argv[1:])
     a.fanouts = [int(f) for f in a.fanouts.split(",")]
     if kind == "gemm":
         record = child_gemm()
+    elif kind == "kernels":
+        record = child_kernels(a.dataset, a.bf16_dataset)
+    elif kind == "machine":
+        from gnnsys.training.result import machine_info
+
+        record = machine_info("cpu")
     elif kind == "flops":
         record = child_flops(a.dataset, a.fanouts, a.batch_size, a.hidden, a.seed)
     else:
@@ -159,6 +225,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--acc-epochs", type=int, default=10, help="epochs of each accuracy run (0: no accuracy runs)")
     p.add_argument("--acc-seeds", type=int, default=3, help="accuracy runs (seeds 0..N-1) per precision")
     p.add_argument("--no-dgl", action="store_true", help="leave DGL out even when its environment exists")
+    p.add_argument("--isa", choices=list(EMULATE), help="emulate a CPU with this ISA only (see the docstring)")
     p.add_argument("--load-flag", type=float, default=0.5, help="flag runs above this load average per core")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
     p.add_argument("--out", default=str(HERE / "results"), help="results directory")
@@ -178,9 +245,11 @@ def configurations(args) -> dict:
     model = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
              "--lr", str(args.lr), "--epochs", str(args.epochs)]
     configs = {"gnnsys-fp32": me + ["gnnsys", args.dataset, "--precision", "32", *model],
-               "gnnsys-bf16": me + ["gnnsys", args.dataset, "--precision", "bf16-mixed", *model]}
+               "gnnsys-bf16": me + ["gnnsys", args.dataset, "--precision", "bf16-mixed", *model],
+               "gnnsys-auto": me + ["gnnsys", args.dataset, "--precision", "auto", *model]}
     if args.bf16_dataset:
         configs["gnnsys-bf16-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "bf16-mixed", *model]
+        configs["gnnsys-auto-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "auto", *model]
     dgl_python, dgl_script = SYSTEMS["dgl"]
     if dgl_python.exists() and not args.no_dgl:
         peer = [str(Path(args.dataset).resolve()), *model]
@@ -198,7 +267,7 @@ def run(cmd: list, args, seed: int | None = None) -> dict:
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              env={**os.environ, "PYTHONPATH": str(HERE)})
+                              env={**os.environ, "PYTHONPATH": str(HERE), **EMULATE.get(args.isa, {})})
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -223,10 +292,14 @@ def warm(epochs: list) -> list:
     return epochs[1:] or epochs
 
 
-def summarize(runs: list, gflop: float | None, rate: float | None) -> dict:
-    """Medians of one configuration's timed runs (all, and quiet ones only), its roofline line."""
+def summarize(name: str, runs: list, gflop: float | None, rates: dict) -> dict:
+    """Medians of one configuration's timed runs (all, and quiet ones only), the
+    precision gnnsys resolved it to, its roofline line (at the GEMM rate of that precision)."""
     ok = [r for r in runs if "error" not in r]
-    out = {"runs_ok": len(ok), "runs_failed": len(runs) - len(ok), "runs_loaded": sum(r["loaded"] for r in ok)}
+    out = {"runs_ok": len(ok), "runs_failed": len(runs) - len(ok), "runs_loaded": sum(r["loaded"] for r in ok),
+           "precision": sorted({r["precision"] for r in ok if "precision" in r})}
+    rate = rates["bf16" if out["precision"] == ["bf16-mixed"] or (not out["precision"] and "bf16" in name)
+                 else "fp32"]
     for label, chosen in (("", ok), ("quiet_", [r for r in ok if not r["loaded"]])):
         epochs = [e for r in chosen for e in warm(r.get("epochs", []))]
         out[label + "epoch_s"] = median_of([e["time_s"] for e in epochs])
@@ -250,11 +323,14 @@ def targets(summary: dict, acc: dict) -> dict:
         return summary[b]["epoch_s"] / summary[a]["epoch_s"] if a in summary and b in summary \
             and summary[a]["epoch_s"] and summary[b]["epoch_s"] else None
 
-    figures = {"bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32"),
-               "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32"),
-               "fp32_over_floor": summary.get("gnnsys-fp32", {}).get("compute_over_floor")}
-    means = [acc.get(p, {}).get("test_mean") for p in ("32", "bf16-mixed")]
-    figures["accuracy_points"] = abs(means[0] - means[1]) * 100 if None not in means else None
+    bf16_computes = summary.get("gnnsys-bf16", {}).get("precision") == ["bf16-mixed"]  # else it ran fp32 GEMMs
+    figures = {"bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32") if bf16_computes else None,
+               "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32") if bf16_computes else None,
+               "fp32_over_floor": summary.get("gnnsys-fp32", {}).get("compute_over_floor"),
+               "bf16_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-bf16"),
+               "auto_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-auto")}
+    means = [acc.get(p, {}).get("test_mean") for p in ACC_PRECISIONS]
+    figures["accuracy_points"] = max(abs(m - means[0]) for m in means[1:]) * 100 if None not in means else None
     out = {}
     for name, figure in figures.items():
         higher_is_better = name.startswith("bf16_vs")
@@ -299,26 +375,29 @@ def main(argv=None) -> int:
     meta = json.loads((Path(args.dataset) / "meta.json").read_text())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"precision_{Path(args.dataset).resolve().name}"
+    name = f"precision_{Path(args.dataset).resolve().name}" + (f"_{args.isa}" if args.isa else "")
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
     configs = configurations(args)
     model = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden)]
     me = [sys.executable, str(Path(__file__).resolve()), "child"]
     result = {"benchmark": "precision", "dataset": meta["name"], "config": vars(args), "cpus": os.cpu_count(),
+              "emulated_isa": EMULATE.get(args.isa), "machine": run(me + ["machine"], args),
               "gemm": [run(me + ["gemm"], args)], "configurations": list(configs),
-              "runs": {name: [] for name in configs}, "accuracy_runs": {"32": [], "bf16-mixed": []}}
+              "kernels_ms": run(me + ["kernels", args.dataset, *(["--bf16-dataset", args.bf16_dataset]
+                                                                 if args.bf16_dataset else [])], args),
+              "runs": {name: [] for name in configs}, "accuracy_runs": {p: [] for p in ACC_PRECISIONS}}
 
     def save():
         gemm = [g for g in result["gemm"] if "error" not in g]
         rates = {p: median_of([g[p] for g in gemm]) for p in ("fp32", "bf16")}
         gflop = result.get("flops", {}).get("gflop_per_epoch")
         result["gemm_gflops"] = rates
-        result["summary"] = {n: summarize(r, gflop, rates["bf16" if "bf16" in n else "fp32"])
-                             for n, r in result["runs"].items()}
+        result["summary"] = {n: summarize(n, r, gflop, rates) for n, r in result["runs"].items()}
         result["accuracy"] = {p: accuracy(r) for p, r in result["accuracy_runs"].items()}
         result["targets"] = targets(result["summary"], result["accuracy"])
         atomic_write_bytes(json_path, json.dumps(result, indent=1).encode())
-        plot(result, png_path)
+        if importlib.util.find_spec("matplotlib") is not None:
+            plot(result, png_path)
 
     result["flops"] = run(me + ["flops", args.dataset, *model], args)
     for rep in range(args.repeats):
@@ -330,7 +409,7 @@ def main(argv=None) -> int:
                   f"{' (loaded)' if record['loaded'] else ''}"), flush=True)
             save()
     for seed in range(args.acc_seeds if args.acc_epochs else 0):
-        for precision in ("32", "bf16-mixed"):
+        for precision in ACC_PRECISIONS:
             cmd = me + ["gnnsys", args.dataset, "--precision", precision, "--lr", str(args.lr), *model,
                         "--epochs", str(args.acc_epochs), "--eval"]
             record = run(cmd, args, seed=seed)

@@ -10,6 +10,10 @@ over destination rows and without the GIL; its backward is the same kernel
 over the transposed adjacency (built once per adjacency, on first backward).
 On other devices it is `torch.sparse.mm` with the weights in `dtype`
 (cuSPARSE accumulates in fp32) and torch's autograd.
+
+The kernel needs no bf16 instructions (`gnnsys.bf16` widens and rounds with
+integer shifts), so it runs as fast on an AVX2-only CPU as on one with
+AVX512-BF16, in bf16 as in fp32 (benchmarks/README.md, "Mixed precision").
 """
 from __future__ import annotations
 

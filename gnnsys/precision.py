@@ -7,6 +7,17 @@
   in bf16); weights, their gradients, the optimizer and the loss stay fp32.
   Features stored as bf16 are fed as they are (no upcast copy).
 - "16-mixed": fp16 autocast with a gradient scaler; CUDA only.
+- "auto" (the default): the fastest of these that keeps fp32's accuracy on
+  this machine, bf16-mixed where bf16 GEMMs are native (a CPU with
+  AVX512-BF16 or AMX, by `gnnsys.cpu_features`; a GPU with bf16), else "32".
+
+`resolve_precision` turns a requested name into the one that runs (options
+record that one, and checkpoints compare it). An explicit bf16-mixed on a CPU
+whose bf16 GEMMs are not native (torch's fallback runs them ~30x slower than
+fp32) resolves to "32", with a one-line warning naming the CPU: features
+stored as bf16 stay bf16 on disk, in caches and in the gather (half the bytes
+read), the gathered batch is widened to fp32 (as under "32"), and the GEMMs
+run in fp32.
 
 A trainer does, per step:
 
@@ -20,13 +31,17 @@ and feeds features in `precision.input_dtype(stored_dtype)`.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
 
+from gnnsys import cpu_features
 from gnnsys.errors import ConfigError
 
 _COMPUTE = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # PyTorch Lightning's names
-PRECISIONS = tuple(_COMPUTE)
+PRECISIONS = ("auto", *_COMPUTE)
+
+log = logging.getLogger(__name__)
 
 
 class Precision:
@@ -93,6 +108,34 @@ def input_dtype(name: str, stored: torch.dtype) -> torch.dtype:
     return stored if stored == _COMPUTE[name] else torch.float32
 
 
+def cuda_bf16_native() -> bool:
+    """The current GPU computes in bf16 natively (Ampere or newer, not torch's emulation)."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # torch < 2.4: no emulation to tell apart
+        return torch.cuda.is_bf16_supported()
+
+
+def resolve_precision(name: str, device) -> str:
+    """The precision a run asking for `name` on `device` runs in ("32",
+    "bf16-mixed" or "16-mixed"; see the module docstring), after
+    `check_precision`: "auto" is bf16-mixed where bf16 GEMMs are native, else
+    "32"; bf16-mixed on a CPU without native bf16 GEMMs is "32", with a warning."""
+    device = torch.device(device)
+    check_precision(name, device)
+    if name not in ("auto", "bf16-mixed"):
+        return name
+    if device.type == "cuda":
+        return "bf16-mixed" if name == "bf16-mixed" or cuda_bf16_native() else "32"
+    cpu = cpu_features.detect()
+    if cpu.bf16_gemm:
+        return "bf16-mixed"
+    if name == "bf16-mixed":
+        log.warning("precision: bf16-mixed runs its matmuls in fp32 on this CPU, whose bf16 matmuls are not native "
+                    "(%s); bf16-stored features stay bf16", cpu.describe())
+    return "32"
+
+
 def check_precision(name: str, device) -> None:
     """ConfigError naming `precision` unless `name` can run on `device`: an
     unknown name, 16-mixed off CUDA, bf16-mixed on a GPU without bf16."""
@@ -108,7 +151,6 @@ def check_precision(name: str, device) -> None:
 
 
 def make_precision(name: str, device) -> Precision:
-    """The Precision `name` ("32", "bf16-mixed", "16-mixed") on `device` (a str
-    or torch.device), after `check_precision`."""
-    check_precision(name, device)
-    return Precision(name, torch.device(device))
+    """The Precision that `name` (one of PRECISIONS) runs in on `device` (a str
+    or torch.device): `resolve_precision`'s."""
+    return Precision(resolve_precision(name, device), torch.device(device))

@@ -10,6 +10,10 @@ import torch
 # when triton is first imported, so it is set here, before any test module.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# `--precision auto` resolves by the CPU; the suite, its subprocesses included,
+# runs as on a CPU without native bf16 (fp32) on every machine. Tests of the
+# bf16 paths inject a CPU that has it (tests/gnnsys/test_precision.py).
+os.environ.setdefault("GNNSYS_CPU_BF16", "0")
 
 from gnnsys.datasets import GraphSource, PrepareOptions, load_dataset, write_dataset
 from gnnsys.datasets.source import array_edge_chunks, array_feature_chunks

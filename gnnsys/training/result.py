@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from gnnsys import cpu_features
 from gnnsys.datasets.atomic import atomic_write_bytes
 
 
@@ -22,7 +23,8 @@ class TrainResult:
     {epoch, loss, time_s, breakdown, train, valid, test} (the metrics are None
     in epochs that were not evaluated); best_epoch: the evaluated epoch with
     the best validation metric; test: its test metric; machine: device, CPU
-    count, versions. `model` (the trained module) is not serialised.
+    count, what the CPU executes natively (gnnsys.cpu_features), versions.
+    `model` (the trained module) is not serialised.
     """
 
     config: dict
@@ -64,13 +66,15 @@ def make_result(options, history: list, model=None, **run_facts) -> TrainResult:
 
 
 def machine_info(device) -> dict:
-    """Where a run happened: device, CPU count, threads, versions."""
+    """Where a run happened: device, CPU count, threads, the CPU and what it
+    executes natively (`cpu`, gnnsys.cpu_features), versions."""
     import numba
     import numpy
     import torch_geometric
 
     info = {"device": str(device), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "platform": platform.platform(), "python": platform.python_version(),
+            "cpu": cpu_features.detect().to_dict(), "platform": platform.platform(),
+            "python": platform.python_version(),
             "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
                          "numpy": numpy.__version__, "numba": numba.__version__}}
     if torch.device(device).type == "cuda":

@@ -1,5 +1,8 @@
-"""Mixed precision: gnnsys.precision, models and dropout in bf16, the full-graph
-reference and GNNPipe under bf16-mixed, and precision in checkpoints."""
+"""Mixed precision: gnnsys.precision (and its choice per machine), models and
+dropout in bf16, the full-graph reference and GNNPipe under bf16-mixed, and
+precision in checkpoints. Every test runs on an injected CPU (`cpu`), by
+default one with native bf16 GEMMs, so that none depends on this machine's."""
+import logging
 import sys
 from pathlib import Path
 
@@ -7,12 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gnnsys import cpu_features
 from gnnsys.datasets import Dataset, DatasetError
 from gnnsys.dropout import hash_dropout, relu_dropout
 from gnnsys.errors import ConfigError
 from gnnsys.fullgraph import train_fullgraph
 from gnnsys.models import GNN, GNNLayer
-from gnnsys.precision import Precision, make_precision
+from gnnsys.precision import Precision, make_precision, resolve_precision
 from gnnsys.samplers import Block
 from gnnsys.training.checkpoints import restore_training_state, training_state
 from gnnsys.training.options import FullGraphOptions
@@ -20,6 +24,81 @@ from gnnsys.training.options import FullGraphOptions
 sys.path.insert(0, str(Path(__file__).parent))
 from test_fullgraph import FAST, tiny_dataset  # noqa: E402
 from test_models import random_csc  # noqa: E402
+
+BF16_CPU = cpu_features.probe("model name: AMD EPYC 9B14\nflags: avx2 avx512f avx512_bf16\n", "AVX512", {}, True)
+AVX2_CPU = cpu_features.probe("model name: AMD EPYC 7B12\nflags: avx2 f16c\n", "AVX2", {}, True)
+EMULATED_CPU = cpu_features.probe("model name: AMD EPYC 9B14\nflags: avx2 avx512f avx512_bf16\n", "AVX2",
+                                  {"ONEDNN_MAX_CPU_ISA": "AVX2"}, True, benchmark=lambda: {"fp32": 37.0, "bf16": 1.1})
+
+
+@pytest.fixture(autouse=True)
+def cpu(monkeypatch):
+    """cpu(features): the CPU gnnsys.precision sees (BF16_CPU until a test sets
+    another); worker processes see its verdict through GNNSYS_CPU_BF16."""
+    def inject(features):
+        monkeypatch.setattr(cpu_features, "detect", lambda: features)
+        monkeypatch.setenv("GNNSYS_CPU_BF16", "1" if features.bf16_gemm else "0")
+    inject(BF16_CPU)
+    return inject
+
+
+# -- the choice per machine ----------------------------------------------------------------
+@pytest.mark.parametrize("features, auto, bf16", [(BF16_CPU, "bf16-mixed", "bf16-mixed"), (AVX2_CPU, "32", "32"),
+                                                  (EMULATED_CPU, "32", "32")])
+def test_auto_and_bf16_mixed_resolve_by_the_cpus_bf16_gemms(cpu, features, auto, bf16):
+    cpu(features)
+    assert [resolve_precision(n, "cpu") for n in ("auto", "bf16-mixed", "32")] == [auto, bf16, "32"]
+    assert make_precision("auto", "cpu").name == auto
+    assert FullGraphOptions(**FAST).precision == auto  # the default, kept resolved
+
+
+def test_bf16_mixed_without_native_bf16_warns_in_one_line_naming_the_capability(cpu, caplog):
+    cpu(AVX2_CPU)
+    with caplog.at_level(logging.WARNING, logger="gnnsys.precision"):
+        assert resolve_precision("bf16-mixed", "cpu") == "32"
+        assert resolve_precision("auto", "cpu") == "32"
+    [record] = caplog.records
+    assert record.getMessage() == ("precision: bf16-mixed runs its matmuls in fp32 on this CPU, whose bf16 matmuls "
+                                   "are not native (AMD EPYC 7B12: torch AVX2, no avx512_bf16 or amx_bf16); "
+                                   "bf16-stored features stay bf16")
+
+
+@pytest.mark.parametrize("native, auto", [(True, "bf16-mixed"), (False, "32")])
+def test_auto_on_cuda_takes_bf16_where_the_gpu_has_it(monkeypatch, native, auto):
+    seen = []
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: seen.append(
+        including_emulation) or native)
+    assert resolve_precision("auto", "cuda") == auto
+    assert seen == [False]  # torch's emulated bf16 is not native
+    assert resolve_precision("32", "cuda:1") == "32"
+
+
+@pytest.mark.parametrize("features", [BF16_CPU, AVX2_CPU])
+def test_every_choice_trains_as_fp32_within_precision(cpu, features):
+    """auto and bf16-mixed agree with fp32 within bf16's precision on both kinds
+    of CPU; where bf16 is not native they are fp32, bit for bit."""
+    cpu(features)
+    options = dict(FAST, epochs=10, model="sage")
+    ref = train_fullgraph(tiny_dataset(), precision="32", **options)
+    for name in ("auto", "bf16-mixed"):
+        for ds in (tiny_dataset(), bf16_dataset()):
+            run = train_fullgraph(ds, precision=name, **options)
+            assert run.config["precision"] == resolve_precision(name, "cpu")
+            losses, ref_losses = [e["loss"] for e in run.epochs], [e["loss"] for e in ref.epochs]
+            assert max(abs(a - b) for a, b in zip(losses, ref_losses)) < 0.05
+            if features is AVX2_CPU and ds.features.dtype == torch.float32:
+                assert losses == ref_losses
+
+
+def test_the_cli_takes_auto_as_the_default():
+    import argparse
+
+    from gnnsys.cli.train import add_run_arguments
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    assert p.parse_args(["--precision", "auto"]).precision == "auto"
+    assert FullGraphOptions().precision == resolve_precision("auto", "cpu")
 
 
 # -- gnnsys.precision ------------------------------------------------------------------
@@ -43,7 +122,7 @@ def test_features_are_fed_as_stored_only_in_the_compute_dtype(name, stored, fed)
 
 
 @pytest.mark.parametrize("name, device, match", [
-    ("64", "cpu", "must be one of 32, bf16-mixed, 16-mixed, got '64'"),
+    ("64", "cpu", "must be one of auto, 32, bf16-mixed, 16-mixed, got '64'"),
     ("16-mixed", "cpu", "16-mixed needs a CUDA device")])
 def test_bad_precisions_are_config_errors(name, device, match):
     with pytest.raises(ConfigError, match=f"^precision: {match}"):
@@ -164,7 +243,7 @@ def test_the_reference_feeds_bf16_features_without_an_upcast():
     ds = bf16_dataset()
     assert ReferenceTrainer(ds, FullGraphOptions(precision="bf16-mixed", **FAST).for_dataset(ds)).x.dtype \
         == torch.bfloat16
-    assert ReferenceTrainer(ds, FullGraphOptions(**FAST).for_dataset(ds)).x.dtype == torch.float32
+    assert ReferenceTrainer(ds, FullGraphOptions(precision="32", **FAST).for_dataset(ds)).x.dtype == torch.float32
 
 
 def test_gnnpipe_refuses_16_mixed_with_several_workers():
@@ -188,14 +267,14 @@ def test_resume_refuses_another_precision_naming_both(tmp_path, pipeline):
     train_fullgraph(ds, checkpoint_dir=tmp_path, precision="bf16-mixed", **dict(FAST, epochs=1, **pipeline))
     with pytest.raises(DatasetError, match="was written with precision bf16-mixed, this run asks for 32; "
                                            "resume with --precision bf16-mixed$"):
-        train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, **dict(FAST, **pipeline))
+        train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, precision="32", **dict(FAST, **pipeline))
     resumed = train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, precision="bf16-mixed",
                               **dict(FAST, **pipeline))
     assert [e["epoch"] for e in resumed.epochs] == [0, 1, 2]
 
 
 def test_a_checkpoint_without_precision_resumes_as_fp32():
-    options = FullGraphOptions(**FAST)
+    options = FullGraphOptions(precision="32", **FAST)
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(model.parameters())
     state = training_state(options, 1, [], model, opt)
@@ -214,3 +293,15 @@ def test_the_gradient_scaler_state_is_saved_and_restored():
     restored = Precision("16-mixed", torch.device("cpu"))
     restore_training_state(state, "ckpt", options, model, opt, restored)
     assert restored.state_dict() == saved.state_dict() and restored.state_dict()["scale"] == 1024.0
+
+
+def test_resume_compares_resolved_precisions(cpu, tmp_path):
+    """A checkpoint records the precision its run resolved to: `auto` resumes it
+    where it resolves the same, and is refused naming both where it does not."""
+    ds = tiny_dataset()
+    train_fullgraph(ds, checkpoint_dir=tmp_path, **dict(FAST, epochs=1))  # auto: bf16-mixed on BF16_CPU
+    resumed = train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, precision="bf16-mixed", **FAST)
+    assert [e["epoch"] for e in resumed.epochs] == [0, 1, 2] and resumed.config["precision"] == "bf16-mixed"
+    cpu(AVX2_CPU)
+    with pytest.raises(DatasetError, match="was written with precision bf16-mixed, this run asks for 32;"):
+        train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, **dict(FAST, epochs=4))

@@ -122,11 +122,12 @@ def test_bf16_mixed_trains_close_to_fp32_and_feeds_bf16_rows_as_stored(make_data
     from gnnsys.datasets import PrepareOptions
     from gnnsys.minibatch import MinibatchTrainer
 
+    monkeypatch.setenv("GNNSYS_CPU_BF16", "1")  # bf16 compute, whatever this CPU is
     ds, _ = make_dataset(num_nodes=200, num_edges=1600, options=PrepareOptions(progress=False, dtype=stored))
     fed = []
     step = MinibatchTrainer._step
     monkeypatch.setattr(MinibatchTrainer, "_step", lambda self, mb: fed.append(mb.x.dtype) or step(self, mb))
-    fp32 = train(ds, **FAST, epochs=3, dropout=0.0)
+    fp32 = train(ds, **FAST, epochs=3, dropout=0.0, precision="32")
     bf16 = train(ds, **FAST, epochs=3, dropout=0.0, precision="bf16-mixed")
     assert set(fed[:len(fed) // 2]) == {torch.float32}
     assert set(fed[len(fed) // 2:]) == {torch.bfloat16 if stored == "bfloat16" else torch.float32}
