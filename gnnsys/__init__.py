@@ -23,6 +23,7 @@ _API = {  # public name -> the module that defines it
     "FullGraphOptions": "gnnsys.training.options", "MinibatchOptions": "gnnsys.training.options",
     "TrainResult": "gnnsys.training.result",
     "train": "gnnsys.minibatch", "train_fullgraph": "gnnsys.fullgraph",
+    "predict": "gnnsys.prediction",
 }
 
 __all__ = sorted(_API)

@@ -2,8 +2,10 @@
 
 One epoch: the MinibatchLoader samples and gathers batches of training seeds
 ahead of compute; each batch runs forward/backward/step on the model. Every
-`eval_every` epochs the model is evaluated exactly (layer-wise full-neighbour
-inference, `gnnsys.training.inference`) on train/valid/test. With a
+`eval_every` epochs the model is evaluated on train/valid/test: exactly
+(streaming layer-wise full-neighbour inference, `gnnsys.training.inference`),
+or with options.eval "sampled" (the default with features="ssd") on sampled
+minibatches through the same loader and feature tiers. With a
 checkpoint directory, a checkpoint is written atomically after every epoch,
 and `resume=True` continues from the last complete one: sampling is a
 function of (seed, epoch, batch) and the RNG states are saved, so a resumed
@@ -17,11 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
+from gnnsys.feature_stack import GB
 from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
-from gnnsys.training.data_parallel import (mean_across_ranks, rank_options, resume_ranks, run_ranks,
+from gnnsys.training.data_parallel import (mean_across_ranks, rank_options, rank_slice, resume_ranks, run_ranks,
                                            save_rank_checkpoint, seed_rank, split_inference, torchrun_options,
                                            under_torchrun, wrap_model, write_rank_result)
-from gnnsys.training.evaluation import eval_nodes, split_scores
+from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
 from gnnsys.precision import make_precision
 from gnnsys.training.options import MinibatchOptions
@@ -36,7 +39,8 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     batch_size, hidden, layers, epochs, lr, weight_decay, dropout,
     input_dropout, norm, residual, heads, device, seed, eval_every,
     eval_batch_size, metric, prefetch, features, sampler, checkpoint_dir,
-    resume, progress, retain_memory; see MinibatchOptions), not both.
+    resume, progress, retain_memory, eval, scratch_dir, inference_dtype;
+    see MinibatchOptions), not both.
     on_epoch_end(record) is called after each epoch's checkpoint (a test can
     raise from it to simulate a kill). Returns a TrainResult whose `model` is
     the trained module.
@@ -124,29 +128,39 @@ class MinibatchTrainer:
     def _feature_tiers(self):
         """(the stack of feature tiers training gathers through, its bottom:
         the rows that inference scans, which would only flush a cache)."""
-        from gnnsys.feature_stack import build_feature_stack, presample_score, tiers_of
+        from gnnsys.feature_stack import build_feature_stack, estimate_batch_rows, presample_score, tiers_of
 
         o = self.options
+        batch_rows = estimate_batch_rows(self.dataset, o.fanouts, o.batch_size, o.seed) if o.lookahead else 0
         stack, _ = build_feature_stack(
             self.dataset, features=o.features, device=self.device, cache_rows=o.cache_rows, cache_gb=o.cache_gb,
             cache_policy=o.cache_policy, lookahead=o.lookahead, victim_rows=o.victim_rows,
             host_mem_budget=o.host_mem_budget, progress=o.progress, world_size=self.world_size,
-            replicate_frac=o.replicate_frac,
+            replicate_frac=o.replicate_frac, batch_rows=batch_rows,
             presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed))
         return stack, tiers_of(stack)[-1]
 
     def run(self) -> TrainResult | None:
         """Train (from the checkpoint with options.resume); the TrainResult,
-        or None on a data-parallel rank other than 0."""
+        or None on a data-parallel rank other than 0. The feature tiers are
+        closed at the end (threads stopped, files closed); after a failure
+        too, except on data-parallel ranks, whose shared cache closes
+        collectively and would wait for ranks that are gone."""
         o = self.options
         start = 0
-        if o.resume and self.world_size > 1:
-            start, self.history = resume_ranks(o, self.model, self.optimizer, self.rank, self.precision)
-        elif o.resume:
-            start, self.history = resume_training(o, self.model, self.optimizer, self.precision)
-        loader = self._loader() if start < o.epochs else None
-        run_epochs(o, start, self.history, lambda epoch: self._train_epoch(loader, epoch), self._evaluate,
-                   self._save, self.on_epoch_end)
+        try:
+            if o.resume and self.world_size > 1:
+                start, self.history = resume_ranks(o, self.model, self.optimizer, self.rank, self.precision)
+            elif o.resume:
+                start, self.history = resume_training(o, self.model, self.optimizer, self.precision)
+            loader = self._loader() if start < o.epochs else None
+            run_epochs(o, start, self.history, lambda epoch: self._train_epoch(loader, epoch), self._evaluate,
+                       self._save, self.on_epoch_end)
+        except BaseException:
+            if self.world_size == 1:
+                self.features.close()
+            raise
+        self.features.close()
         return make_result(o, self.history, self.model) if self.rank == 0 else None
 
     def _train_epoch(self, loader, epoch: int) -> dict:
@@ -206,17 +220,52 @@ class MinibatchTrainer:
         return loss.item()
 
     def _evaluate(self) -> dict:
-        """The metric on train/valid/test from exact layer-wise inference,
-        split across the ranks of a data-parallel run (the same on every rank)."""
+        """The metric on train/valid/test (the same on every rank): from
+        exact streaming layer-wise inference, or, with options.eval_mode
+        "sampled", from the training fanouts through the training loader and
+        feature tiers (gnnsys.training.evaluation); a data-parallel run splits
+        the nodes across the ranks and all-gathers the logits."""
+        o = self.options
+        if o.eval_mode == "sampled":
+            splits = sampled_splits(self.splits, o.seed)
+            logits = self._sampled_logits(eval_nodes(splits))
+        else:
+            splits = self.splits
+            logits = self._layerwise_logits(eval_nodes(splits))
+        return split_scores(o.metric, logits, self.dataset.labels, splits)
+
+    def _layerwise_logits(self, nodes):
         from gnnsys.training.inference import layerwise_inference
 
-        nodes, size = eval_nodes(self.splits), self.options.eval_batch_size
+        o = self.options
+        streaming = dict(host_mem_budget=None if o.host_mem_budget is None else int(o.host_mem_budget * GB),
+                         scratch_dir=o.scratch_dir, dtype=o.inference_dtype)
         if self.world_size > 1:
-            logits = split_inference(self.model, self.dataset, nodes, size, self.device, self.rows, self.rank,
-                                     self.world_size)
-        else:
-            logits = layerwise_inference(self.model, self.dataset, nodes, size, self.device, features=self.rows)
-        return split_scores(self.options.metric, logits, self.dataset.labels, self.splits)
+            return split_inference(self.model, self.dataset, nodes, o.eval_batch_size, self.device, self.rows,
+                                   self.rank, self.world_size, **streaming)
+        return layerwise_inference(self.model, self.dataset, nodes, o.eval_batch_size, self.device,
+                                   features=self.rows, **streaming)
+
+    def _sampled_logits(self, nodes):
+        """Logits of `nodes` on minibatches of batch_size seeds (the working set
+        of a training batch, within the budget training fits) sampled with
+        the training fanouts in the sampling stream of EVAL_EPOCH; each rank
+        takes its `rank_slice` (equal lengths) and the logits are all-gathered."""
+        from gnnsys.loader import MinibatchLoader
+
+        o = self.options
+        mine = rank_slice(nodes, self.rank, self.world_size)
+        loader = MinibatchLoader(self.dataset, mine, list(o.fanouts), batch_size=o.batch_size, shuffle=False,
+                                 seed=o.seed, prefetch=o.prefetch, device=self.device, sampler=o.sampler,
+                                 features=self.features, lookahead=o.lookahead, epoch=EVAL_EPOCH,
+                                 x_dtype=self.precision.input_dtype(self.features.dtype))
+        logits = sampled_logits(self.model, loader, self.degree, self.precision.autocast)
+        if self.world_size == 1:
+            return logits
+        rows = logits.to(self.device)
+        out = torch.empty(rows.shape[0] * self.world_size, rows.shape[1], device=self.device)
+        torch.distributed.all_gather_into_tensor(out, rows)
+        return out[:nodes.shape[0]].cpu()
 
     def _save(self, epochs_done: int):
         """Checkpoint after `epochs_done` epochs (data-parallel: rank 0 writes, with every rank's RNG state)."""

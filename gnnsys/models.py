@@ -144,7 +144,12 @@ class GNNLayer(nn.Module):
             raise ValueError(f"x_src has {x_src.shape[0]} rows, block has {block.num_src} source nodes")
         x_src = self.input_dropout(x_src)
         x_dst = x_src[: block.num_dst]
-        h = self._conv(x_src, x_dst, block)
+        return self.post_conv(self._conv(x_src, x_dst, block), x_dst)
+
+    def post_conv(self, h: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
+        """The layer after its conv: `h` (the conv's rows) plus the residual of
+        the destination rows `x_dst`, then norm, activation and dropout (also
+        what streaming inference, gnnsys.streaming, finishes a block with)."""
         if self.residual is not None:
             h = h + self.residual(x_dst)
         if self.norm is not None:

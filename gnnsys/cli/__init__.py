@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-SUBCOMMANDS = ("prepare", "info", "train")
+SUBCOMMANDS = ("prepare", "info", "train", "predict")
 
 
 def build_parser() -> argparse.ArgumentParser:

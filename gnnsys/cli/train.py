@@ -13,7 +13,9 @@ import argparse
 import dataclasses
 
 from gnnsys.errors import ConfigError
-from gnnsys.training.options import CACHE_POLICIES, FEATURES, PRECISIONS, FullGraphOptions, MinibatchOptions
+from gnnsys.feature_stack import CACHE_POLICIES
+from gnnsys.training.options import (EVAL_MODES, FEATURES, OUTPUT_DTYPES, PRECISIONS, FullGraphOptions,
+                                     MinibatchOptions)
 
 MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
 NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
@@ -106,9 +108,18 @@ def add_run_arguments(p):
     g = p.add_argument_group("run")
     g.add_argument("--device", help="cpu, cuda or cuda:N")
     g.add_argument("--precision", choices=list(PRECISIONS),
-                   help="32-bit, bf16 autocast with fp32 weights (CPU, CUDA), or fp16 autocast (CUDA)")
+                   help="auto (default): bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
+                        "GPU with bf16), else 32; 32-bit; bf16 autocast with fp32 weights (CPU, CUDA; fp32 matmuls "
+                        "on a CPU without native bf16); or fp16 autocast (CUDA)")
     g.add_argument("--eval-every", type=int, help="evaluate every N epochs")
     g.add_argument("--eval-batch-size", type=int, help="nodes per inference batch")
+    g.add_argument("--eval", choices=list(EVAL_MODES),
+                   help="evaluation: exact streaming layer-wise inference over all neighbours, or the training "
+                        "fanouts through the training loader (sampled); auto: sampled with --features ssd")
+    g.add_argument("--scratch-dir", help="where layer-wise evaluation keeps hidden layers' outputs "
+                                         "(default: a temporary directory)")
+    g.add_argument("--inference-dtype", choices=list(OUTPUT_DTYPES),
+                   help="dtype of hidden layers' outputs kept by layer-wise evaluation")
     g.add_argument("--metric", choices=["auto", "acc", "auc"],
                    help="auto: ROC AUC for 2 classes, else accuracy")
     g.add_argument("--checkpoint-dir", help="write a checkpoint here after every epoch")

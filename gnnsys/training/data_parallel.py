@@ -13,10 +13,12 @@ What every rank shares, and what rank 0 alone does:
   backward, so every rank holds the same parameters after every step; then
   each rank draws its dropout masks from its own stream (`seed_rank`);
 - an epoch's loss is the mean over all ranks' seeds (`mean_across_ranks`);
-- evaluation (`split_inference`) gives every layer's nodes to the ranks in
-  equal slices (padded, so every rank gathers features the same number of
-  times) and all-gathers each layer's outputs: each rank computes 1/W of the
-  layer-wise inference and all get the same logits and scores;
+- layer-wise evaluation (`split_inference`) gives every layer's nodes to the
+  ranks in equal slices and all-gathers each layer's outputs (through
+  scratch files): each rank computes 1/W of the streaming layer-wise
+  inference and all get the same logits and scores; sampled evaluation
+  (gnnsys.minibatch) all-gathers the logits of each rank's slice of the
+  evaluated nodes;
 - rank 0 writes the checkpoint (with every rank's RNG state) and the result;
   a checkpoint is complete on disk before any rank starts the next epoch.
 A W-rank checkpoint resumes only with the same W (`workers` is part of the
@@ -38,10 +40,12 @@ from torch import nn
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
+from gnnsys.samplers.block import gcn_degree
 
 from .checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state, rng_state,
                           save_checkpoint, set_rng_state, training_state)
-from .inference import layerwise_inference
+from .inference import DEFAULT_BUDGET, check_streaming, stream_layer
+from .inference_io import ArraySink, ScratchRows, done_with, input_rows, scratch_directory
 
 
 def under_torchrun() -> bool:
@@ -109,28 +113,6 @@ def mean_across_ranks(value: float, device: torch.device) -> float:
     return t.item() / dist.get_world_size()
 
 
-class _OneLayer(nn.Module):
-    """One layer of a GNN, shaped as a model for `layerwise_inference`."""
-
-    def __init__(self, layer: nn.Module):
-        super().__init__()
-        self.layers = nn.ModuleList([layer])
-
-    @property
-    def needs_degree(self) -> bool:
-        return self.layers[0].needs_degree
-
-
-class _Rows:
-    """A tensor's rows as a feature source (`gather`), for the next layer's inputs."""
-
-    def __init__(self, rows: torch.Tensor):
-        self.rows = rows
-
-    def gather(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.rows[ids]
-
-
 def rank_slice(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Rank `rank`'s contiguous slice of `ids` (distinct ids), every slice of
     length ceil(len / world_size): the slices, concatenated, are `ids`
@@ -143,26 +125,74 @@ def rank_slice(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def split_inference(model, dataset, nodes: torch.Tensor, batch_size: int, device: torch.device, features,
-                    rank: int, world_size: int) -> torch.Tensor:
-    """`layerwise_inference` of `model` for `nodes`, each layer's targets
-    (every node, `nodes` for the last layer) cut into world_size equal
-    contiguous slices, rank `rank` computing its own; the slices are
-    all-gathered after each layer, so every rank returns the same
-    [len(nodes), out_dim] CPU tensor. Every rank reads `features` in the
-    same number of batches (`rank_slice`), so `features` may be collective
-    (a shared cache) or not."""
-    everyone = torch.arange(dataset.num_nodes)
+                    rank: int, world_size: int, *, host_mem_budget=None, scratch_dir=None,
+                    dtype: str = "float32") -> torch.Tensor:
+    """Streaming `layerwise_inference` of `model` for `nodes`, each layer's
+    targets (every node, `nodes` for the last layer) cut into world_size
+    equal contiguous slices (`rank_slice`), rank `rank` computing its own
+    into a scratch file; the slices are all-gathered after each hidden layer,
+    a bounded number of rows at a time, into every rank's own scratch file
+    (ranks need no shared file system), and after the last layer into the
+    [len(nodes), out_dim] CPU tensor every rank returns. `features` is read
+    by one rank at a time (the bottom tier: a table or the SSD tier, not a
+    collective cache); host_mem_budget, scratch_dir, dtype: as in
+    `layerwise_inference`."""
+    check_streaming(batch_size, host_mem_budget, dtype)
     layers = list(model.layers)
-    source = features
-    for i, layer in enumerate(layers):
-        targets = nodes if i == len(layers) - 1 else everyone
-        mine = rank_slice(targets, rank, world_size)
-        out = layerwise_inference(_OneLayer(layer), dataset, mine, batch_size, device, features=source).to(device)
-        source = None  # free the previous layer's rows (a whole graph's worth) before gathering this one's
-        rows = torch.empty(out.shape[0] * world_size, out.shape[1], device=device)
-        dist.all_gather_single(rows, out)
-        source = _Rows(rows[:targets.shape[0]].cpu())
-    return source.rows
+    everyone = torch.arange(dataset.num_nodes)
+    degree = gcn_degree(dataset.indptr, dataset.indices) if model.needs_degree else None
+    budget = DEFAULT_BUDGET if host_mem_budget is None else int(host_mem_budget)
+    was_training = model.training
+    model.eval()
+    source = input_rows(dataset, features)
+    try:
+        with scratch_directory(scratch_dir) as tmp:
+            for i, layer in enumerate(layers):
+                last = i == len(layers) - 1
+                targets = nodes if last else everyone
+                mine = rank_slice(targets, rank, world_size)
+                local = (ArraySink(np.empty((mine.shape[0], layer.out_dim), np.float32)) if last else
+                         ScratchRows(tmp, f"layer{i + 1}-rank{rank}.bin", mine.shape[0], layer.out_dim, dtype))
+                stream_layer(layer, dataset, source, mine, local, degree=degree, batch_size=batch_size,
+                             device=device, host_mem_budget=budget, desc=f"inference layer {i + 1}/{len(layers)}",
+                             index=i + 1)
+                done_with(source, tmp)
+                if last:
+                    rows = torch.from_numpy(local.array).to(device)
+                    out = torch.empty(rows.shape[0] * world_size, rows.shape[1], device=device)
+                    dist.all_gather_into_tensor(out, rows)
+                    return out[:targets.shape[0]].cpu()
+                source = _gather_rows(local, ScratchRows(tmp, f"layer{i + 1}.bin", targets.shape[0], layer.out_dim,
+                                                         dtype), world_size, device, budget)
+    finally:
+        source.close()
+        model.train(was_training)
+
+
+def _gather_rows(local, full, world_size: int, device: torch.device, budget: int):
+    """All-gather every rank's `local` ScratchRows (its `rank_slice`, equal
+    lengths) into `full` (the first full.num_rows rows of the slices in rank
+    order), about budget / 4 bytes at a time; returns full's FileRows. A
+    collective: every rank calls it."""
+    mine = local.rows()
+    try:
+        share = mine.num_rows
+        step = max(1, min(share, budget // 4 // max(world_size * 4 * full.dim, 1)))
+        mine.reserve(step)
+        for lo in range(0, share, step):
+            hi = min(lo + step, share)
+            rows = mine.read(lo, hi).to(device)
+            out = torch.empty(world_size, hi - lo, full.dim, device=device)
+            dist.all_gather_into_tensor(out.view(-1, full.dim), rows)
+            for q in range(world_size):
+                start = q * share + lo  # where rank q's rows lo:hi sit in the concatenated slices
+                keep = max(0, min(hi - lo, full.num_rows - start))
+                if keep:
+                    full.write(start, out[q, :keep].cpu())
+    finally:
+        mine.close()
+        local.remove()
+    return full.rows()
 
 
 def save_rank_checkpoint(options, epochs_done: int, history: list, model, optimizer, rank: int, precision=None):

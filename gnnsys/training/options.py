@@ -20,17 +20,19 @@ import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.models import CONVS, NORMS
 from gnnsys.partition import METHODS
-from gnnsys.precision import PRECISIONS, check_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
+from gnnsys.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
 from gnnsys.samplers.factory import SAMPLERS
 from gnnsys.storage.placement import PLACEMENTS
 
+from .inference_io import OUTPUT_DTYPES
 from .metrics import resolve_metric
 
 FEATURES = PLACEMENTS + ("ssd",)
-CACHE_POLICIES = ("static", "presample", "lru", "sieve", "s3fifo", "hybrid")
 DEEP_FROM = 4  # full-graph layers from which input_proj/residual/norm default on
+EVAL_MODES = ("auto", "sampled", "layerwise")
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,11 @@ class TrainOptions:
     residual for hidden layers; heads (GAT);
     device ("cpu", "cuda", "cuda:N"); seed; eval_every: evaluate every N
     epochs (and after the last); metric "auto", "acc" or "auc";
-    precision: "32", "bf16-mixed" (bf16 autocast, fp32 master weights and
-    loss; CPU and CUDA) or "16-mixed" (fp16 autocast with a gradient scaler;
-    CUDA only); checkpoint_dir/resume: an atomic checkpoint after every
+    precision: "auto" (bf16-mixed where bf16 GEMMs are native, else "32"),
+    "32", "bf16-mixed" (bf16 autocast, fp32 master weights and loss; CPU and
+    CUDA; fp32 GEMMs on a CPU without native bf16) or "16-mixed" (fp16
+    autocast with a gradient scaler; CUDA only), kept resolved
+    (gnnsys.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
     epoch, and continuing from it; progress: progress bars; verify: re-check the
     prepared dataset's checksums and invariants before training (as `gnnsys
     info --verify`; reads every file once). dataset: set by
@@ -67,7 +71,7 @@ class TrainOptions:
     seed: int = 0
     eval_every: int = 1
     metric: str = "auto"
-    precision: str = "32"
+    precision: str = "auto"
     checkpoint_dir: str | None = None
     resume: bool = False
     progress: bool = True
@@ -122,7 +126,7 @@ class TrainOptions:
         if self.metric not in ("auto", "acc", "auc"):
             raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
         self._set("device", str(normalize_device(self.device)))
-        check_precision(self.precision, self.device)
+        self._set("precision", resolve_precision(self.precision, self.device))
 
     def for_dataset(self, dataset):
         """These options completed for `dataset` (metric resolved, its name
@@ -183,7 +187,15 @@ class MinibatchOptions(TrainOptions):
     workers: data-parallel processes, each training on its shard of every
     epoch's seeds, with one cache shared by all (replicate_frac: the hottest
     fraction of the cache held by every worker); retain_memory: keep freed
-    memory for reuse (gnnsys.allocator).
+    memory for reuse (gnnsys.allocator). eval: how valid/test (and train)
+    are evaluated: "layerwise" (exact streaming layer-wise inference over all
+    neighbours, gnnsys.training.inference), "sampled" (the trained fanouts
+    through the training loader and feature tiers, with a fixed sampling
+    epoch) or "auto" (sampled with features="ssd", else layerwise);
+    scratch_dir and inference_dtype: where layer-wise evaluation keeps
+    hidden layers' outputs (default a temporary directory) and in which
+    dtype ("float32", "bfloat16", "float16"); it holds at most
+    host_mem_budget GB per layer when that is set (else 1 GB).
     """
 
     fanouts: tuple = (15, 10, 5)
@@ -201,10 +213,13 @@ class MinibatchOptions(TrainOptions):
     workers: int = 1
     replicate_frac: float = 0.0
     retain_memory: bool = True
+    eval: str = "auto"
+    scratch_dir: str | None = None
+    inference_dtype: str = "float32"
 
     RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + (
         "features", "sampler", "cache_rows", "cache_gb", "cache_policy", "lookahead", "victim_rows",
-        "host_mem_budget", "replicate_frac", "retain_memory")
+        "host_mem_budget", "replicate_frac", "retain_memory", "eval", "scratch_dir", "inference_dtype")
     POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("batch_size", "eval_batch_size", "workers")
 
     def __post_init__(self):
@@ -212,6 +227,8 @@ class MinibatchOptions(TrainOptions):
             self._set("fanouts", tuple(self.fanouts))
         if isinstance(self.fanouts, tuple) and self.layers is None:
             self._set("layers", len(self.fanouts))
+        if self.scratch_dir is not None and not isinstance(self.scratch_dir, str):
+            self._set("scratch_dir", str(self.scratch_dir))
         super().__post_init__()
 
     def _check(self):
@@ -227,6 +244,28 @@ class MinibatchOptions(TrainOptions):
         if self.sampler not in SAMPLERS:
             raise ConfigError("sampler", f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         self._check_tiers()
+        self._check_eval()
+
+    @property
+    def eval_mode(self) -> str:
+        """"sampled" or "layerwise": the evaluation `eval` asks for ("auto": sampled when features="ssd")."""
+        if self.eval == "auto":
+            return "sampled" if self.features == "ssd" else "layerwise"
+        return self.eval
+
+    def _check_eval(self):
+        """eval is known, and the layer-wise inference options are given only for layer-wise evaluation."""
+        if self.eval not in EVAL_MODES:
+            raise ConfigError("eval", f"must be one of {', '.join(EVAL_MODES)}, got {self.eval!r}")
+        if self.inference_dtype not in OUTPUT_DTYPES:
+            raise ConfigError("inference_dtype", f"must be one of {', '.join(OUTPUT_DTYPES)}, "
+                                                 f"got {self.inference_dtype!r}")
+        given = [n for n in ("scratch_dir", "inference_dtype") if getattr(self, n) != getattr(MinibatchOptions, n)]
+        if given and self.eval_mode == "sampled":
+            raise ConfigError(given[0], "applies to layer-wise evaluation, but this run evaluates sampled "
+                                        f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'")
+        if self.scratch_dir is not None and not Path(self.scratch_dir).is_dir():
+            raise ConfigError("scratch_dir", f"{self.scratch_dir} is not a directory")
 
     @property
     def cached(self) -> bool:
