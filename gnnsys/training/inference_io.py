@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnsys.datasets.features_file import DTYPES, decode_rows, encode_rows, open_rows
+from gnnsys.datasets.features_file import DTYPES, decode_rows, encode_rows
 from gnnsys.errors import ConfigError, GnnsysError
 from gnnsys.storage.direct_io import BLOCKS, aligned, open_rows_file, short_read
 
@@ -145,11 +145,13 @@ def reserve_space(path, nbytes: int):
 
 
 class ScratchRows:
-    """A layer's output rows for every node, in a memory-mapped file of
-    `directory` holding `dtype` ("float32", "bfloat16" or "float16") values;
-    its space is reserved when made (ScratchSpaceError, and no file left,
-    when it does not fit). `write(start, rows)` stores rows; `rows()` closes
-    the map and opens the file for reading (a FileRows); `remove()` deletes it."""
+    """A layer's output rows for every node, in a file of `directory` holding
+    `dtype` ("float32", "bfloat16" or "float16") values; its space is
+    reserved when made (ScratchSpaceError, and no file left, when it does not
+    fit). `write(start, rows)` stores rows with pwrite (not through a memory
+    map, whose dirty pages would count in the process's resident memory until
+    written back); `rows()` opens the finished file for reading (a FileRows);
+    `remove()` deletes it."""
 
     def __init__(self, directory, name: str, num_rows: int, dim: int, dtype: str = "float32"):
         self.path, self.num_rows, self.dim, self.dtype = Path(directory) / name, num_rows, dim, dtype
@@ -157,30 +159,35 @@ class ScratchRows:
         self.path.touch()
         try:
             reserve_space(self.path, num_rows * self.stride)
-            self.table = open_rows(self.path, num_rows, self.stride, mode="r+")
+            self._fd = os.open(self.path, os.O_WRONLY)
         except BaseException:
             self.path.unlink(missing_ok=True)
             raise
 
     def write(self, start: int, rows: torch.Tensor):
         """Store float `rows` from row `start` on."""
-        self.table[start:start + rows.shape[0]] = encode_rows(rows.numpy(), self.dtype)
+        data = memoryview(encode_rows(rows.numpy(), self.dtype)).cast("B")
+        offset = start * self.stride
+        while data.nbytes:
+            done = os.pwrite(self._fd, data, offset)
+            data, offset = data[done:], offset + done
 
     def rows(self) -> FileRows:
         """The finished file as a FileRows (its pages written back and dropped from the page cache)."""
-        self.table.flush()
-        del self.table
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        os.fdatasync(self._fd)
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        self._close()
         return FileRows(self.path, self.num_rows, self.stride, self.dim, DTYPES[self.dtype])
 
     def remove(self):
         """Delete the file."""
-        self.table = None
+        self._close()
         self.path.unlink(missing_ok=True)
+
+    def _close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class ArraySink:
