@@ -1,4 +1,4 @@
-"""Mixed-precision benchmark (issue 16): epoch time, accuracy and the GEMM roofline.
+"""Mixed-precision benchmark: epoch time, accuracy and the GEMM roofline.
 
 Configurations, each run in its own process, interleaved (rep 1 of each, rep
 2 of each, ...) so that load on a shared machine falls on all alike:
