@@ -1,4 +1,4 @@
-"""Benchmark (a) of issue 12: cache hit rate against cache size, by policy.
+"""Cache hit rate against cache size, by policy.
 
 A batch-granular trace simulation: the input nodes of gnnsys's own
 NeighborSampler batches (shuffled train seeds) are recorded for `--epochs`

@@ -1,4 +1,4 @@
-"""Benchmark 6 (a)-(c) of issue 13: what a cache shared by W data-parallel ranks buys.
+"""What a cache shared by W data-parallel ranks buys.
 
 For W ranks (each sampling its disjoint share of every epoch's shuffled
 train seeds with gnnsys's NeighborSampler, `SeedBatches(rank=r,
