@@ -40,12 +40,11 @@ from torch import nn
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
-from gnnsys.samplers.block import gcn_degree
 
 from .checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state, rng_state,
                           save_checkpoint, set_rng_state, training_state)
-from .inference import DEFAULT_BUDGET, check_streaming, stream_layer
-from .inference_io import ArraySink, ScratchRows, done_with, input_rows, scratch_directory
+from .inference import DEFAULT_BUDGET, check_streaming, stream_layer, streaming
+from .inference_io import ArraySink, ScratchRows
 
 
 def under_torchrun() -> bool:
@@ -140,33 +139,25 @@ def split_inference(model, dataset, nodes: torch.Tensor, batch_size: int, device
     check_streaming(batch_size, host_mem_budget, dtype)
     layers = list(model.layers)
     everyone = torch.arange(dataset.num_nodes)
-    degree = gcn_degree(dataset.indptr, dataset.indices) if model.needs_degree else None
     budget = DEFAULT_BUDGET if host_mem_budget is None else int(host_mem_budget)
-    was_training = model.training
-    model.eval()
-    source = input_rows(dataset, features)
-    try:
-        with scratch_directory(scratch_dir) as tmp:
-            for i, layer in enumerate(layers):
-                last = i == len(layers) - 1
-                targets = nodes if last else everyone
-                mine = rank_slice(targets, rank, world_size)
-                local = (ArraySink(np.empty((mine.shape[0], layer.out_dim), np.float32)) if last else
-                         ScratchRows(tmp, f"layer{i + 1}-rank{rank}.bin", mine.shape[0], layer.out_dim, dtype))
-                stream_layer(layer, dataset, source, mine, local, degree=degree, batch_size=batch_size,
-                             device=device, host_mem_budget=budget, desc=f"inference layer {i + 1}/{len(layers)}",
-                             index=i + 1)
-                done_with(source, tmp)
-                if last:
-                    rows = torch.from_numpy(local.array).to(device)
-                    out = torch.empty(rows.shape[0] * world_size, rows.shape[1], device=device)
-                    dist.all_gather_into_tensor(out, rows)
-                    return out[:targets.shape[0]].cpu()
-                source = _gather_rows(local, ScratchRows(tmp, f"layer{i + 1}.bin", targets.shape[0], layer.out_dim,
-                                                         dtype), world_size, device, budget)
-    finally:
-        source.close()
-        model.train(was_training)
+    with streaming(model, dataset, layers, features, scratch_dir) as run:
+        for i, layer in enumerate(layers):
+            last = i == len(layers) - 1
+            targets = nodes if last else everyone
+            mine = rank_slice(targets, rank, world_size)
+            local = (ArraySink(np.empty((mine.shape[0], layer.out_dim), np.float32)) if last else
+                     ScratchRows(run.tmp, f"layer{i + 1}-rank{rank}.bin", mine.shape[0], layer.out_dim, dtype))
+            stream_layer(layer, dataset, run.source, mine, local, degree=run.degree, batch_size=batch_size,
+                         device=device, host_mem_budget=budget, desc=f"inference layer {i + 1}/{len(layers)}",
+                         index=i + 1)
+            run.drop_input()
+            if last:
+                rows = torch.from_numpy(local.array).to(device)
+                out = torch.empty(rows.shape[0] * world_size, rows.shape[1], device=device)
+                dist.all_gather_into_tensor(out, rows)
+                return out[:targets.shape[0]].cpu()
+            run.source = _gather_rows(local, ScratchRows(run.tmp, f"layer{i + 1}.bin", targets.shape[0],
+                                                         layer.out_dim, dtype), world_size, device, budget)
 
 
 def _gather_rows(local, full, world_size: int, device: torch.device, budget: int):

@@ -21,6 +21,7 @@ degrees, so a node's output does not depend on which nodes share its block.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -115,29 +116,51 @@ def stream_inference(model, dataset, nodes: torch.Tensor, sink, *, num_layers: i
     ArraySink); options as `layerwise_inference`. Returns the InferenceStats."""
     check_ids(nodes, dataset.num_nodes, "nodes")
     layers = list(model.layers)[:num_layers]
-    degree = gcn_degree(dataset.indptr, dataset.indices) if any(lay.needs_degree for lay in layers) else None
     everyone = torch.arange(dataset.num_nodes)
     stats = InferenceStats()
+    with streaming(model, dataset, layers, features, scratch_dir) as run:
+        for i, layer in enumerate(layers):
+            last = i == len(layers) - 1
+            out = sink if last else ScratchRows(run.tmp, f"layer{i + 1}.bin", dataset.num_nodes, layer.out_dim, dtype)
+            stats.layers.append(stream_layer(
+                layer, dataset, run.source, nodes if last else everyone, out, degree=run.degree,
+                batch_size=batch_size, device=device, progress=progress, host_mem_budget=host_mem_budget,
+                chunk_bytes=chunk_bytes, desc=f"inference layer {i + 1}/{len(layers)}", index=i + 1))
+            run.drop_input()
+            if not last:
+                run.source = out.rows()
+    return stats
+
+
+class _Run:
+    """The state of one streaming inference: the degrees (GCN), the scratch
+    directory, and the current layer's input rows (`source`)."""
+
+    def __init__(self, degree, tmp, source):
+        self.degree, self.tmp, self.source = degree, tmp, source
+
+    def drop_input(self) -> None:
+        """Close the finished layer's input, and remove it when it is a scratch
+        file (not the dataset's features), before the next input is made."""
+        done_with(self.source, self.tmp)
+
+
+@contextlib.contextmanager
+def streaming(model, dataset, layers, features, scratch_dir):
+    """A `_Run` for streaming `layers` of `model` over `dataset` from
+    `features` (input_rows): the model in eval mode and a scratch directory
+    for the duration; afterwards the input is closed, the directory removed
+    and the model's mode restored."""
+    degree = gcn_degree(dataset.indptr, dataset.indices) if any(lay.needs_degree for lay in layers) else None
     was_training = model.training
     model.eval()
-    source = input_rows(dataset, features)
+    run = _Run(degree, None, input_rows(dataset, features))
     try:
-        with scratch_directory(scratch_dir) as tmp:
-            for i, layer in enumerate(layers):
-                last = i == len(layers) - 1
-                out = sink if last else ScratchRows(tmp, f"layer{i + 1}.bin", dataset.num_nodes, layer.out_dim,
-                                                    dtype)
-                stats.layers.append(stream_layer(
-                    layer, dataset, source, nodes if last else everyone, out, degree=degree, batch_size=batch_size,
-                    device=device, progress=progress, host_mem_budget=host_mem_budget, chunk_bytes=chunk_bytes,
-                    desc=f"inference layer {i + 1}/{len(layers)}", index=i + 1))
-                done_with(source, tmp)
-                if not last:
-                    source = out.rows()
+        with scratch_directory(scratch_dir) as run.tmp:
+            yield run
     finally:
-        source.close()
+        run.source.close()
         model.train(was_training)
-    return stats
 
 
 def stream_layer(layer, dataset, source, targets: torch.Tensor, sink, *, degree=None, batch_size: int = 4096,
