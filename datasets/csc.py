@@ -1,9 +1,10 @@
 """Build the CSC graph (in-neighbour lists) from a stream of edge chunks.
 
 Two passes over the edges: the first checks ids and counts in-degrees, the
-second scatters sources into place. Memory is the output plus one chunk.
-Neighbour lists come out sorted; `dedup` removes repeats, `reorder_by_degree`
-relabels nodes hottest first.
+second scatters sources into place, and each node's list is then sorted.
+`build_csc` keeps the result in memory; `write_csc` (datasets/csc_file.py)
+writes it to disk within a memory budget, spilling the edges to per-bucket
+files when the lists do not fit at once.
 """
 from __future__ import annotations
 
@@ -18,15 +19,6 @@ from .source import EdgeChunks
 def index_dtype(num_nodes: int):
     """int32 node ids while they fit, else int64 (docs/architecture.md, "On-disk dataset format")."""
     return np.int32 if num_nodes < 2**31 else np.int64
-
-
-def _transformed(src, dst, to_undirected: bool, drop_self_loops: bool):
-    if drop_self_loops:
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-    if to_undirected:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    return src, dst
 
 
 def check_edge_ids(src, dst, num_nodes: int, file: str, first_row: int):
@@ -44,114 +36,123 @@ def check_edge_ids(src, dst, num_nodes: int, file: str, first_row: int):
     return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
 
 
+class EdgeStream:
+    """The edges of `edge_chunks` as the CSC will hold them: int64 (src, dst)
+    chunks with self-loops dropped (`drop_self_loops`), every edge's reverse
+    added (`to_undirected`) and ids renamed by `inverse` (new id of each old
+    one) when set. `in_degrees()` is the checking, counting pass."""
+
+    def __init__(self, edge_chunks: EdgeChunks, num_nodes: int, *, file: str = "edges",
+                 to_undirected: bool = False, drop_self_loops: bool = False, progress=None,
+                 expected: int | None = None):
+        self.edge_chunks, self.num_nodes, self.file = edge_chunks, num_nodes, file
+        self.expected = expected  # edges the source says it holds (for progress bars), if it knows
+        self.to_undirected, self.drop_self_loops = to_undirected, drop_self_loops
+        self.progress = progress
+        self.inverse = None
+
+    def _transformed(self, src, dst):
+        if self.drop_self_loops:
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+        if self.inverse is not None:
+            src, dst = self.inverse[src], self.inverse[dst]
+        if self.to_undirected:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        return src, dst
+
+    def in_degrees(self, counts: np.ndarray | None = None) -> np.ndarray:
+        """int64 in-degree of every node (before any renaming), into `counts`
+        when given; raises DatasetError naming the file and row of the first
+        id out of range."""
+        counts = np.zeros(self.num_nodes, np.int64) if counts is None else counts
+        row = 0
+        for src, dst in self.edge_chunks():
+            src, dst = check_edge_ids(np.asarray(src), np.asarray(dst), self.num_nodes, self.file, row)
+            row += src.shape[0]
+            if self.progress:
+                self.progress(src.shape[0])
+            if self.drop_self_loops:
+                keep = src != dst
+                src, dst = src[keep], dst[keep]
+            _count(dst, counts)
+            if self.to_undirected:
+                _count(src, counts)
+        return counts
+
+    def __iter__(self):
+        for src, dst in self.edge_chunks():
+            src, dst = self._transformed(np.asarray(src, np.int64), np.asarray(dst, np.int64))
+            yield src, dst
+            if self.progress:
+                self.progress(src.shape[0])
+
+    def changed(self) -> DatasetError:
+        """The error for a stream that did not repeat itself on the second pass."""
+        return DatasetError(self.file, "edges changed between the two reading passes")
+
+
 @numba.njit(nogil=True, cache=True)
-def _scatter(src, dst, cursor, end, indices):
-    """Place each edge at its destination's cursor; False if a list overflows
-    (the edge stream changed between the two passes)."""
+def _count(dst, counts):
+    for e in range(dst.shape[0]):
+        counts[dst[e]] += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def scatter_edges(src, dst, lo, cursor, end, lists):
+    """Place each edge at its destination's cursor (cursor/end indexed by
+    dst - lo, positions in `lists`); False if a list would overflow (the edge
+    stream changed between passes)."""
     for e in range(src.shape[0]):
-        d = dst[e]
+        d = dst[e] - lo
         if cursor[d] >= end[d]:
             return False
-        indices[cursor[d]] = src[e]
+        lists[cursor[d]] = src[e]
         cursor[d] += 1
     return True
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _sort_lists(indptr, indices):
+def sort_lists(indptr, indices):
+    """Sort each node's list indices[indptr[v]:indptr[v + 1]] in place."""
     for v in numba.prange(indptr.shape[0] - 1):
         indices[indptr[v]:indptr[v + 1]].sort()
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _unique_counts(indptr, indices):
-    n = indptr.shape[0] - 1
-    counts = np.zeros(n, np.int64)
-    for v in numba.prange(n):
-        c = 0
+@numba.njit(nogil=True, cache=True)
+def dedup_lists(indptr, indices, counts):
+    """Remove repeats from each sorted list, compacting `indices` in place
+    (front to back); counts[v] = the length of v's deduplicated list. Returns
+    the total length."""
+    q = 0
+    for v in range(indptr.shape[0] - 1):
+        first = q
         for p in range(indptr[v], indptr[v + 1]):
             if p == indptr[v] or indices[p] != indices[p - 1]:
-                c += 1
-        counts[v] = c
-    return counts
-
-
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _unique_fill(indptr, indices, new_indptr, out):
-    for v in numba.prange(indptr.shape[0] - 1):
-        q = new_indptr[v]
-        for p in range(indptr[v], indptr[v + 1]):
-            if p == indptr[v] or indices[p] != indices[p - 1]:
-                out[q] = indices[p]
+                indices[q] = indices[p]
                 q += 1
-
-
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _relabel(indptr, indices, order, inverse, new_indptr, out):
-    for v in numba.prange(order.shape[0]):
-        u = order[v]
-        q = new_indptr[v]
-        for p in range(indptr[u], indptr[u + 1]):
-            out[q] = inverse[indices[p]]
-            q += 1
-        out[new_indptr[v]:new_indptr[v + 1]].sort()
+        counts[v] = q - first
+    return q
 
 
 def build_csc(edge_chunks: EdgeChunks, num_nodes: int, *, file: str = "edges",
               to_undirected: bool = False, drop_self_loops: bool = False,
               progress=None):
-    """CSC (indptr int64, indices int32/int64, sorted per node) of the edges.
+    """CSC (indptr int64, indices int32/int64, sorted per node) of the edges, in memory.
 
     Raises DatasetError naming `file` and the row of the first id out of range.
     `progress(n_edges)` is called after each chunk of each pass.
     """
-    in_degree = np.zeros(num_nodes, np.int64)
-    row = 0
-    for src, dst in edge_chunks():
-        src, dst = check_edge_ids(np.asarray(src), np.asarray(dst), num_nodes, file, row)
-        row += src.shape[0]
-        src, dst = _transformed(src, dst, to_undirected, drop_self_loops)
-        in_degree += np.bincount(dst, minlength=num_nodes)
-        if progress:
-            progress(src.shape[0])
+    edges = EdgeStream(edge_chunks, num_nodes, file=file, to_undirected=to_undirected,
+                       drop_self_loops=drop_self_loops, progress=progress)
     indptr = np.zeros(num_nodes + 1, np.int64)
-    np.cumsum(in_degree, out=indptr[1:])
+    np.cumsum(edges.in_degrees(), out=indptr[1:])
     indices = np.empty(int(indptr[-1]), index_dtype(num_nodes))
     cursor = indptr[:-1].copy()
-    for src, dst in edge_chunks():
-        src, dst = _transformed(np.asarray(src, np.int64), np.asarray(dst, np.int64),
-                                to_undirected, drop_self_loops)
-        if not _scatter(src, dst, cursor, indptr[1:], indices):
-            raise DatasetError(file, "edges changed between the two reading passes")
-        if progress:
-            progress(src.shape[0])
+    for src, dst in edges:
+        if not scatter_edges(src, dst, 0, cursor, indptr[1:], indices):
+            raise edges.changed()
     if not np.array_equal(cursor, indptr[1:]):
-        raise DatasetError(file, "edges changed between the two reading passes")
-    _sort_lists(indptr, indices)
+        raise edges.changed()
+    sort_lists(indptr, indices)
     return indptr, indices
-
-
-def dedup(indptr: np.ndarray, indices: np.ndarray):
-    """Remove repeated edges from a CSC whose lists are sorted."""
-    counts = _unique_counts(indptr, indices)
-    new_indptr = np.zeros_like(indptr)
-    np.cumsum(counts, out=new_indptr[1:])
-    out = np.empty(int(new_indptr[-1]), indices.dtype)
-    _unique_fill(indptr, indices, new_indptr, out)
-    return new_indptr, out
-
-
-def degree_order(indptr: np.ndarray) -> np.ndarray:
-    """New id -> old id, by in-degree descending (ties keep the old order)."""
-    return np.argsort(-np.diff(indptr), kind="stable")
-
-
-def relabel(indptr: np.ndarray, indices: np.ndarray, order: np.ndarray):
-    """The CSC with node order[v] renamed v; lists stay sorted."""
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
-    new_indptr = np.zeros_like(indptr)
-    np.cumsum(np.diff(indptr)[order], out=new_indptr[1:])
-    out = np.empty_like(indices)
-    _relabel(indptr, indices, order, inverse.astype(indices.dtype), new_indptr, out)
-    return new_indptr, out

@@ -94,11 +94,14 @@ class Dataset:
                    num_classes=int(y.max()) + 1)
 
 
-def _load_array(path: Path, name: str) -> np.ndarray:
+def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
     """The signed-integer .npy array `name` of the dataset at `path`, in
-    native byte order; DatasetError if it cannot be read or holds anything else."""
+    native byte order; DatasetError if it cannot be read or holds anything
+    else. With `mmap` it is memory-mapped copy-on-write: pages are read from
+    the file on first use and stay in the page cache, not in the process's
+    anonymous memory."""
     try:
-        arr = np.load(path / name)
+        arr = np.load(path / name, mmap_mode="c" if mmap else None)
     except (OSError, ValueError, EOFError) as e:
         raise DatasetError(path / name, f"cannot read ({e})")
     if not isinstance(arr, np.ndarray):
@@ -126,16 +129,18 @@ def as_dataset(dataset) -> Dataset:
 
 def load_dataset(path) -> Dataset:
     """Open a prepared dataset directory. Features stay memory-mapped from
-    features.bin (`dataset.features[ids]` reads just those rows); the graph,
-    labels and splits are read into memory. meta.json is checked against its
+    features.bin (`dataset.features[ids]` reads just those rows), and so do
+    the graph's indptr and indices (the sampler reads them through the page
+    cache, so a graph larger than memory trains); labels and splits are read
+    into memory. meta.json is checked against its
     schema and the arrays against their invariants (one vectorised pass, no
     checksums: that is `gnnsys info --verify`); a failure is a DatasetError
     naming the file."""
     path = Path(path)
     meta = read_meta(path)
-    tensor = lambda name: torch.from_numpy(_load_array(path, name))  # noqa: E731
-    return Dataset(name=meta["name"], indptr=tensor(meta["graph"]["indptr"]),
-                   indices=tensor(meta["graph"]["indices"]), features=open_features(path, meta),
+    tensor = lambda name, mmap=False: torch.from_numpy(_load_array(path, name, mmap))  # noqa: E731
+    return Dataset(name=meta["name"], indptr=tensor(meta["graph"]["indptr"], True),
+                   indices=tensor(meta["graph"]["indices"], True), features=open_features(path, meta),
                    labels=tensor(meta["labels"]["file"]),
                    splits={name: tensor(meta["splits"][name]) for name in SPLITS},
                    order=tensor(meta["order"]) if meta.get("order") else None,

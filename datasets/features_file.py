@@ -10,11 +10,15 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def row_stride(dim: int, dtype: str, align: int) -> int:
-    """Bytes per row: dim * itemsize rounded up to a multiple of `align`."""
+    """Bytes per row: dim * itemsize rounded up to a multiple of `align`; a
+    row no larger than `align` is rounded up to a power of two instead, so
+    that rows pack into align-sized blocks and none straddles two."""
     if align <= 0 or align & (align - 1):
         raise DatasetError("--align", f"must be a positive power of two, got {align}")
-    nbytes = dim * DTYPES[dtype].itemsize
-    return max(align, -(-nbytes // align) * align)
+    nbytes = max(1, dim * DTYPES[dtype].itemsize)
+    if nbytes <= align:
+        return 1 << (nbytes - 1).bit_length()
+    return -(-nbytes // align) * align
 
 
 def open_rows(path, num_nodes: int, stride: int, mode: str = "r") -> np.memmap:

@@ -114,21 +114,24 @@ def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exp
 
 
 @numba.njit(nogil=True, cache=True)
-def _alias_tables(weights, starts):
-    """Walker alias tables (Vose's method) of each segment
-    weights[starts[s]:starts[s + 1]]: position i keeps itself with probability
-    prob[i], else gives alias[i] (a position in the same segment)."""
-    n = weights.shape[0]
-    prob = np.ones(n, np.float64)
-    alias = np.arange(n)
-    small = np.empty(n, np.int64)
-    large = np.empty(n, np.int64)
+def _alias_tables(weights, nodes, starts, prob, alias, small, large):
+    """Fill the Walker alias tables (Vose's method) of each segment of
+    positions starts[s]:starts[s + 1], position i weighing
+    weights[nodes[i % len(nodes)]]: position i keeps itself with probability
+    prob[i], else gives alias[i] (a position in the same segment). small and
+    large are scratch of the widest segment's size, in alias's dtype."""
+    wrap = nodes.shape[0]
+    for i in range(alias.shape[0]):
+        alias[i] = i
+        prob[i] = 1.0
     for s in range(starts.shape[0] - 1):
         a, b = starts[s], starts[s + 1]
-        total = weights[a:b].sum()
+        total = 0.0
+        for i in range(a, b):
+            total += weights[nodes[i % wrap]]
         n_small = n_large = 0
         for i in range(a, b):
-            prob[i] = weights[i] * (b - a) / total
+            prob[i] = weights[nodes[i % wrap]] * (b - a) / total
             if prob[i] < 1.0:
                 small[n_small] = i
                 n_small += 1
@@ -148,7 +151,6 @@ def _alias_tables(weights, starts):
             prob[small[k]] = 1.0
         for k in range(n_large):
             prob[large[k]] = 1.0
-    return prob, alias
 
 
 class _Model:
@@ -182,25 +184,29 @@ class _Model:
         self.labels = self._noisy_labels(rng)
         self.splits = self._splits(rng)
         if not shape.fully_labelled:
-            keep = np.concatenate(list(self.splits.values()))
-            labels = np.full(n, -1, np.int64)
-            labels[keep] = self.labels[keep]
-            self.labels = labels
+            unlabelled = np.ones(n, bool)
+            unlabelled[np.concatenate(list(self.splits.values()))] = False
+            self.labels[unlabelled] = -1
         ends = np.cumsum(self.in_degree, dtype=np.int64)
         self.num_edges = int(ends[-1])
         bounds = np.searchsorted(ends, np.arange(EDGES_PER_CHUNK, self.num_edges, EDGES_PER_CHUNK), "left")
         self.chunk_nodes = np.unique(np.concatenate([[0], bounds + 1, [n]])).astype(np.int64)
+        self.bayes = self.bayes_accuracy()
+        del self.popularity  # as large as the node count; nothing after the Bayes estimate needs it
 
     def _index_sources(self):
         """Alias tables for popularity-weighted draws: segment c < C holds class
-        c's nodes, segment C all nodes; by_segment maps a position to its node."""
+        c's nodes, segment C all nodes, both in by_class order, so position p is
+        node by_class[p % N]."""
         n, c = self.num_nodes, self.shape.num_classes
-        by_class = np.argsort(self.z, kind="stable").astype(np.int64)
-        class_start = np.searchsorted(self.z[by_class], np.arange(c + 1)).astype(np.int64)
-        self.by_segment = np.concatenate([by_class, by_class])
+        positions = np.int32 if 2 * n < 2**31 else np.int64
+        self.by_class = np.argsort(self.z, kind="stable").astype(positions)
+        class_start = np.searchsorted(self.z[self.by_class], np.arange(c + 1)).astype(np.int64)
         starts = np.concatenate([class_start, [2 * n]])
         self.segment_start, self.segment_size = starts[:-1], np.diff(starts)
-        self.prob, self.alias = _alias_tables(self.popularity[self.by_segment], starts)
+        self.prob, self.alias = np.empty(2 * n, np.float32), np.empty(2 * n, positions)
+        _alias_tables(self.popularity, self.by_class, starts, self.prob, self.alias, np.empty(n, positions),
+                      np.empty(n, positions))
 
     def _degrees(self, rng, exponent, max_factor):
         w = _power_law(rng, self.num_nodes, exponent, max_factor)
@@ -237,7 +243,7 @@ class _Model:
         at = self.segment_start[segment] + np.minimum((rng.random(classes.shape[0]) * size).astype(np.int64),
                                                       size - 1)
         keep = rng.random(classes.shape[0]) < self.prob[at]
-        return self.by_segment[np.where(keep, at, self.alias[at])]
+        return self.by_class[np.where(keep, at, self.alias[at]) % self.num_nodes].astype(np.int64)
 
     def edge_chunk(self, k: int):
         """(src, dst) int64 of the in-edges of the nodes of chunk k."""
@@ -340,7 +346,7 @@ def _source(like, scale, model: _Model, degree_exponent, max_degree_factor) -> G
         for k in range(-(-model.num_nodes // ROWS_PER_CHUNK)):
             yield model.feature_chunk(k)
 
-    bayes = model.bayes_accuracy()
+    bayes = model.bayes
     c = model.shape.num_classes
     extra = {"like": like, "scale": scale, "seed": model.seed, "num_nodes": model.num_nodes,
              "generated_edges": model.num_edges, "directed": True, "homophily": model.homophily,

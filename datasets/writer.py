@@ -2,20 +2,27 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import csc
-from .atomic import atomic_directory, sha256_file
 from gnnsys.errors import DatasetError
 
+from . import csc
+from .atomic import atomic_directory
+from .csc_file import write_csc
 from .features_file import DTYPES, encode_rows, open_rows, row_stride
+from .host_memory import available_host_bytes
 from .meta import FORMAT, SPLITS, VERSION, is_dataset_dir
+from .output_file import BackgroundWriter, OutputFile, write_error, write_npy
 from .source import GraphSource
+
+DEFAULT_MEM_LIMIT_GB = 8.0
 
 
 @dataclass
@@ -32,6 +39,7 @@ class PrepareOptions:
     nan_to_zero: bool = False
     normalize_features: str = "none"
     remap_labels: bool = False
+    mem_limit: float | None = None
     progress: bool = True
 
     def check(self):
@@ -45,12 +53,37 @@ class PrepareOptions:
         if self.dtype not in DTYPES:
             raise DatasetError("--dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         row_stride(1, self.dtype, self.align)
+        if self.mem_limit is not None and not (math.isfinite(self.mem_limit) and self.mem_limit > 0):
+            raise DatasetError("--mem-limit", f"must be a number of GB > 0, got {self.mem_limit}")
+
+    def mem_limit_bytes(self) -> int:
+        """The memory limit in bytes: mem_limit GB, else the default
+        min(DEFAULT_MEM_LIMIT_GB, half of the memory available now)."""
+        if self.mem_limit is not None:
+            return int(self.mem_limit * 1e9)
+        return int(min(DEFAULT_MEM_LIMIT_GB * 1e9, available_host_bytes() / 2))
 
 
 def _bar(opts, total, desc, unit):
     # disable=None: bars only on a terminal, so logs and captured stderr keep just the messages
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=None if opts.progress else True,
                 dynamic_ncols=True, leave=False)
+
+
+class _Phases:
+    """One progress bar per phase of the edge passes; each call closes the last."""
+
+    def __init__(self, opts):
+        self.opts, self.bar = opts, None
+
+    def __call__(self, desc, total):
+        self.close()
+        self.bar = _bar(self.opts, total, desc, "edges" if desc != "sort buckets" else "buckets")
+        return self.bar.update
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
 def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int, list | None]:
@@ -68,7 +101,7 @@ def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int
         raise DatasetError(src.label_file, f"expected {src.num_nodes} labels, got shape {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise DatasetError(src.label_file, f"labels must be integers, got {labels.dtype}")
-    labels = labels.astype(np.int64)
+    labels = labels.astype(np.int64, copy=remap)  # only --remap-labels writes to it
     below = np.flatnonzero(labels < -1)
     if below.size:
         raise DatasetError(src.label_file, f"label {labels[below[0]]} out of range (classes are >= 0; -1 marks "
@@ -128,49 +161,76 @@ def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
     return out
 
 
-def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order):
-    stride = row_stride(src.feature_dim, opts.dtype, opts.align)
-    target = path if order is None else path.with_name("features.unordered.bin")
-    rows = open_rows(target, src.num_nodes, stride, mode="w+")
+def _feature_rows(src: GraphSource, opts: PrepareOptions, stride: int):
+    """The source's feature chunks checked, cleaned and encoded as [rows, stride] uint8."""
     start = 0
     body = src.feature_dim * DTYPES[opts.dtype].itemsize
-    with _bar(opts, src.num_nodes, "features", "rows") as bar:
-        for chunk in src.feature_chunks():
-            chunk = np.asarray(chunk)
-            if chunk.ndim != 2 or chunk.shape[1] != src.feature_dim:
-                raise DatasetError(src.feature_file, f"expected {src.feature_dim} feature columns, "
-                                   f"got shape {chunk.shape}", row=start)
-            if start + chunk.shape[0] > src.num_nodes:
-                raise DatasetError(src.feature_file, f"more feature rows than the {src.num_nodes} nodes")
-            finite = np.isfinite(chunk)
-            if not finite.all():
-                if not opts.nan_to_zero:
-                    r = int(np.flatnonzero(~finite.all(axis=1))[0])
-                    raise DatasetError(src.feature_file, "NaN or inf in features (use --nan-to-zero to "
-                                       "replace them with 0)", row=start + r)
-                chunk = np.where(finite, chunk, 0)
-            if opts.normalize_features == "row":
-                chunk = normalize_rows(chunk)
-            rows[start:start + chunk.shape[0], :body] = encode_rows(chunk, opts.dtype)
-            start += chunk.shape[0]
-            bar.update(chunk.shape[0])
+    for chunk in src.feature_chunks():
+        chunk = np.asarray(chunk)
+        if chunk.ndim != 2 or chunk.shape[1] != src.feature_dim:
+            raise DatasetError(src.feature_file, f"expected {src.feature_dim} feature columns, "
+                               f"got shape {chunk.shape}", row=start)
+        if start + chunk.shape[0] > src.num_nodes:
+            raise DatasetError(src.feature_file, f"more feature rows than the {src.num_nodes} nodes")
+        finite = np.isfinite(chunk)
+        if not finite.all():
+            if not opts.nan_to_zero:
+                r = int(np.flatnonzero(~finite.all(axis=1))[0])
+                raise DatasetError(src.feature_file, "NaN or inf in features (use --nan-to-zero to "
+                                   "replace them with 0)", row=start + r)
+            chunk = np.where(finite, chunk, 0)
+        if opts.normalize_features == "row":
+            chunk = normalize_rows(chunk)
+        rows = encode_rows(chunk, opts.dtype)
+        if stride != body:
+            padded = np.empty((chunk.shape[0], stride), np.uint8)
+            padded[:, :body], padded[:, body:] = rows, 0
+            rows = padded
+        yield rows
+        start += chunk.shape[0]
     if start != src.num_nodes:
         raise DatasetError(src.feature_file, f"{start} feature rows for {src.num_nodes} nodes")
-    rows.flush()
+
+
+def _write_rows(path: Path, blocks, size: int) -> str:
+    """Write `blocks` (arrays of rows) to `path` on a writer thread, `size`
+    bytes reserved first; the file's sha256."""
+    out = BackgroundWriter(OutputFile(path, size))
+    try:
+        for block in blocks:
+            out.write(block)
+    except BaseException:
+        out.abandon()
+        raise
+    return out.close()
+
+
+def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order) -> tuple[int, str]:
+    """Write features.bin (rows in `order` when given); its row stride and sha256."""
+    stride = row_stride(src.feature_dim, opts.dtype, opts.align)
+    size = src.num_nodes * stride
+    with _bar(opts, src.num_nodes, "features", "rows") as bar:
+        target = path if order is None else path.with_name("features.unordered.bin")
+        digest = _write_rows(target, (bar.update(len(r)) or r for r in _feature_rows(src, opts, stride)), size)
     if order is None:
-        return stride
-    out = open_rows(path, src.num_nodes, stride, mode="w+")
+        return stride, digest
+    rows = open_rows(target, src.num_nodes, stride)
     step = max(1, (1 << 26) // stride)
-    with _bar(opts, src.num_nodes, "reorder features", "rows") as bar:
+
+    def permuted():
         for v in range(0, src.num_nodes, step):
             wanted = order[v:v + step]
             by_position = np.argsort(wanted)
-            out[v + by_position] = rows[wanted[by_position]]
-            bar.update(min(step, src.num_nodes - v))
-    out.flush()
+            block = np.empty((wanted.shape[0], stride), np.uint8)
+            block[by_position] = rows[wanted[by_position]]
+            yield block
+            bar.update(wanted.shape[0])
+
+    with _bar(opts, src.num_nodes, "reorder features", "rows") as bar:
+        digest = _write_rows(path, permuted(), size)
     del rows
     target.unlink()
-    return stride
+    return stride, digest
 
 
 def normalize_rows(chunk: np.ndarray) -> np.ndarray:
@@ -210,39 +270,37 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
     check_output(out_dir, opts.overwrite)
     labels, num_classes, original_labels = check_labels(src, opts.remap_labels)
     splits = check_splits(src, labels)
+    stride = row_stride(src.feature_dim, opts.dtype, opts.align)
+    mem_limit = opts.mem_limit_bytes()
     with atomic_directory(out_dir, overwrite=opts.overwrite) as tmp:
-        with _bar(opts, None, "edges", "edges") as bar:
-            indptr, indices = csc.build_csc(src.edge_chunks, src.num_nodes, file=src.edge_file,
-                                            to_undirected=opts.to_undirected,
-                                            drop_self_loops=opts.self_loops == "drop",
-                                            progress=bar.update)
-        if opts.dedup:
-            indptr, indices = csc.dedup(indptr, indices)
-        order = None
-        if opts.reorder == "degree":
-            order = csc.degree_order(indptr)
-            indptr, indices = csc.relabel(indptr, indices, order)
+        edges = csc.EdgeStream(src.edge_chunks, src.num_nodes, file=src.edge_file,
+                               to_undirected=opts.to_undirected, drop_self_loops=opts.self_loops == "drop",
+                               expected=src.expected_num_edges)
+        phases = _Phases(opts)
+        try:
+            graph = write_csc(edges, tmp, dedup=opts.dedup, reorder=opts.reorder == "degree",
+                              mem_limit=mem_limit,
+                              check_space=_space_check(out_dir, tmp, src.num_nodes, stride, opts), bar=phases)
+        finally:
+            phases.close()
+        indptr, order, checksums = graph.indptr, graph.order, dict(graph.checksums)
+        if order is not None:
             inverse = np.empty_like(order)
             inverse[order] = np.arange(src.num_nodes)
             labels = labels[order]
             splits = {k: np.sort(inverse[v]) for k, v in splits.items()}
-            np.save(tmp / "order.npy", order.astype(np.int64))
-        np.save(tmp / "indptr.npy", indptr)
-        np.save(tmp / "indices.npy", indices)
-        del indices
-        stride = _write_features(src, tmp / "features.bin", opts, order)
-        np.save(tmp / "labels.npy", labels)
+            del inverse
+            checksums["order.npy"] = write_npy(tmp / "order.npy", order.astype(np.int64))
+        num_edges = int(indptr[-1])
+        del indptr
+        stride, checksums["features.bin"] = _write_features(src, tmp / "features.bin", opts, order)
+        checksums["labels.npy"] = write_npy(tmp / "labels.npy", labels)
         for name, ids in splits.items():
-            np.save(tmp / f"{name}_idx.npy", ids)
-        files = sorted(p.name for p in tmp.iterdir())
-        with _bar(opts, len(files), "checksums", "files") as bar:
-            checksums = {}
-            for f in files:
-                checksums[f] = sha256_file(tmp / f)
-                bar.update()
+            checksums[f"{name}_idx.npy"] = write_npy(tmp / f"{name}_idx.npy", ids)
+        checksums = dict(sorted(checksums.items()))
         meta = {
             "format": FORMAT, "version": VERSION, "name": src.name,
-            "num_nodes": int(src.num_nodes), "num_edges": int(indptr[-1]),
+            "num_nodes": int(src.num_nodes), "num_edges": num_edges,
             "graph": {"layout": "csc", "indptr": "indptr.npy", "indices": "indices.npy"},
             "features": {"file": "features.bin", "dtype": opts.dtype, "dim": int(src.feature_dim),
                          "row_stride": int(stride), "align": int(opts.align)},
@@ -254,10 +312,34 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
             "source": {"kind": src.kind, "inputs": [Path(p).name for p in src.inputs],
                        "options": {k: v for k, v in asdict(opts).items() if k != "progress"},
                        "tool": f"gnnsys {tool_version()}", **({"notes": src.notes} if src.notes else {}),
+                       "graph_build": {"buckets": graph.buckets, "spill_bytes": graph.spill_bytes,
+                                       "mem_limit_bytes": mem_limit},
                        **src.extra},
         }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        try:
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        except OSError as e:
+            raise write_error(tmp / "meta.json", e) from None
     return out_dir
+
+
+def _space_check(out_dir: Path, tmp: Path, num_nodes: int, stride: int, opts: PrepareOptions):
+    """check_space for write_csc: refuse with one line, before the first byte
+    is written, an output the file system cannot hold at its fullest
+    (spilled edges beside indices.npy, or the finished dataset, with an
+    unordered copy of the features while they are reordered)."""
+    features = num_nodes * stride
+    node_arrays = 8 * (num_nodes + 1) + 8 * num_nodes * (2 if opts.reorder == "degree" else 1) + (1 << 20)
+
+    def check(scratch_bytes: int, indices_bytes: int):
+        final = indices_bytes + features + node_arrays
+        need = max(scratch_bytes + indices_bytes, final + (features if opts.reorder == "degree" else 0))
+        free = shutil.disk_usage(tmp).free
+        if need > free:
+            raise DatasetError(out_dir, f"needs {need / 1e9:.2f} GB of free space while it is written "
+                               f"({final / 1e9:.2f} GB when done), and {free / 1e9:.2f} GB are free")
+
+    return check
 
 
 def tool_version() -> str:

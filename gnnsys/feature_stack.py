@@ -284,7 +284,8 @@ def placement_advice(num_nodes: int, row_stride: int, row_bytes: int, device="cp
     and, given a budget (GB), whether the table fits it and the largest cache
     (rows) an SSD stack can keep within it."""
     from gnnsys.storage.cache import StaticPolicy
-    from gnnsys.storage.placement import available_host_bytes, choose_placement
+    from gnnsys.datasets.host_memory import available_host_bytes
+    from gnnsys.storage.placement import choose_placement
     from gnnsys.storage.ssd import DEFAULT_MAX_READ, DEFAULT_THREADS
 
     table = num_nodes * row_stride

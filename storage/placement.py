@@ -19,13 +19,13 @@ the stack changes (docs/architecture.md, "Feature tiers").
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
 
 from gnnsys._capabilities import HAS_CUDA, normalize_device, require_cuda
 from gnnsys.errors import ConfigError
+from gnnsys.datasets.host_memory import available_host_bytes
 
 from .base import UnifiedTensor
 from .gpu_features import GPUFeatures, as_row_table
@@ -54,18 +54,6 @@ class PlacedTensor(UnifiedTensor):
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, placement={self.placement.kind!r})"
-
-
-def available_host_bytes() -> int:
-    """MemAvailable from /proc/meminfo (free RAM plus reclaimable cache)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def choose_placement(table_bytes: int, device, gpu_memory_budget: float = 0.5, host_memory_budget: float = 0.5,

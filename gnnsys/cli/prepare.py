@@ -40,6 +40,9 @@ def add_common(p):
                    help="number the distinct labels 0..C-1 in sorted order (meta.json keeps the original of each)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the gnnsys dataset (or empty directory) at --out; anything else is refused")
+    p.add_argument("--mem-limit", type=float, default=None, metavar="GB",
+                   help="memory the whole process may use (default: half of the available memory, at most 8 GB); "
+                        "edges are spilled to bucket files beside the output when the graph does not fit")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -62,7 +65,7 @@ def options_from_args(args):
                           reorder=args.reorder, align=args.align, dtype=args.dtype,
                           overwrite=args.overwrite, nan_to_zero=args.nan_to_zero,
                           normalize_features=args.normalize_features, remap_labels=args.remap_labels,
-                          progress=not args.no_progress)
+                          mem_limit=args.mem_limit, progress=not args.no_progress)
 
 
 def run(args) -> int:

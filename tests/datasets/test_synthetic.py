@@ -180,17 +180,21 @@ def test_attainable_accuracy_matches_the_bayes_classifier_on_the_graph():
         assert abs(measured - synth[key]) < 0.05
 
 
-@pytest.mark.parametrize("weights,starts", [
-    ([1.0, 2.0, 3.0, 4.0], [0, 4]),
-    ([5.0, 0.5, 0.5, 1.0, 1.0, 100.0, 0.1], [0, 3, 3, 7]),
+@pytest.mark.parametrize("weights,nodes,starts", [
+    ([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], [0, 4]),
+    ([5.0, 0.5, 0.5, 1.0, 1.0, 100.0, 0.1], [0, 1, 2, 3, 4, 5, 6], [0, 3, 3, 7]),
+    ([3.0, 1.0, 2.0], [2, 0, 1], [0, 1, 3, 6]),  # positions wrap: position p is node nodes[p % 3]
 ])
-def test_alias_tables_give_the_weights(weights, starts):
-    weights, starts = np.array(weights), np.array(starts)
-    prob, alias = _alias_tables(weights, starts)
+def test_alias_tables_give_the_weights(weights, nodes, starts):
+    weights, nodes, starts = np.array(weights), np.array(nodes, np.int32), np.array(starts)
+    prob, alias = np.empty(starts[-1]), np.empty(starts[-1], np.int32)
+    _alias_tables(weights, nodes, starts, prob, alias, np.empty(starts[-1], np.int32),
+                  np.empty(starts[-1], np.int32))
+    weight_at = weights[nodes[np.arange(starts[-1]) % nodes.shape[0]]]
     for a, b in zip(starts[:-1], starts[1:]):
         if a == b:
             continue
         mass = prob[a:b].copy()
         np.add.at(mass, alias[a:b] - a, 1.0 - prob[a:b])
         assert np.all((alias[a:b] >= a) & (alias[a:b] < b))
-        np.testing.assert_allclose(mass / (b - a), weights[a:b] / weights[a:b].sum(), rtol=1e-12)
+        np.testing.assert_allclose(mass / (b - a), weight_at[a:b] / weight_at[a:b].sum(), rtol=1e-12)

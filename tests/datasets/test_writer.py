@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gnnsys.datasets import DatasetError, PrepareOptions, load_dataset, write_dataset
+from gnnsys.datasets.features_file import DTYPES, row_stride
 from gnnsys.datasets.inspect import verify
 from gnnsys.datasets.writer import normalize_rows
 from tests.conftest import random_source
@@ -34,10 +35,28 @@ def test_reorder_puts_hot_nodes_first(make_dataset):
     assert bool((deg[:-1] >= deg[1:]).all())
 
 
-@pytest.mark.parametrize("align,stride", [(128, 128), (512, 512), (16, 32)])
+@pytest.mark.parametrize("align,stride", [(128, 32), (512, 32), (16, 32), (8, 32)])
 def test_row_stride(make_dataset, align, stride):
     ds, _ = make_dataset(options=PrepareOptions(align=align, progress=False), dim=7)
     assert ds.meta["features"]["row_stride"] == stride
+
+
+@pytest.mark.parametrize("dim,dtype,align,stride", [
+    (128, "float16", 512, 256),  # two papers100M rows per 512 B block
+    (100, "float16", 512, 256),
+    (100, "float32", 512, 512),
+    (300, "float32", 512, 1536),
+    (1433, "float32", 128, 5760),
+    (1, "float16", 128, 2),
+])
+def test_rows_pack_into_blocks_without_straddling(dim, dtype, align, stride):
+    got = row_stride(dim, dtype, align)
+    assert got == stride
+    starts, nbytes = np.arange(64) * got, dim * DTYPES[dtype].itemsize
+    if nbytes <= align:
+        assert np.all(starts // align == (starts + nbytes - 1) // align)
+    else:
+        assert np.all(starts % align == 0)
 
 
 def test_transforms(make_dataset):

@@ -1,0 +1,246 @@
+"""`write_csc`: the CSC of an edge stream written to indptr.npy and
+indices.npy with the process's memory under a limit.
+
+After the counting pass, nodes are cut into buckets (contiguous id ranges)
+whose neighbour lists fit in the memory left. One bucket: the second pass
+scatters straight into its lists. Several: the second pass appends each edge
+to its bucket's spill file (a bucketed counting sort, sequential writes
+only); then each bucket's file is read back, scattered into its lists, sorted,
+deduplicated when asked, appended to indices.npy and deleted. indices.npy is
+written front to back and hashed as it is written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from gnnsys.errors import DatasetError
+
+from .atomic import sha256_file
+from .csc import EdgeStream, dedup_lists, index_dtype, scatter_edges, sort_lists
+from .host_memory import resident_bytes
+from .output_file import OutputFile, npy_header, write_error, write_npy
+
+CHUNK_MARGIN = 512 << 20  # one source chunk and its transformed copies in flight
+SPILL_PIECE = 1 << 23  # edges read back from a spill file at a time
+SPILL_BUFFER = 1 << 20  # bytes buffered per open spill file
+
+
+@dataclass
+class CSCFiles:
+    """What write_csc wrote: the final indptr (int64, in memory), the node
+    order when relabelled by degree (new id -> old id), each file's sha256,
+    the bucket count and the bytes spilled to scratch files."""
+
+    indptr: np.ndarray
+    order: np.ndarray | None
+    checksums: dict
+    buckets: int
+    spill_bytes: int
+
+
+def plan_buckets(indptr: np.ndarray, itemsize: int, budget: int) -> list[tuple[int, int]]:
+    """Contiguous node ranges [lo, hi) whose lists (itemsize bytes an edge)
+    and per-node cursors (8 bytes a node) each fit in `budget` bytes; raises
+    DatasetError("--mem-limit") when one node's list alone does not."""
+    n = indptr.shape[0] - 1
+
+    def cost(a, b):
+        return int(indptr[b] - indptr[a]) * itemsize + (b - a) * 8
+
+    buckets, a = [], 0
+    while a < n:
+        if cost(a, a + 1) > budget:
+            raise DatasetError("--mem-limit", f"too small to build the graph: node {a}'s "
+                               f"{int(indptr[a + 1] - indptr[a])} in-edges alone need {cost(a, a + 1)} bytes "
+                               f"beyond what the process holds, and {budget} bytes are left")
+        lo, hi = a + 1, n  # largest b in [lo, hi] with cost(a, b) <= budget
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if cost(a, mid) <= budget else (lo, mid - 1)
+        buckets.append((a, lo))
+        a = lo
+    return buckets or [(0, 0)]
+
+
+@numba.njit(nogil=True, cache=True)
+def _group_by_bucket(src, dst, bounds, out):
+    """Counting sort of the edges by bucket (bounds[k] <= dst < bounds[k + 1]):
+    out holds (src, dst) pairs bucket after bucket; returns each bucket's start
+    in pairs (len(bounds))."""
+    nb = bounds.shape[0] - 1
+    bucket = np.empty(src.shape[0], np.int32)
+    starts = np.zeros(nb + 1, np.int64)
+    for e in range(src.shape[0]):
+        k = np.searchsorted(bounds, dst[e], "right") - 1
+        bucket[e] = k
+        starts[k + 1] += 1
+    for k in range(nb):
+        starts[k + 1] += starts[k]
+    cursor = starts[:-1].copy()
+    for e in range(src.shape[0]):
+        p = cursor[bucket[e]]
+        out[2 * p] = src[e]
+        out[2 * p + 1] = dst[e]
+        cursor[bucket[e]] += 1
+    return starts
+
+
+class _Spill:
+    """One scratch file per bucket, appended to with buffered writes."""
+
+    def __init__(self, directory: Path, buckets, dtype):
+        self.paths = [directory / f".spill-{k}.bin" for k in range(len(buckets))]
+        self.bounds = np.array([b[0] for b in buckets] + [buckets[-1][1]], np.int64)
+        self.dtype = np.dtype(dtype)
+        self.bytes = 0
+        try:
+            self.files = [open(p, "wb", buffering=SPILL_BUFFER) for p in self.paths]
+        except OSError as e:
+            raise write_error(directory, e) from None
+
+    def add(self, src, dst):
+        out = np.empty(2 * src.shape[0], self.dtype)
+        starts = _group_by_bucket(src, dst, self.bounds, out)
+        for k, f in enumerate(self.files):
+            part = out[2 * starts[k]:2 * starts[k + 1]]
+            if part.size:
+                try:
+                    f.write(part.data)
+                except OSError as e:
+                    raise write_error(self.paths[k], e) from None
+        self.bytes += out.nbytes
+
+    def finish(self):
+        for p, f in zip(self.paths, self.files):
+            try:
+                f.close()
+            except OSError as e:
+                raise write_error(p, e) from None
+
+    def pieces(self, k: int):
+        """The (src, dst) int64 edges of bucket k, SPILL_PIECE at a time; the file is deleted after."""
+        with open(self.paths[k], "rb") as f:
+            while (pairs := np.fromfile(f, self.dtype, 2 * SPILL_PIECE)).size:
+                yield pairs[0::2].astype(np.int64), pairs[1::2].astype(np.int64)
+        self.paths[k].unlink()
+
+    def discard(self):
+        for p, f in zip(self.paths, self.files):
+            if not f.closed:
+                f.close()
+            p.unlink(missing_ok=True)
+
+
+def _degree_order(degree: np.ndarray) -> np.ndarray:
+    """New id -> old id, by in-degree descending (ties keep the old order)."""
+    return np.argsort(-degree, kind="stable")
+
+
+def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: bool = False,
+              mem_limit: int | None = None, check_space=None, bar=None) -> CSCFiles:
+    """Write the CSC of `edges` to directory/indptr.npy and indices.npy.
+
+    `mem_limit` bytes bound the whole process (what it holds when the lists
+    are planned counts against it); None keeps all lists in memory at once.
+    `reorder` renames nodes by in-degree, hottest first; `dedup` removes
+    repeated edges. `check_space(scratch_bytes, indices_bytes)` is called
+    before the first byte is written. `bar(phase, total)` returns a progress
+    callback for each pass.
+    """
+    directory = Path(directory)
+    bar = bar or (lambda phase, total: None)
+    n = edges.num_nodes
+    dtype = np.dtype(index_dtype(n))
+    edges.progress = bar("count edges", edges.expected)
+    indptr = np.zeros(n + 1, np.int64)
+    degree = edges.in_degrees(indptr[1:])
+    order = None
+    if reorder:
+        order = _degree_order(degree)
+        degree[:] = degree[order]
+        edges.inverse = np.empty(n, dtype)
+        edges.inverse[order] = np.arange(n, dtype=dtype)
+    np.cumsum(degree, out=degree)
+    total = int(indptr[-1])
+    if mem_limit is None:
+        buckets = [(0, n)]
+    else:
+        held = resident_bytes() + CHUNK_MARGIN
+        if held >= mem_limit:
+            raise DatasetError("--mem-limit", f"{mem_limit / 1e9:.2f} GB is too small: the process already holds "
+                               f"{held / 1e9:.2f} GB (the input's arrays, the in-degrees and one chunk of edges "
+                               "in flight) before any neighbour list")
+        buckets = plan_buckets(indptr, dtype.itemsize, mem_limit - held)
+    spill_bytes = 2 * total * dtype.itemsize if len(buckets) > 1 else 0
+    if check_space:
+        check_space(spill_bytes, len(npy_header(dtype, total)) + total * dtype.itemsize)
+    header = npy_header(dtype, total)
+    out = OutputFile(directory / "indices.npy", len(header) + total * dtype.itemsize)
+    spill = None
+    try:
+        out.write(header)
+        counts = np.empty(n, np.int64) if dedup else None
+        if len(buckets) == 1:
+            edges.progress = bar("place edges", total)
+            _emit(out, indptr, 0, n, iter(edges), counts, edges)
+        else:
+            spill = _Spill(directory, buckets, dtype)
+            edges.progress = bar("spill edges", total)
+            for src, dst in edges:
+                spill.add(src, dst)
+            spill.finish()
+            progress = bar("sort buckets", len(buckets))
+            for k, (lo, hi) in enumerate(buckets):
+                _emit(out, indptr, lo, hi, spill.pieces(k), counts, edges)
+                if progress:
+                    progress(1)
+        written = out.written
+        digest = out.close()
+    except BaseException:
+        if spill is not None:
+            spill.discard()
+        out.abandon()
+        raise
+    if dedup:
+        indptr[1:] = np.cumsum(counts)
+        digest = _rewrite_count(directory / "indices.npy", dtype, int(indptr[-1]), len(header), written)
+    checksums = {"indices.npy": digest, "indptr.npy": write_npy(directory / "indptr.npy", indptr)}
+    return CSCFiles(indptr, order, checksums, len(buckets), spill_bytes)
+
+
+def _emit(out: OutputFile, indptr, lo: int, hi: int, pieces, counts, edges: EdgeStream):
+    """Scatter the edges of nodes [lo, hi) into their lists, sort them (and
+    deduplicate into counts[lo:hi]) and append them to `out`."""
+    local = indptr[lo:hi + 1] - indptr[lo]
+    lists = np.empty(int(local[-1]), index_dtype(edges.num_nodes))
+    cursor = local[:-1].copy()
+    for src, dst in pieces:
+        if not scatter_edges(src, dst, lo, cursor, local[1:], lists):
+            raise edges.changed()
+    if not np.array_equal(cursor, local[1:]):
+        raise edges.changed()
+    sort_lists(local, lists)
+    size = dedup_lists(local, lists, counts[lo:hi]) if counts is not None else lists.shape[0]
+    out.write(lists[:size])
+
+
+def _rewrite_count(path: Path, dtype, count: int, header_len: int, written: int) -> str:
+    """Fix the header of an indices.npy shortened by deduplication (padded to
+    its old length) and return the file's sha256 (a second read: only here)."""
+    header = bytearray(npy_header(dtype, count))
+    pad = header_len - len(header)
+    if pad < 0:
+        raise AssertionError("a smaller count cannot need a longer .npy header")
+    header[-1:] = b" " * pad + b"\n"
+    header[8:10] = (header_len - 10).to_bytes(2, "little")
+    try:
+        with open(path, "r+b") as f:
+            f.write(header)
+            f.truncate(header_len + count * np.dtype(dtype).itemsize)
+    except OSError as e:
+        raise write_error(path, e) from None
+    return sha256_file(path)
