@@ -125,7 +125,8 @@ class LayerStream:
     input rows, needed up front only when `dst_first`, GAT's attention);
     `add(x, lo, src, dst)` adds the edges of the chunk of source rows starting
     at row `lo` (x float32 on the CPU); `finish(x_dst, a, b)` gives the
-    layer's output rows a:b of the block. degree: the whole graph's GCN
+    layer's output rows a:b of the block, x_dst holding `dst_rows` of the
+    block's input rows (dst_width columns). degree: the whole graph's GCN
     degrees (`gcn_degree`), for a GCN layer. Dense maps run on `device`."""
 
     def __init__(self, layer, degree: torch.Tensor | None = None, device="cpu"):
@@ -142,11 +143,21 @@ class LayerStream:
             self.slope = float(self.conv.negative_slope)
         else:
             self.width = layer.in_dim
+        # SAGE narrowing its input: mean(x_u) W = mean(x_u W), so accumulate the
+        # projected rows, and keep lin_r(x_dst) rather than x_dst when no residual needs it
+        self.project = self.kind == "sage" and layer.out_dim < layer.in_dim
+        if self.project:
+            self.width = layer.out_dim
+        self.dst_width = layer.out_dim if self.project and layer.residual is None else layer.in_dim
 
     def dst_bytes(self) -> int:
-        """Host bytes of state per destination (x_dst, the accumulator, GAT's softmax state)."""
+        """Host bytes of state per destination (its kept rows, the accumulator, GAT's softmax state)."""
         extra = 3 * self.heads if self.kind == "gat" else 2  # gat: max, sum, alpha_dst; else the weights
-        return 4 * (self.layer.in_dim + self.width + extra)
+        return 4 * (self.dst_width + self.width + extra)
+
+    def dst_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """What the block keeps of its destinations' input rows `x` until `finish`."""
+        return x if self.dst_width == self.layer.in_dim else self._dense(self.conv.lin_r, x)
 
     def chunk_row_bytes(self) -> int:
         """Host bytes per source row of a chunk beyond its float32 rows (GAT's projection and attention)."""
@@ -192,7 +203,7 @@ class LayerStream:
             softmax_merge(xp.numpy(), alpha.numpy(), src, dst, self.alpha_dst.numpy(), self.slope,
                           self.run_max.numpy(), self.run_sum.numpy(), self.acc.numpy())
             return
-        x = x.contiguous()
+        x = self._dense(lambda t: F.linear(t, self.conv.lin_l.weight), x) if self.project else x.contiguous()
         scale = (self.src_norm[lo:lo + x.shape[0]] if self.kind == "gcn" else torch.ones(x.shape[0]))
         scatter_weighted(x.numpy(), src, dst, self.dst_scale.numpy(), scale.float().contiguous().numpy(),
                          self.acc.numpy())
@@ -202,7 +213,9 @@ class LayerStream:
         """The layer's output (float32, CPU) for block positions a:b."""
         c, xd = self.conv, x_dst[a:b].to(self.device)
         acc = self.acc[a:b].to(self.device)
-        if self.kind == "sage":
+        if self.kind == "sage" and self.project:
+            h = acc + c.lin_l.bias + (xd if self.dst_width != self.layer.in_dim else c.lin_r(xd))
+        elif self.kind == "sage":
             h = c.lin_l(acc) + c.lin_r(xd)
         elif self.kind == "gcn":
             h = c.lin(acc + xd * self.self_weight[a:b, None].to(self.device)) + c.bias

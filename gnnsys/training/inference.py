@@ -192,11 +192,12 @@ def stream_layer(layer, dataset, source, targets: torch.Tensor, sink, *, degree=
             offsets, src, dst, count = bucket_edges(indptr, indices, block, chunk_rows, num_chunks, stream.drop_self)
             order = np.argsort(block, kind="stable")
             where = np.searchsorted(block[order], np.arange(num_chunks + 1) * chunk_rows)  # block rows per chunk
-            x_dst = torch.empty(block.shape[0], layer.in_dim)
+            x_dst = torch.empty(block.shape[0], stream.dst_width)
 
             def take_dst(c, x):
                 sel = order[where[c]:where[c + 1]]
-                x_dst[torch.from_numpy(sel)] = x[torch.from_numpy(block[sel] - c * chunk_rows)]
+                if sel.shape[0]:
+                    x_dst[torch.from_numpy(sel)] = stream.dst_rows(x[torch.from_numpy(block[sel] - c * chunk_rows)])
 
             if stream.dst_first:  # GAT: the block's own rows first
                 for c, x in _chunks(source, [c for c in range(num_chunks) if where[c] < where[c + 1]], chunk_rows):
