@@ -1,29 +1,73 @@
-"""Streaming layer-wise inference of a training checkpoint over every node of a
-prepared dataset under a host-memory budget: per-layer passes, bytes and
-seconds (InferenceStats), the bytes read from devices (/proc/self/io), peak
-RSS and the load average, as JSON.
+"""Streaming layer-wise inference of a training checkpoint over every node of
+a prepared dataset (`gnnsys.predict`, the function behind `gnnsys predict`),
+under a host-memory budget, against the disk's sequential bandwidth.
 
-    python benchmarks/bench_inference.py DIR CKPT BUDGET_GB OUT.json [SCRATCH_DIR]
+Writes the predicted label of every node to `--predictions` (a .npy, as
+`gnnsys predict --output labels` does) or, with `--output scores`, keeps the
+logits in memory (small graphs only). Records per layer the passes, bytes
+read and seconds (InferenceStats) next to the time a single sequential read
+of that layer's input takes at fio's 1 MiB sequential bandwidth (measured in
+the same run, on features.bin), the bytes read from devices
+(/proc/self/io), peak RSS, and the load average, as JSON.
+
+    python benchmarks/bench_inference.py DIR CKPT --host-mem-budget 4 --dtype bfloat16 \\
+        --scratch-dir /work/bench/scratch --predictions /work/bench/scratch/labels.npy --json OUT.json
 """
-import json, os, resource, sys, time
-import torch
-from gnnsys.datasets import load_dataset
-from gnnsys.prediction import load_model
-from gnnsys.training.inference import layerwise_inference
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
 
-path, ckpt, budget_gb, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-scratch = sys.argv[5] if len(sys.argv) > 5 else None
-torch.set_num_threads(2)
-ds = load_dataset(path)
-model = load_model(ckpt, ds)
-def io():
-    return int(dict(l.split(": ") for l in open("/proc/self/io").read().split("\n") if l)["read_bytes"])
-before, load, t = io(), os.getloadavg(), time.perf_counter()
-logits, stats = layerwise_inference(model, ds, host_mem_budget=int(budget_gb * 1e9), return_stats=True,
-                                    progress=True, scratch_dir=scratch)
-rec = {"budget_gb": budget_gb, "wall_s": time.perf_counter() - t, "read_bytes": io() - before,
-       "features_bytes": os.path.getsize(os.path.join(path, "features.bin")), "stats": stats.to_dict(),
-       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "load_start": load,
-       "load_end": os.getloadavg(), "logits_shape": list(logits.shape)}
-json.dump(rec, open(out, "w"), indent=1)
-print(json.dumps(rec, indent=1))
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_ssd_tier import fio, machine  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dataset")
+    p.add_argument("checkpoint")
+    p.add_argument("--host-mem-budget", type=float, default=1.0, help="GB one layer may hold")
+    p.add_argument("--dtype", default="float32", help="hidden layers' scratch dtype")
+    p.add_argument("--scratch-dir")
+    p.add_argument("--output", choices=["labels", "scores"], default="labels")
+    p.add_argument("--predictions", help=".npy for the labels (default: kept in memory)")
+    p.add_argument("--json", required=True, help="where the record goes")
+    args = p.parse_args(argv)
+    from gnnsys.datasets import load_dataset
+    from gnnsys.prediction import predict
+
+    torch.set_num_threads(os.cpu_count())
+    info = machine()
+    features = Path(args.dataset) / "features.bin"
+    seq = fio(features, 1 << 20, 8, "io_uring", 3.0, rw="read")
+    ds = load_dataset(args.dataset)
+
+    def io():
+        return int(dict(line.split(": ") for line in open("/proc/self/io").read().split("\n") if line)["read_bytes"])
+
+    before, load, began = io(), os.getloadavg(), time.perf_counter()
+    result, stats = predict(ds, args.checkpoint, args.predictions, output=args.output,
+                            host_mem_budget=int(args.host_mem_budget * 1e9), dtype=args.dtype,
+                            scratch_dir=args.scratch_dir, progress=True, return_stats=True)
+    wall = time.perf_counter() - began
+    layers = stats.to_dict()["layers"]
+    for layer in layers:
+        layer["sequential_read_s"] = layer["input_bytes"] / (seq["mb_per_s"] * 1e6)
+        layer["over_sequential_read"] = layer["seconds"] / layer["sequential_read_s"]
+    rec = {"machine": info, "args": vars(args), "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
+           "wall_s": wall, "read_bytes": io() - before, "features_bytes": features.stat().st_size,
+           "fio_sequential_mb_per_s": seq["mb_per_s"], "layers": layers,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "load_start": load,
+           "load_end": os.getloadavg(), "output": str(result) if args.predictions else list(result.shape)}
+    Path(args.json).write_text(json.dumps(rec, indent=1))
+    print(json.dumps({k: v for k, v in rec.items() if k != "machine"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

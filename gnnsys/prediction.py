@@ -22,12 +22,13 @@ import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.datasets import as_dataset
-from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.errors import ConfigError, DatasetError, naming
 from gnnsys.minibatch import build_model
-from gnnsys.training.checkpoints import FILE, load_checkpoint
+from gnnsys.training.checkpoints import FILE, load_training_state
 from gnnsys.training.inference import check_streaming, stream_inference
 from gnnsys.training.inference_io import ArraySink, reserve_space
 from gnnsys.training.options import MinibatchOptions
+from gnnsys.training.outputs import check_output_file, new_file_mode
 
 OUTPUTS = ("scores", "labels", "embeddings")
 MODEL_OPTIONS = ("model", "hidden", "fanouts", "dropout", "input_dropout", "norm", "residual", "heads", "seed")
@@ -35,7 +36,7 @@ MODEL_OPTIONS = ("model", "hidden", "fanouts", "dropout", "input_dropout", "norm
 
 def predict(dataset, checkpoint, out=None, *, nodes=None, output: str = "scores", layer: int | None = None,
             scratch_dir=None, host_mem_budget: int | None = None, dtype: str = "float32", batch_size: int = 4096,
-            device="cpu", progress: bool = False):
+            device="cpu", progress: bool = False, return_stats: bool = False):
     """The outputs of the model in `checkpoint` on `dataset` for `nodes` (ids;
     default every node), in the order given.
 
@@ -48,7 +49,7 @@ def predict(dataset, checkpoint, out=None, *, nodes=None, output: str = "scores"
     place when complete, its space reserved first); returns that Path, or the
     array itself when out is None. scratch_dir, host_mem_budget (bytes),
     dtype (of hidden layers' scratch files), batch_size, device, progress: as
-    in `layerwise_inference`.
+    in `layerwise_inference`; with `return_stats`, (result, InferenceStats).
     """
     if output not in OUTPUTS:
         raise ConfigError("output", f"must be one of {', '.join(OUTPUTS)}, got {output!r}")
@@ -65,11 +66,11 @@ def predict(dataset, checkpoint, out=None, *, nodes=None, output: str = "scores"
                host_mem_budget=host_mem_budget, scratch_dir=scratch_dir, dtype=dtype)
     if out is None:
         array = np.empty(shape, kind)
-        stream_inference(model, dataset, nodes, ArraySink(array, transform), **run)
-        return array
+        stats = stream_inference(model, dataset, nodes, ArraySink(array, transform), **run)
+        return (array, stats) if return_stats else array
     with atomic_npy(out, shape, kind) as array:
-        stream_inference(model, dataset, nodes, ArraySink(array, transform), **run)
-    return Path(out)
+        stats = stream_inference(model, dataset, nodes, ArraySink(array, transform), **run)
+    return (Path(out), stats) if return_stats else Path(out)
 
 
 def load_model(checkpoint, dataset, device="cpu") -> torch.nn.Module:
@@ -82,7 +83,7 @@ def load_model(checkpoint, dataset, device="cpu") -> torch.nn.Module:
         path = path.parent
     if not path.is_dir():
         raise DatasetError(checkpoint, f"is not a checkpoint directory or its {FILE}")
-    state = load_checkpoint(path)
+    state = load_training_state(path)
     file = path / FILE
     if state is None:
         raise DatasetError(path, f"holds no {FILE}")
@@ -140,18 +141,23 @@ def atomic_npy(path, shape: tuple, dtype):
     path = Path(path)
     if path.suffix != ".npy":
         raise ConfigError("out", f"must be a .npy file, got {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".npy", dir=path.parent)
-    os.close(fd)
+    check_output_file(path, "out")
+    with naming(path, "write"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".npy", dir=path.parent)
+        os.close(fd)
     try:
-        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-        reserve_space(tmp, os.path.getsize(tmp))
+        with naming(path, "write"):
+            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            reserve_space(tmp, os.path.getsize(tmp))
         yield array
-        array.flush()
-        del array
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with naming(path, "write"):
+            array.flush()
+            del array
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.chmod(tmp, new_file_mode())
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
