@@ -1,15 +1,19 @@
-"""Benchmark `gnnsys prepare synthetic` at OGB scale: wall time and peak RSS.
+"""Benchmark `gnnsys prepare synthetic` at OGB scale: wall time, peak RSS and disk.
 
 Runs `python -m gnnsys prepare synthetic --like ogbn-arxiv --scale 1.0
---to-undirected` and `--like ogbn-products --scale 1.0` as child processes,
-each repeated (--arxiv-repeats, default 3; --products-repeats, default 1
-because one products run takes minutes), and records each child's wall time
-and peak resident memory (from os.wait4's rusage of that child). The prepared
-datasets stay under --root (default /work/bench-data: arxiv-1.0 and
-products-1.0) for the training benchmarks. Writes
-benchmarks/results/prepare_synthetic.json.
+--to-undirected`, `--like ogbn-products --scale 1.0` and `--like
+ogbn-papers100M --scale S --dtype float16 --align 512` (S from --scale,
+default 1.0; extra prepare options after --prepare-options) as child
+processes, each repeated (--arxiv-repeats, default 3; --products-repeats and
+--papers-repeats, default 1 because one run takes minutes), and records each
+child's wall time, peak resident memory (from os.wait4's rusage of that
+child) and the peak disk space it used beyond what the file system held
+when it started (sampled every 0.5 s), next to the finished dataset's size.
+The prepared datasets stay under --root (default /work/bench-data:
+arxiv-1.0, products-1.0, papers-S) for the training benchmarks. Writes
+--results (default benchmarks/results/prepare_synthetic.json).
 
-    python benchmarks/prepare_synthetic.py [--root DIR] [--only arxiv|products]
+    python benchmarks/prepare_synthetic.py [--root DIR] [--only arxiv|products|papers] [--scale S]
 """
 from __future__ import annotations
 
@@ -17,9 +21,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +40,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "prepare_synthetic.json"
 CASES = {
     "arxiv": {"like": "ogbn-arxiv", "dir": "arxiv-1.0", "options": ["--to-undirected"]},
     "products": {"like": "ogbn-products", "dir": "products-1.0", "options": []},
+    "papers": {"like": "ogbn-papers100M", "dir": "papers-{scale:g}", "options": ["--dtype", "float16", "--align", "512"]},
 }
 
 
@@ -48,29 +55,60 @@ def machine() -> dict:
             "note": "shared machine: other jobs ran at the same time, so times are noisy"}
 
 
-def run_child(argv: list[str]) -> dict:
-    """Run one child process; its wall time, peak RSS and exit status."""
+class DiskPeak:
+    """The most bytes the file system holding `path` used beyond its use at
+    the start, sampled every `period` s on a thread until `stop()`."""
+
+    def __init__(self, path: Path, period: float = 0.5):
+        self.path, self.start, self.peak = path, self.used(path), 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def used(path: Path) -> int:
+        st = os.statvfs(path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def _run(self, period):
+        while not self._stop.wait(period):
+            self.peak = max(self.peak, self.used(self.path) - self.start)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_child(argv: list[str], disk: Path) -> dict:
+    """Run one child process; its wall time, peak RSS, peak added disk use and exit status."""
     start = time.perf_counter()
+    peak = DiskPeak(disk)
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
+    disk_bytes = peak.stop()
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; keep Popen consistent
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed with status {child.returncode}:\n{output}")
     return {"wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2)}
+            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "peak_disk_bytes": disk_bytes,
+            "loadavg_end": os.getloadavg()}
 
 
-def bench_case(name: str, root: Path, repeats: int, seed: int) -> dict:
+def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.0, extra=()) -> dict:
     """Prepare one case `repeats` times into root/<dir>; timings and what was written."""
     case = CASES[name]
-    out = root / case["dir"]
-    argv = [sys.executable, "-m", "gnnsys", "prepare", "synthetic", "--like", case["like"], "--scale", "1.0",
-            "--seed", str(seed), *case["options"], "--overwrite", "--no-progress", "--out", str(out)]
+    scale = scale if name == "papers" else 1.0
+    out = root / case["dir"].format(scale=scale)
+    argv = [sys.executable, "-m", "gnnsys", "prepare", "synthetic", "--like", case["like"], "--scale", str(scale),
+            "--seed", str(seed), *case["options"], *extra, "--overwrite", "--no-progress", "--out", str(out)]
     runs = []
     for i in range(repeats):
-        runs.append(run_child(argv))
+        if out.exists():  # a previous repeat's output: its space is not this run's scratch
+            shutil.rmtree(out)
+        runs.append(run_child(argv, root))
         print(f"{name} run {i + 1}/{repeats}: {runs[-1]}", flush=True)
     meta = json.loads((out / "meta.json").read_text())
     synth = meta["source"]["synthetic"]
@@ -79,6 +117,8 @@ def bench_case(name: str, root: Path, repeats: int, seed: int) -> dict:
     return {"command": " ".join(argv[1:]), "path": str(out), "repeats": repeats,
             "runs": runs, "median_wall_s": wall,
             "max_peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "peak_disk_over_dataset": max(r["peak_disk_bytes"] for r in runs) / size,
+            "graph_build": meta["source"].get("graph_build"),
             "num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"],
             "edges_per_s": round(meta["num_edges"] / wall), "dataset_bytes": size,
             "feature_dim": meta["features"]["dim"], "num_classes": meta["labels"]["num_classes"],
@@ -93,15 +133,20 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=list(CASES), action="append", help="run only this case (repeatable)")
     p.add_argument("--arxiv-repeats", type=int, default=3)
     p.add_argument("--products-repeats", type=int, default=1, help="1 by default: one run takes minutes")
+    p.add_argument("--papers-repeats", type=int, default=1, help="1 by default: one run takes minutes")
+    p.add_argument("--scale", type=float, default=1.0, help="scale of the papers case")
+    p.add_argument("--prepare-options", nargs=argparse.REMAINDER, default=[],
+                   help="further `gnnsys prepare` options for every case (e.g. --mem-limit 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    repeats = {"arxiv": args.arxiv_repeats, "products": args.products_repeats}
+    repeats = {"arxiv": args.arxiv_repeats, "products": args.products_repeats, "papers": args.papers_repeats}
     result = {"benchmark": "prepare_synthetic", "machine": machine(), "cases": {},
               "repeats_note": "median over repeats; products is prepared once by default because one run "
                               "takes minutes on this machine"}
     for name in args.only or list(CASES):
-        result["cases"][name] = bench_case(name, args.root, repeats[name], args.seed)
+        result["cases"][name] = bench_case(name, args.root, repeats[name], args.seed, args.scale,
+                                           args.prepare_options)
         print(f"{name}: {result['cases'][name]['path']}", flush=True)
     atomic_write_bytes(args.results, (json.dumps(result, indent=2) + "\n").encode())
     print(f"results in {args.results}")

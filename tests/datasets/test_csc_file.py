@@ -15,6 +15,7 @@ from gnnsys.datasets import csc, csc_file, output_file, writer
 from gnnsys.datasets.atomic import sha256_file
 from gnnsys.datasets.inspect import verify
 from tests.conftest import random_source
+from tests.datasets.conftest import check_round_trip, graph_arrays, run_cli, write_ogb
 
 OPTIONS = [
     {},
@@ -128,3 +129,16 @@ def test_reservation_refused_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(DatasetError, match=r"indices.npy: cannot reserve 0\.00 GB: No space left on device"):
         _write(tmp_path, "ds")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("layout", ["csv", "npz"])  # npz: ogbn-papers100M's raw layout
+def test_ogb_raw_layouts_build_in_buckets(tmp_path, capsys, monkeypatch, no_overhead, layout):
+    a = graph_arrays(unlabelled=5)
+    root = write_ogb(tmp_path / "ogbn_papers100M", a, layout)
+    plans = []
+    plan = csc_file.plan_buckets
+    monkeypatch.setattr(csc_file, "plan_buckets", lambda *args: plans.append(plan(*args)) or plans[-1])
+    status, stdout, _ = run_cli(capsys, "prepare", "ogb", root, "--out", tmp_path / "out", "--mem-limit", "5e-7",
+                                "--no-progress")
+    assert status == 0 and len(plans[0]) > 1
+    check_round_trip(tmp_path / "out", a)

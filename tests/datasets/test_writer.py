@@ -178,3 +178,14 @@ def test_overwrite_replaces_only_a_dataset_or_an_empty_directory(tmp_path, monke
         write_dataset(src, "." if existing == "the current directory" else out,
                       PrepareOptions(overwrite=True, progress=False))
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_loading_memory_maps_the_graph(make_dataset):
+    ds, _ = make_dataset()
+    maps = open("/proc/self/maps").read()
+    for name in ("indptr.npy", "indices.npy", "features.bin"):
+        assert str(ds.path / name) in maps
+    before = (ds.path / "indices.npy").read_bytes()
+    ds.indices[:] = 0  # copy-on-write: the dataset's file is not changed
+    assert (ds.path / "indices.npy").read_bytes() == before
