@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+import gnnsys
+
 from gnnsys.datasets import DatasetError, PrepareOptions, load_dataset, write_dataset
 from gnnsys.datasets import csc, csc_file, output_file, writer
 from gnnsys.datasets.atomic import sha256_file
@@ -92,6 +94,8 @@ def test_int64_ids_when_forced(tmp_path, monkeypatch, no_overhead):
     wide = load_dataset(_write(tmp_path, "int64", mem_limit=2e-6))
     assert wide.indices.dtype == torch.int64 and whole.indices.dtype == torch.int32
     assert (wide.indptr == whole.indptr).all() and (wide.indices.long() == whole.indices.long()).all()
+    runs = [gnnsys.train(ds, epochs=1, fanouts=[3, 2], batch_size=16, hidden=8, progress=False) for ds in (whole, wide)]
+    assert runs[0].epochs[0]["loss"] == runs[1].epochs[0]["loss"]
 
 
 Usage = namedtuple("Usage", "total used free")
