@@ -27,6 +27,7 @@ from .output_file import OutputFile, npy_header, write_error, write_npy
 CHUNK_MARGIN = 512 << 20  # one source chunk and its transformed copies in flight
 SPILL_PIECE = 1 << 23  # edges read back from a spill file at a time
 SPILL_BUFFER = 1 << 20  # bytes buffered per open spill file
+NODE_BYTES = 17  # a bucket's bytes per node: its list bounds and cursor (int64 each), a bool of the final check
 
 
 @dataclass
@@ -44,12 +45,12 @@ class CSCFiles:
 
 def plan_buckets(indptr: np.ndarray, itemsize: int, budget: int) -> list[tuple[int, int]]:
     """Contiguous node ranges [lo, hi) whose lists (itemsize bytes an edge)
-    and per-node cursors (8 bytes a node) each fit in `budget` bytes; raises
+    and per-node state (NODE_BYTES a node) each fit in `budget` bytes; raises
     DatasetError("--mem-limit") when one node's list alone does not."""
     n = indptr.shape[0] - 1
 
     def cost(a, b):
-        return int(indptr[b] - indptr[a]) * itemsize + (b - a) * 8
+        return int(indptr[b] - indptr[a]) * itemsize + (b - a) * NODE_BYTES
 
     buckets, a = [], 0
     while a < n:
@@ -169,7 +170,7 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
     if mem_limit is None:
         buckets = [(0, n)]
     else:
-        held = resident_bytes() + CHUNK_MARGIN
+        held = resident_bytes() + CHUNK_MARGIN + (8 * n if dedup else 0)  # dedup: the new degrees
         if held >= mem_limit:
             raise DatasetError("--mem-limit", f"{mem_limit / 1e9:.2f} GB is too small: the process already holds "
                                f"{held / 1e9:.2f} GB (the input's arrays, the in-degrees and one chunk of edges "
