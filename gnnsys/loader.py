@@ -59,11 +59,12 @@ class MinibatchLoader:
     e, both functions of (seed, e) only. An error in a stage re-raises in the
     loop with its original traceback; leaving the loop early (break, an
     exception, closing or dropping the iterator) stops the threads.
-    `sampler`: a Sampler object (gnnsys.samplers.Sampler; `fanouts` and
-    `replace` are then its own and must be left out; `seed` still seeds the
-    shuffle) or the name of a kind that make_sampler builds ("cpu", "gpu",
-    "gpu-pinned"). `features`: the FeatureSource rows come from (for example a
-    placed or cached stack, gnnsys.storage); default the dataset's own table.
+    `sampler`: a Sampler object (gnnsys.samplers.Sampler; `fanouts`, `replace`
+    and `sampling` are then its own and must be left out; `seed` still seeds
+    the shuffle) or the name of a kind that make_sampler builds ("cpu", "gpu",
+    "gpu-pinned"), drawing by `sampling` ("uniform" or "labor", LABOR-0).
+    `features`: the FeatureSource rows come from (for example a placed or
+    cached stack, gnnsys.storage); default the dataset's own table.
     `streams`: the stream API of a CUDA device (default
     gnnsys.storage.cuda_stream.CudaStreams()); a stand-in with the same methods
     makes the loader order its stages through it on any device.
@@ -79,7 +80,7 @@ class MinibatchLoader:
                  drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
                  num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None,
                  streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1, lookahead: int = 0,
-                 x_dtype: torch.dtype = torch.float32):
+                 x_dtype: torch.dtype = torch.float32, sampling: str = "uniform"):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if lookahead < 0:
@@ -91,7 +92,7 @@ class MinibatchLoader:
         self.seeds = SeedBatches(ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank,
                                  world_size=world_size)
         self.device = normalize_device(device)
-        self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace)
+        self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace, sampling)
         self.features = dataset.features if features is None else features
         self.prefetch = int(prefetch)
         self.lookahead = int(lookahead)
@@ -222,16 +223,16 @@ def _window(ahead) -> list:
     return window
 
 
-def _sampler(sampler, dataset, fanouts, device, seed, replace):
+def _sampler(sampler, dataset, fanouts, device, seed, replace, sampling):
     """The loader's sampler: `sampler` itself, or the kind it names built over the dataset's graph."""
     if not isinstance(sampler, str):
-        if fanouts is not None or replace:
-            raise ValueError("fanouts and replace belong to the sampler object; leave them out")
+        if fanouts is not None or replace or sampling != "uniform":
+            raise ValueError("fanouts, replace and sampling belong to the sampler object; leave them out")
         return sampler
     if fanouts is None:
         raise ValueError(f"sampler {sampler!r} needs fanouts")
     return make_sampler(sampler, dataset.indptr, dataset.indices, fanouts, device=device, seed=seed,
-                        replace=replace)
+                        replace=replace, sampling=sampling)
 
 
 @dataclass

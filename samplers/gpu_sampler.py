@@ -6,13 +6,16 @@ splitmix64 counter-based hash (samplers/random_hash.py) keyed by (seed, epoch,
 batch, layer, node, draw index), the same Floyd's algorithm for samples
 without replacement. Relabelling keeps the destination nodes first and
 appends new sources in order of first appearance, and rows are sorted, so the
-MiniBatch equals the CPU sampler's bit for bit.
+MiniBatch equals the CPU sampler's bit for bit. `GPULaborSampler` does the
+same for LABOR-0 (samplers/labor.py): a second kernel decides per edge, with
+the same hash, which in-neighbours a layer keeps.
 
 Host synchronisation: the kernel and the torch ops run in stream order on the
 current stream; the host waits for the device only where a size must be known
 before the next allocation: per layer, once to compact the sampled edges
 (their number) and once in `torch.unique` (the number of distinct nodes); a
-fanout -1 layer once more for its number of edges, and with `csc="pinned"`
+fanout -1 layer once more for its number of edges (a LABOR layer twice: its
+edges, then the kept ones), and with `csc="pinned"`
 copies the frontier to the host to index the pinned CSC. Seeds are checked
 on the host before they are copied to the device (seeds given on the GPU are
 copied to the host once for that check). Run the sampler on its own stream
@@ -40,6 +43,28 @@ from .block import Block, MiniBatch
 from .random_hash import stream_key
 
 _BLOCK_S = 64  # destination nodes per program step
+_BLOCK_E = 1024  # edges per program of the LABOR kernel
+
+
+@triton.jit
+def _mix64(z):
+    """random_hash.mix64: the splitmix64 finaliser of a uint64 tensor."""
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+@triton.jit
+def _node_key(stream, v):
+    """random_hash.node_key: the key of node v's draws (int64 tensor) in the uint64 `stream`."""
+    return _mix64(stream ^ _mix64(v.to(tl.uint64) + 0x9E3779B97F4A7C15))
+
+
+@triton.jit
+def _draw_below(key, counter, n):
+    """random_hash.draw_below(key, counter - 1, n) as int64: uniform in [0, n), n > 0 an integer tensor."""
+    h = _mix64(key + counter * 0x9E3779B97F4A7C15)
+    return (((h >> 32) * n.to(tl.uint64)) >> 32).to(tl.int64)
 
 
 @triton.jit(do_not_specialize=["stream_key"])
@@ -64,15 +89,7 @@ def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_key, out_ptr, coun
             k = tl.where(deg > 0, fanout, 0)
         else:
             k = tl.minimum(deg, fanout)
-        # node_key(stream, v) = mix64(stream ^ mix64(v + GOLDEN)): two rounds of the splitmix64 finaliser
-        z = v.to(tl.uint64) + 0x9E3779B97F4A7C15
-        for r in tl.static_range(2):
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-            z = z ^ (z >> 31)
-            if r == 0:
-                z = stream ^ z
-        key = z
+        key = _node_key(stream, v)
         sel = tl.full((BLOCK_S, KP), -1, tl.int64)
         draw = tl.zeros((BLOCK_S,), tl.uint64)
         for m in range(0, fanout):
@@ -82,11 +99,7 @@ def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_key, out_ptr, coun
             else:
                 n_draw = j + 1
             draw += 1
-            h = key + draw * 0x9E3779B97F4A7C15  # draw_below(key, m, n_draw)
-            h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9
-            h = (h ^ (h >> 27)) * 0x94D049BB133111EB
-            h = h ^ (h >> 31)
-            t = (((h >> 32) * tl.maximum(n_draw, 1).to(tl.uint64)) >> 32).to(tl.int64)
+            t = _draw_below(key, draw, tl.maximum(n_draw, 1))  # draw_below(key, m, n_draw)
             if not REPLACE:
                 taken = tl.max(tl.where(sel == t[:, None], 1, 0), axis=1) > 0
                 t = tl.where(k == deg, m, tl.where(taken, j, t))
@@ -96,6 +109,19 @@ def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_key, out_ptr, coun
         tl.store(out_ptr + pos[:, None] * fanout + k_ar[None, :], src.to(tl.int64),
                  mask=keep & (k_ar[None, :] < fanout))
         tl.store(counts_ptr + pos, k, mask=live)
+
+
+@triton.jit(do_not_specialize=["stream_key"])
+def _labor_kernel(sources_ptr, degrees_ptr, stream_key, keep_ptr, n_edges, fanout, BLOCK: tl.constexpr):
+    """keep[e] = 1 when LABOR-0 keeps edge e: its source t = sources[e], its destination
+    of in-degree degrees[e] > 0, and draw_below(node_key(stream, t), 0, degree) < fanout."""
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = e < n_edges
+    t = tl.load(sources_ptr + e, mask=live, other=0)
+    degree = tl.load(degrees_ptr + e, mask=live, other=1)
+    key = _node_key(stream_key.to(tl.int64).to(tl.uint64, bitcast=True), t)
+    r = _draw_below(key, tl.full((BLOCK,), 1, tl.uint64), degree)
+    tl.store(keep_ptr + e, (r < fanout).to(tl.int8), mask=live)
 
 
 class GPUNeighborSampler:
@@ -181,6 +207,44 @@ class GPUNeighborSampler:
         offsets = (torch.arange(total, device=self.device)
                    + torch.repeat_interleave(starts - first, counts, output_size=total))
         return counts, self.indices[host(offsets)].to(self.device, torch.int64)
+
+
+class GPULaborSampler(GPUNeighborSampler):
+    """LaborSampler's contract on a GPU (samplers/labor.py): LABOR-0 draws, equal to the
+    CPU LaborSampler's for the same seed. Arguments as GPUNeighborSampler's, less
+    `replace` (LABOR draws without) and `max_programs` (its grid covers the layer's edges).
+
+    Per layer it reads every in-neighbour of the layer's nodes (as fanout -1
+    does, so a pinned CSC is indexed on the host), one Triton program per
+    _BLOCK_E edges decides which to keep, and torch ops compact them.
+    """
+
+    def __init__(self, indptr, indices, fanouts, seed: int = 0, device="cuda", csc: str = "gpu"):
+        super().__init__(indptr, indices, fanouts, seed=seed, device=device, csc=csc)
+
+    def __repr__(self):
+        return (f"GPULaborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, seed={self.seed}, "
+                f"device={self.device}, csc={self.csc!r})")
+
+    def _sample_layer(self, nodes, fanout, stream):
+        counts, sources = self._all_neighbours(nodes)
+        if fanout == -1 or sources.shape[0] == 0:
+            return counts, sources
+        total = sources.shape[0]
+        keep = torch.empty(total, dtype=torch.int8, device=self.device)
+        grid, args, meta = labor_launch_args(sources, torch.repeat_interleave(counts, counts, output_size=total),
+                                             stream, keep, fanout)
+        _labor_kernel[grid](*args, **meta)
+        row = torch.repeat_interleave(torch.arange(counts.shape[0], device=self.device), counts, output_size=total)
+        return torch.zeros_like(counts).index_add_(0, row, keep.long()), sources[keep.bool()]
+
+
+def labor_launch_args(sources, degrees, stream: int, keep, fanout: int):
+    """(grid, positional arguments, constexpr keywords) of one layer's LABOR kernel
+    over the layer's edges; stream as in sample_launch_args."""
+    grid = (triton.cdiv(sources.shape[0], _BLOCK_E),)
+    key = int(np.uint64(stream).astype(np.int64))
+    return grid, (sources, degrees, key, keep, sources.shape[0], fanout), dict(BLOCK=_BLOCK_E)
 
 
 def sample_launch_args(indptr, indices, nodes, stream: int, out, counts, fanout: int, replace: bool,

@@ -221,17 +221,8 @@ class NeighborSampler:
         blocks = []
         for layer, fanout in enumerate(self.fanouts):
             num_dst = size
-            indptr = np.zeros(num_dst + 1, np.int64)
-            starts, degrees = np.empty(num_dst, np.int64), np.empty(num_dst, np.int64)
-            if _count(self.indptr, frontier[:num_dst], fanout, self.replace, self.indices.shape[0], indptr,
-                      starts, degrees):
-                v = int(frontier[np.flatnonzero(degrees < 0)[0]])
-                raise DatasetError("indptr", f"node {v}'s edge range [{self.indptr[v]}, {self.indptr[v + 1]}) "
-                                   f"is not inside the {self.indices.shape[0]} edges: a corrupted graph")
-            np.cumsum(indptr, out=indptr)
-            sources = np.empty(int(indptr[-1]), self.indices.dtype)
             stream = np.uint64(stream_key(self.seed, epoch, batch, layer))
-            _fill(self.indices, frontier[:num_dst], starts, degrees, indptr, self.replace, stream, sources)
+            indptr, sources = self._draw(frontier[:num_dst], fanout, stream)
             grown = np.empty(num_dst + sources.shape[0], np.int64)
             grown[:num_dst] = frontier[:num_dst]
             ids, size, bad = _relabel(sources, local, grown, num_dst)
@@ -244,6 +235,26 @@ class NeighborSampler:
             blocks.append(Block(torch.from_numpy(indptr), torch.from_numpy(ids), size, num_dst))
         blocks.reverse()
         return blocks, frontier, size
+
+    def _draw(self, nodes, fanout, stream):
+        """(indptr, global sources) of one layer: nodes[i]'s sampled in-neighbours
+        are sources[indptr[i]:indptr[i + 1]], in draw order."""
+        counts, starts, degrees = self._edge_ranges(nodes, fanout)
+        indptr = np.cumsum(counts)
+        sources = np.empty(int(indptr[-1]), self.indices.dtype)
+        _fill(self.indices, nodes, starts, degrees, indptr, self.replace, stream, sources)
+        return indptr, sources
+
+    def _edge_ranges(self, nodes, fanout):
+        """(counts, first edges, in-degrees) of `nodes`, counts[i + 1] the sample
+        size of nodes[i] (counts[0] = 0); DatasetError for an edge range outside the graph."""
+        counts = np.zeros(nodes.shape[0] + 1, np.int64)
+        starts, degrees = np.empty(nodes.shape[0], np.int64), np.empty(nodes.shape[0], np.int64)
+        if _count(self.indptr, nodes, fanout, self.replace, self.indices.shape[0], counts, starts, degrees):
+            v = int(nodes[np.flatnonzero(degrees < 0)[0]])
+            raise DatasetError("indptr", f"node {v}'s edge range [{self.indptr[v]}, {self.indptr[v + 1]}) "
+                               f"is not inside the {self.indices.shape[0]} edges: a corrupted graph")
+        return counts, starts, degrees
 
     def _acquire_map(self) -> np.ndarray:
         with self._lock:
