@@ -31,7 +31,7 @@ import numpy as np
 import gnnsys
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
-from gnnsys.storage.cache import in_degree, make_policy, presample_hotness
+from gnnsys.storage.cache import make_policy, out_degree, presample_hotness
 from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +87,7 @@ def run_graph(name: str, path: str, args) -> dict:
     trace = record_trace(sampler, seeds, range(args.epochs))
     hot = presample_hotness(sampler, seeds, range(1000, 1000 + args.presample_epochs))
     sample_s = time.perf_counter() - began
-    scores = {"static-degree": in_degree(ds.indptr.numpy()), "presample": hot}
+    scores = {"static-degree": out_degree(ds.indices.numpy(), ds.num_nodes), "presample": hot}
     per_epoch = len(seeds)
     distinct = np.array([t.shape[0] for t in trace])
     first, steady = slice(0, per_epoch), slice(per_epoch, len(trace))

@@ -75,9 +75,9 @@ class EdgeStream:
             if self.drop_self_loops:
                 keep = src != dst
                 src, dst = src[keep], dst[keep]
-            _count(dst, counts)
+            count_ids(dst, counts)
             if self.to_undirected:
-                _count(src, counts)
+                count_ids(src, counts)
         return counts
 
     def __iter__(self):
@@ -93,9 +93,10 @@ class EdgeStream:
 
 
 @numba.njit(nogil=True, cache=True)
-def _count(dst, counts):
-    for e in range(dst.shape[0]):
-        counts[dst[e]] += 1
+def count_ids(ids, counts):
+    """counts[i] += how often id i occurs in `ids` (no int64 copy of `ids`, unlike np.bincount)."""
+    for e in range(ids.shape[0]):
+        counts[ids[e]] += 1
 
 
 @numba.njit(nogil=True, cache=True)

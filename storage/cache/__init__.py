@@ -15,7 +15,7 @@ rank owning a disjoint share of the hot rows (ownership.py).
 """
 from .belady import BeladyPolicy
 from .cached import POLICIES, CachedFeatures, make_policy
-from .hotness import in_degree, presample_hotness
+from .hotness import out_degree, presample_hotness
 from .hybrid import HybridPolicy
 from .lru import LRUPolicy
 from .policy import CachePolicy
@@ -26,5 +26,5 @@ from .static import StaticPolicy
 from .victim import VictimBuffer
 
 __all__ = ["BeladyPolicy", "CachePolicy", "CachedFeatures", "HybridPolicy", "LRUPolicy", "POLICIES",
-           "S3FIFOPolicy", "SharedCachedFeatures", "SievePolicy", "StaticPolicy", "VictimBuffer", "in_degree", "make_policy",
+           "S3FIFOPolicy", "SharedCachedFeatures", "SievePolicy", "StaticPolicy", "VictimBuffer", "make_policy", "out_degree",
            "presample_hotness"]

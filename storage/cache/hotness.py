@@ -1,4 +1,4 @@
-"""Static scores for warming a cache: in-degree, or hotness counted by
+"""Static scores for warming a cache: out-degree, or hotness counted by
 pre-sampling a few epochs without training (GNNLab). The sampler is passed
 in, so this module does not import gnnsys.samplers."""
 from __future__ import annotations
@@ -6,10 +6,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gnnsys.datasets.csc import count_ids
 
-def in_degree(indptr) -> np.ndarray:
-    """Each node's in-degree from the CSC `indptr` (float64, a cache score)."""
-    return np.diff(np.asarray(indptr, dtype=np.int64)).astype(np.float64)
+
+def out_degree(indices, num_nodes: int) -> np.ndarray:
+    """How often each node is an in-neighbour in the CSC `indices` (float64,
+    a cache score): its out-degree, which is how many lists the neighbour
+    sampler can draw it from (PaGraph's score; the in-degree on an undirected
+    graph)."""
+    counts = np.zeros(num_nodes, np.int64)
+    count_ids(np.asarray(indices), counts)
+    return counts.astype(np.float64)
 
 
 def presample_hotness(sampler, seed_batches, epochs) -> np.ndarray:

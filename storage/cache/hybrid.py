@@ -29,7 +29,7 @@ class HybridPolicy(CachePolicy):
     def __init__(self, capacity: int, num_nodes: int, score=None, prior_weight: float = 0.5,
                  decay: float = 0.1):
         if score is None:
-            raise ConfigError("score", "the hybrid policy needs a score (in-degree or presample hotness)")
+            raise ConfigError("score", "the hybrid policy needs a score (out-degree or presample hotness)")
         if not 0 <= prior_weight <= 1:
             raise ConfigError("prior_weight", f"must be in [0, 1], got {prior_weight}")
         if not 0 < decay <= 1:

@@ -1,6 +1,6 @@
 """`static`: a fixed set of rows, the top ones by a score, never replaced.
 
-With in-degree as the score it is PaGraph's cache; with hotness counted by
+With out-degree as the score it is PaGraph's cache; with hotness counted by
 pre-sampling (hotness.presample_hotness) it is GNNLab's.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ class StaticPolicy(CachePolicy):
 
     def __init__(self, capacity: int, num_nodes: int, score=None):
         if score is None:
-            raise ConfigError("score", "the static policy needs a score (in-degree or presample hotness)")
+            raise ConfigError("score", "the static policy needs a score (out-degree or presample hotness)")
         super().__init__(capacity, num_nodes, score)
 
     def _access(self, ids):

@@ -7,7 +7,7 @@ import torch
 from gnnsys.errors import ConfigError
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage import CachedFeatures, RowTable
-from gnnsys.storage.cache import POLICIES, in_degree, make_policy, presample_hotness
+from gnnsys.storage.cache import POLICIES, make_policy, out_degree, presample_hotness
 from tests.storage.fakes import CountingSource
 
 NUM_ROWS = 50
@@ -182,7 +182,7 @@ def test_policy_ordering_on_a_recorded_trace(fraction):
 
 
 def test_scores():
-    assert in_degree(np.array([0, 2, 2, 5])).tolist() == [2.0, 0.0, 3.0]
+    assert out_degree(np.array([2, 0, 2, 2, 1], np.int32), 4).tolist() == [1.0, 1.0, 3.0, 0.0]
 
     class FakeSampler:
         num_nodes = 4
