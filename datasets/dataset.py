@@ -6,12 +6,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnsys.errors import DatasetError
+from gnnsys.errors import DatasetError, PathError, naming
 
 from .feature_table import RowTable
 from .features_file import DTYPES, open_rows
 from .invariants import check_dataset
-from .meta import SPLITS, read_meta
+from .meta import SPLITS, read_meta, regular_file_size
 
 
 class Dataset:
@@ -100,9 +100,12 @@ def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
     else. With `mmap` it is memory-mapped copy-on-write: pages are read from
     the file on first use and stay in the page cache, not in the process's
     anonymous memory."""
+    regular_file_size(path / name)
     try:
         arr = np.load(path / name, mmap_mode="c" if mmap else None)
-    except (OSError, ValueError, EOFError) as e:
+    except OSError as e:
+        raise PathError(path / name, e, "read") from None
+    except (ValueError, EOFError) as e:
         raise DatasetError(path / name, f"cannot read ({e})")
     if not isinstance(arr, np.ndarray):
         arr.close()
@@ -113,13 +116,17 @@ def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
 
 
 def open_features(path, meta):
-    """The memory-mapped feature rows of a prepared dataset as a RowTable."""
+    """The memory-mapped feature rows of a prepared dataset as a RowTable;
+    DatasetError unless features.bin is a regular file of num_nodes x
+    row_stride bytes that can be read."""
     f = meta["features"]
     file = Path(path) / f["file"]
-    size = file.stat().st_size if file.is_file() else -1
+    size = regular_file_size(file)
     if size != meta["num_nodes"] * f["row_stride"]:
         raise DatasetError(file, f"size {size} bytes, expected {meta['num_nodes']} rows x {f['row_stride']}")
-    return RowTable(open_rows(file, meta["num_nodes"], f["row_stride"]), f["dim"], DTYPES[f["dtype"]])
+    with naming(file, "read"):
+        rows = open_rows(file, meta["num_nodes"], f["row_stride"])
+    return RowTable(rows, f["dim"], DTYPES[f["dtype"]])
 
 
 def as_dataset(dataset) -> Dataset:

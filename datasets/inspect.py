@@ -8,20 +8,21 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .atomic import sha256_file
-from .dataset import _load_array, load_dataset
+from .dataset import load_dataset
+from .features_file import DTYPES, open_rows
 from .meta import SPLITS, read_meta
 
 
 def summarize(path) -> dict:
-    """Counts, degree statistics, feature layout, split sizes, class balance."""
-    path = Path(path)
-    meta = read_meta(path)
-    indptr = _load_array(path, meta["graph"]["indptr"])
-    degree = np.diff(indptr)
-    labels = _load_array(path, meta["labels"]["file"])
-    n_cls = meta["labels"]["num_classes"]
-    counts = np.bincount(labels[(labels >= 0) & (labels < n_cls)], minlength=n_cls)  # --verify reports the rest
-    splits = {s: int(_load_array(path, meta["splits"][s]).shape[0]) for s in SPLITS}
+    """Counts, degree statistics, feature layout, split sizes, class balance
+    of the dataset at `path`, after every load-time check (`load_dataset`)."""
+    ds = load_dataset(path)
+    meta = ds.meta
+    degree = np.diff(ds.indptr.numpy())
+    labels = ds.labels.numpy()
+    n_cls = ds.num_classes
+    counts = np.bincount(labels[labels >= 0], minlength=n_cls)
+    splits = {s: int(ds.split(s).shape[0]) for s in SPLITS}
     return {
         "name": meta["name"], "num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"],
         "in_degree": {"mean": float(degree.mean()) if degree.size else 0.0,
@@ -56,18 +57,44 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _data_files(meta: dict) -> set:
+    """The names of every file meta.json describes (checksummed when prepared)."""
+    names = {meta["graph"]["indptr"], meta["graph"]["indices"], meta["features"]["file"], meta["labels"]["file"],
+             *meta["splits"].values()}
+    return names | ({meta["order"]} if meta.get("order") else set())
+
+
+def _padding_problem(path: Path, meta: dict) -> str | None:
+    """What is wrong when a feature row has a non-zero byte after its dim x
+    itemsize bytes (the writer pads with zeros, so meta.json's dtype or dim
+    does not describe the rows), else None. Reads the file in 64 MiB blocks."""
+    f = meta["features"]
+    body = f["dim"] * DTYPES[f["dtype"]].itemsize
+    rows = open_rows(path / f["file"], meta["num_nodes"], f["row_stride"])
+    step = max(1, (64 << 20) // max(f["row_stride"], 1))
+    for lo in range(0, meta["num_nodes"], step):
+        bad = np.flatnonzero(rows[lo:lo + step, body:].any(axis=1))
+        if bad.size:
+            return str(DatasetError(path / f["file"], f"non-zero bytes after the {body} of {f['dim']} x {f['dtype']}: "
+                                    "meta.json's dtype or dim does not describe the rows", row=lo + int(bad[0])))
+    return None
+
+
 def verify(path) -> list[str]:
     """Every checksum and invariant; returns the problems found (empty = ok):
-    the checksums, the load-time checks of `load_dataset`, and what only a
-    full pass can tell (empty, repeated or overlapping splits; order.npy a
-    permutation)."""
+    meta.json's checksums of every file it names, the load-time checks of
+    `load_dataset`, and what only a full pass can tell (empty splits, zero
+    padding after every feature row, order.npy a permutation)."""
     path = Path(path)
     try:
         meta = read_meta(path)
     except DatasetError as e:
         return [str(e)]
-    problems = []
-    for name, digest in meta.get("checksums", {}).items():
+    checksums = meta.get("checksums")
+    if checksums is None:
+        return [f"{path / 'meta.json'}: has no checksums to verify"]
+    problems = [f"{path / name}: has no checksum in meta.json" for name in sorted(_data_files(meta) - set(checksums))]
+    for name, digest in checksums.items():
         file = path / name
         if not file.is_file():
             problems.append(f"{file}: missing")
@@ -77,15 +104,10 @@ def verify(path) -> list[str]:
         ds = load_dataset(path)
     except DatasetError as e:
         return problems + [str(e)]
-    seen = np.zeros(ds.num_nodes, bool)
-    for s in SPLITS:
-        ids, file = ds.split(s).numpy(), path / meta["splits"][s]
-        if ids.size == 0:
-            problems.append(f"{file}: empty split")
-        elif seen[ids].any() or np.unique(ids).size != ids.size:
-            problems.append(f"{file}: overlaps another split or repeats a node")
-        else:
-            seen[ids] = True
+    problems += [f"{path / meta['splits'][s]}: empty split" for s in SPLITS if ds.split(s).numel() == 0]
+    padding = _padding_problem(path, meta)
+    if padding:
+        problems.append(padding)
     if ds.order is not None and not np.array_equal(np.sort(ds.order.numpy()), np.arange(ds.num_nodes)):
         problems.append(f"{path / meta['order']}: not a permutation of the node ids")
     return problems

@@ -51,8 +51,9 @@ def check_dataset(ds) -> None:
     """Raise DatasetError naming the array (its file when loaded) whose
     invariant fails: indptr int64, starting at 0, never decreasing, ending at
     len(indices); indices int32/int64 in [0, N); labels N integers in
-    [-1, num_classes); features N rows; split ids in [0, N); the counts in
-    meta.json, when there is one, equal to the arrays'."""
+    [-1, num_classes); features N rows; split ids in [0, N), none repeated
+    or in two splits; the counts in meta.json, when there is one, equal to
+    the arrays'."""
     file = files_of(ds.meta, ds.path)
     indptr = _vector(ds.indptr, file["indptr"], (torch.int64,))
     indices = _vector(ds.indices, file["indices"], (torch.int32, torch.int64))
@@ -77,6 +78,20 @@ def check_dataset(ds) -> None:
     _in_range(labels, -1, ds.num_classes, file["labels"], "label")
     if ds.features.shape[0] != n:
         raise DatasetError(file["features"], f"holds {ds.features.shape[0]} rows for {n} nodes")
+    seen, marked = torch.zeros(n, dtype=torch.bool), 0
     for name, ids in ds.splits.items():
         where = file.get(name, f"Dataset.splits[{name!r}]")
         _in_range(_vector(ids, where), 0, n, where, "node id")
+        seen[ids] = True
+        if int(seen.sum()) != marked + ids.shape[0]:  # fewer new ids than given: a repeat or an overlap
+            raise DatasetError(where, "repeats a node id, or shares one with another split")
+        marked += ids.shape[0]
+
+
+def check_finite_rows(x: torch.Tensor, ds) -> None:
+    """DatasetError naming `ds`'s features (its file when loaded) when `x`,
+    rows gathered from them, holds NaN or inf: one cheap check (training
+    runs it on its first batch) instead of a loss that is NaN from then on."""
+    if not bool(torch.isfinite(x).all()):
+        raise DatasetError(files_of(ds.meta, ds.path)["features"], "the features training read first hold NaN or "
+                           "inf; prepare the dataset again with --nan-to-zero (or fix the values)")

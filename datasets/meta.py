@@ -6,10 +6,13 @@ any other file is opened (docs/architecture.md, "On-disk dataset format").
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 
-from gnnsys.errors import DatasetError
+from gnnsys.errors import DatasetError, PathError
 
 from .features_file import DTYPES
 
@@ -42,7 +45,7 @@ SCHEMA = (
     ("graph.indices", *_FILE),
     ("features", *_OBJECT),
     ("features.file", *_FILE),
-    ("features.dtype", f"one of {', '.join(DTYPES)}", lambda v: v in DTYPES),
+    ("features.dtype", f"one of {', '.join(DTYPES)}", lambda v: isinstance(v, str) and v in DTYPES),
     ("features.dim", "a non-negative integer", _count),
     ("features.align", "a positive power of two", lambda v: _count(v) and v > 0 and v & (v - 1) == 0),
     ("features.row_stride", "a non-negative integer", _count),
@@ -87,6 +90,10 @@ def check_meta(meta, file) -> dict:
     if f["row_stride"] < body:
         raise DatasetError(file, f"field 'features.row_stride' is {f['row_stride']} bytes, less than the "
                            f"{body} bytes of {f['dim']} x {f['dtype']}")
+    if f["row_stride"] >= max(body, 1) + f["align"]:  # a row is padded by less than one alignment unit
+        raise DatasetError(file, f"field 'features.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
+                           f"{f['dtype']} ({body} bytes) aligned to {f['align']} take less than "
+                           f"{max(body, 1) + f['align']}: the dtype, dim, align or row_stride is wrong")
     if meta["labels"]["num_classes"] > max(meta["num_nodes"], 1):
         raise DatasetError(file, f"field 'labels.num_classes' is {meta['labels']['num_classes']}, more than "
                            f"the {meta['num_nodes']} nodes")
@@ -98,22 +105,50 @@ def read_meta(path) -> dict:
     DatasetError if it is missing, not JSON, not ours or breaks the schema."""
     path = Path(path)
     meta_file = path / "meta.json"
-    if not meta_file.is_file():
-        raise DatasetError(path, "not a prepared gnnsys dataset (no meta.json)")
+    try:
+        regular_file_size(meta_file)
+    except PathError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise DatasetError(path, "not a prepared gnnsys dataset (no meta.json)") from None
+        raise
     try:
         meta = json.loads(meta_file.read_text())
     except json.JSONDecodeError as e:
         raise DatasetError(meta_file, f"not valid JSON ({e.msg})", row=e.lineno)
-    except (OSError, UnicodeDecodeError) as e:
+    except RecursionError:
+        raise DatasetError(meta_file, "nested too deeply to be a dataset's meta.json") from None
+    except OSError as e:
+        raise PathError(meta_file, e, "read") from None
+    except UnicodeDecodeError as e:
         raise DatasetError(meta_file, f"cannot read ({e})")
     return check_meta(meta, meta_file)
+
+
+_KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+          (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"))
+
+
+def regular_file_size(file) -> int:
+    """The size of `file` (symlinks followed); DatasetError when it is a
+    directory, FIFO, socket or device (which a read could block on or
+    misread), PathError when it cannot be examined (missing, no
+    permission, a symlink loop)."""
+    try:
+        st = os.stat(file)
+    except OSError as e:
+        raise PathError(file, e, "read") from None
+    kind = next((name for test, name in _KINDS if test(st.st_mode)), None)
+    if kind is not None:
+        raise DatasetError(file, f"is a {kind}, not a regular file")
+    return st.st_size
 
 
 def is_dataset_dir(path) -> bool:
     """Whether `path` holds a meta.json that names itself a gnnsys dataset
     (whatever else it holds: a damaged dataset is still one)."""
+    file = Path(path) / "meta.json"
     try:
-        meta = json.loads((Path(path) / "meta.json").read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        meta = json.loads(file.read_text()) if file.is_file() else None  # never read a FIFO
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT

@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
-from gnnsys.errors import GnnsysError
+from gnnsys.errors import ConfigError, GnnsysError
 
 ERROR_KEY = "gnnsys/error"
 TRACEBACK_KEY = "gnnsys/traceback/"  # + rank
@@ -248,19 +248,72 @@ def _stop(procs, grace_s):
             p.join()
 
 
+@dataclass(frozen=True)
+class TorchrunEnv:
+    """What torchrun told this process: its rank among world_size, its
+    local rank on this machine, and where rank 0's store listens."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+
+
+def torchrun_env() -> TorchrunEnv | None:
+    """The torchrun variables of this process, checked before any
+    rendezvous; None when torchrun did not start it (no TORCHELASTIC_RUN_ID).
+    ConfigError naming the variable that is missing, not an integer, or out
+    of range (RANK and LOCAL_RANK in [0, WORLD_SIZE), MASTER_PORT in 1..65535)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0, world - 1, context=f" (below WORLD_SIZE {world})")
+    local = _env_int("LOCAL_RANK", 0, world - 1, default=rank, context=f" (below WORLD_SIZE {world})")
+    port = _env_int("MASTER_PORT", 1, 65535)
+    addr = os.environ.get("MASTER_ADDR", "")
+    if not addr:
+        raise ConfigError("MASTER_ADDR", "is not set; start the workers with torchrun, which sets it")
+    return TorchrunEnv(rank, world, local, addr, port)
+
+
+def _env_int(name: str, low: int, high: int | None = None, default: int | None = None, context: str = "") -> int:
+    """The environment variable `name` as an integer in [low, high] (`default` when it is not set)."""
+    text = os.environ.get(name)
+    if text is None:
+        if default is not None:
+            return default
+        raise ConfigError(name, "is not set, but TORCHELASTIC_RUN_ID is: start the workers with torchrun, "
+                                "which sets both")
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        where = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ConfigError(name, f"must be an integer {where}{context}, got {text!r}")
+    return value
+
+
 def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_s: float = 0.2) -> None:
-    """Run `fn(ctx, *args)` as one worker started by torchrun (env://).
-    On failure the process exits with status 1 after reporting to the store,
-    and torchrun stops the other workers (their watchdogs do too)."""
-    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        if var not in os.environ:
-            raise RuntimeError(f"run_from_env: environment variable {var} is not set (start with torchrun)")
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dev = _device_for(int(os.environ.get("LOCAL_RANK", rank)), device)
+    """Run `fn(ctx, *args)` as one worker started by torchrun (env://),
+    its variables checked first (`torchrun_env`); WorkerError when the
+    other workers do not all join within timeout_s. On failure the process
+    exits with status 1 after reporting to the store, and torchrun stops the
+    other workers (their watchdogs do too)."""
+    env = torchrun_env()
+    if env is None:
+        raise ConfigError("TORCHELASTIC_RUN_ID", "is not set: run_from_env runs a worker started by torchrun")
+    rank, world_size = env.rank, env.world_size
+    dev = _device_for(env.local_rank, device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     timeout = datetime.timedelta(seconds=timeout_s)
-    store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
-    watch = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
-                          is_master=False, timeout=timeout)
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+        watch = dist.TCPStore(env.master_addr, env.master_port, world_size, is_master=False, timeout=timeout)
+    except (RuntimeError, OSError) as e:  # DistStoreError and DistNetworkError are RuntimeErrors
+        raise WorkerError(rank, f"rendezvous of {world_size} workers at {env.master_addr}:{env.master_port} failed "
+                                f"within {timeout_s:g} s ({_describe(e)}): is every worker started, and rank 0 "
+                                "reachable there?") from None
     _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=False)

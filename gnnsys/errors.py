@@ -3,8 +3,11 @@
 `GnnsysError` is the base; the CLI prints any of them as one line and exits
 with status 2. `DatasetError` names a file (bad input data, a failed check),
 `ConfigError` an option (a bad value or a combination that cannot work), and
-`GPUUnavailableError` a request that needs CUDA or Triton where neither runs.
+`GPUUnavailableError` a request that needs CUDA or Triton where neither runs,
+and `PathError` (a DatasetError) an operating-system error on a user's path.
 """
+import contextlib
+import errno
 
 
 class GnnsysError(Exception):
@@ -39,3 +42,31 @@ class GPUUnavailableError(GnnsysError, RuntimeError):
         self.what = str(what)
         self.problem = problem
         super().__init__(f"{self.what}: {problem}")
+
+
+class PathError(DatasetError):
+    """An operating-system error on a user's path (an output, a dataset
+    file): names the path, what could not be done, and the reason with its
+    errno name ("out.json: cannot write: No space left on device (ENOSPC)")."""
+
+    def __init__(self, path, error: OSError, doing: str | None = None):
+        self.errno = error.errno
+        super().__init__(path, f"cannot {doing}: {os_reason(error)}" if doing else os_reason(error))
+
+
+def os_reason(error: OSError) -> str:
+    """Why an OSError happened, in one line: its text and errno name ("Permission denied (EACCES)")."""
+    name = errno.errorcode.get(error.errno)
+    text = error.strerror or str(error) or type(error).__name__
+    return f"{text} ({name})" if name else text
+
+
+@contextlib.contextmanager
+def naming(path, doing: str):
+    """Turn an OSError raised inside the block into a PathError naming `path` and `doing`."""
+    try:
+        yield
+    except GnnsysError:
+        raise
+    except OSError as e:
+        raise PathError(path, e, doing) from e

@@ -33,7 +33,7 @@ SSD_ENGINE_BYTES = 1 << 20  # held for the SSD tier's read engine (io_uring's ri
 PRESAMPLE_EPOCHS = 2
 PRESAMPLE_FROM = 1_000_000  # pre-sampled epochs are numbered far beyond any training epoch
 CACHE_POLICIES = ("static", "presample", "lru", "sieve", "s3fifo", "hybrid")  # the names training takes
-PRESAMPLED = ("presample", "hybrid")  # policies scored by pre-sampled hotness (the others: in-degree)
+PRESAMPLED = ("presample", "hybrid")  # policies scored by pre-sampled hotness (the others: out-degree)
 
 
 def storage_policy(name: str) -> str:
@@ -78,7 +78,8 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
                      batch_rows: int = 0, cache_on_host: bool = True) -> HostMemoryPlan:
     """The sizes of the host-memory parts of a stack (see HostMemoryPlan).
 
-    cache_gb (GB = 10^9 bytes) converts to rows; the victim buffer defaults
+    cache_gb (GB = 10^9 bytes) converts to rows (at least one: ConfigError
+    otherwise); the victim buffer defaults
     to a quarter of the cache when lookahead > 0 (else none); batch_rows:
     the distinct rows one batch needs (estimate_batch_rows), which sizes the
     policy's window and the rows read ahead (lookahead x batch_rows at most);
@@ -94,6 +95,9 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
 
     if cache_gb is not None:
         cache_rows = int(cache_gb * GB // row_bytes)
+        if cache_rows == 0:
+            raise ConfigError("cache_gb", f"{cache_gb:g} GB holds no feature row ({row_bytes} bytes each); give "
+                                          f"at least {row_bytes / GB:.3g} GB, or no cache")
     cache_rows = min(int(cache_rows), num_nodes)
     if victim_rows is None:
         victim_rows = cache_rows // 4 if lookahead > 0 else 0
@@ -129,11 +133,12 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
     return HostMemoryPlan(staging_bytes=staging, prefetch_rows=prefetch_rows, parts=parts, budget=budget, **sizes)
 
 
-def estimate_batch_rows(dataset, fanouts, batch_size: int, seed: int, batches: int = 3) -> int:
+def estimate_batch_rows(dataset, fanouts, batch_size: int, seed: int, batches: int = 3,
+                        sampling: str = "uniform") -> int:
     """The distinct input rows a training batch needs, measured: 1.25 x the
     largest of the first `batches` sampled batches of epoch 0 (the sampler
-    training uses, so the estimate follows the graph and fanouts)."""
-    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed)
+    training uses, so the estimate follows the graph, fanouts and sampling)."""
+    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed, sampling)
     seeds = seeds.epoch(0)[:batches]
     largest = max((sampler.sample(s, 0, i).input_nodes.shape[0] for i, s in enumerate(seeds)), default=0)
     return min(dataset.num_nodes, largest + largest // 4)
@@ -148,7 +153,7 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
 
     features: a placement of storage.placement ("auto", "gpu", "pinned",
     "cpu-gather") or "ssd" (needs a prepared dataset directory); cache_rows
-    or cache_gb and cache_policy (CACHE_POLICIES: "static" in-degree,
+    or cache_gb and cache_policy (CACHE_POLICIES: "static" out-degree,
     "presample" hotness, "lru", "sieve", "s3fifo", "hybrid"): the cache (none
     when both are unset/0; on a CUDA device its rows live in GPU memory);
     lookahead > 0 adds a victim buffer of victim_rows rows and reading ahead
@@ -172,7 +177,7 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     source, plan = _bottom(dataset, features, device, host_mem_budget, progress, sizes)
     if plan.cache_rows == 0:
         return check_stack(source), plan
-    from gnnsys.storage.cache import CachedFeatures, SharedCachedFeatures, in_degree
+    from gnnsys.storage.cache import CachedFeatures, SharedCachedFeatures, out_degree
 
     if plan.victim_rows:
         from gnnsys.storage.cache import VictimBuffer
@@ -183,7 +188,7 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
             raise ConfigError("cache_policy", f"{cache_policy!r} needs a pre-sampling score")
         score = presample()
     else:
-        score = in_degree(dataset.indptr.numpy())
+        score = out_degree(dataset.indices.numpy(), dataset.num_nodes)
     policy = storage_policy(cache_policy)
     if world_size > 1:
         source = SharedCachedFeatures(source, plan.cache_rows, policy, score=score, replicate_frac=replicate_frac)
@@ -257,22 +262,23 @@ def reset_tier_stats(source) -> None:
         t.reset_stats()
 
 
-def _training_batches(dataset, fanouts, batch_size: int, seed: int):
+def _training_batches(dataset, fanouts, batch_size: int, seed: int, sampling: str):
     """(CPU sampler, SeedBatches) over the training seeds, as training draws them."""
     from gnnsys.samplers.factory import make_sampler
     from gnnsys.samplers.seeds import SeedBatches
 
-    sampler = make_sampler("cpu", dataset.indptr, dataset.indices, list(fanouts), seed=seed)
+    sampler = make_sampler("cpu", dataset.indptr, dataset.indices, list(fanouts), seed=seed, sampling=sampling)
     return sampler, SeedBatches(dataset.split("train"), batch_size, shuffle=True, seed=seed)
 
 
-def presample_score(dataset, fanouts, batch_size: int, seed: int, epochs: int = PRESAMPLE_EPOCHS) -> np.ndarray:
+def presample_score(dataset, fanouts, batch_size: int, seed: int, epochs: int = PRESAMPLE_EPOCHS,
+                    sampling: str = "uniform") -> np.ndarray:
     """GNNLab's hotness: in how many batches of `epochs` pre-sampled epochs of
     the training seeds (numbered from PRESAMPLE_FROM, never trained on) each
-    node's features are needed, with the CPU sampler."""
+    node's features are needed, with the CPU sampler of `sampling`."""
     from gnnsys.storage.cache import presample_hotness
 
-    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed)
+    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed, sampling)
     return presample_hotness(sampler, seeds, range(PRESAMPLE_FROM, PRESAMPLE_FROM + epochs))
 
 

@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.precision import make_precision
 from gnnsys.samplers import Block
-from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
+from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import epoch_record, run_epochs
 from gnnsys.training.options import FullGraphOptions
@@ -44,11 +45,12 @@ def train_fullgraph(dataset, options: FullGraphOptions | None = None, *, on_epoc
     options = FullGraphOptions.build(options, keywords)
     dataset = as_dataset(dataset)
     options = options.for_dataset(dataset)
-    if not options.pipelined:
-        return ReferenceTrainer(dataset, options, on_epoch_end).run()
-    from gnnsys.gnnpipe import train_pipeline
+    with run_lock(options):
+        if not options.pipelined:
+            return ReferenceTrainer(dataset, options, on_epoch_end).run()
+        from gnnsys.gnnpipe import train_pipeline
 
-    return train_pipeline(dataset, options, on_epoch_end)
+        return train_pipeline(dataset, options, on_epoch_end)
 
 
 class ReferenceTrainer:
@@ -60,6 +62,7 @@ class ReferenceTrainer:
         self.device = torch.device(options.device)
         self.precision = make_precision(options.precision, self.device)
         x = dataset.features[torch.arange(dataset.num_nodes)]
+        check_finite_rows(x, dataset)
         self.x = x.to(self.device, self.precision.input_dtype(x.dtype))
         self.labels = dataset.labels.long()
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}

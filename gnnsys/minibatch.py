@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.feature_stack import GB
-from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
+from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
 from gnnsys.training.data_parallel import (mean_across_ranks, rank_options, rank_slice, resume_ranks, run_ranks,
                                            save_rank_checkpoint, seed_rank, split_inference, torchrun_options,
                                            under_torchrun, wrap_model, write_rank_result)
@@ -56,10 +57,11 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     options = options.for_dataset(dataset)
     if under_torchrun():
         options = torchrun_options(options)
-    if options.workers > 1:
-        return _train_data_parallel(dataset, options, on_epoch_end)
-    _retain_memory(options)
-    return MinibatchTrainer(dataset, options, on_epoch_end).run()
+    with run_lock(options):
+        if options.workers > 1:
+            return _train_data_parallel(dataset, options, on_epoch_end)
+        _retain_memory(options)
+        return MinibatchTrainer(dataset, options, on_epoch_end).run()
 
 
 def build_model(dataset, options: MinibatchOptions) -> torch.nn.Module:
@@ -124,6 +126,7 @@ class MinibatchTrainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
         self.history = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
+        self.checked_finite = False
 
     def _feature_tiers(self):
         """(the stack of feature tiers training gathers through, its bottom:
@@ -131,13 +134,14 @@ class MinibatchTrainer:
         from gnnsys.feature_stack import build_feature_stack, estimate_batch_rows, presample_score, tiers_of
 
         o = self.options
-        batch_rows = estimate_batch_rows(self.dataset, o.fanouts, o.batch_size, o.seed) if o.lookahead else 0
+        batch_rows = (estimate_batch_rows(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling)
+                      if o.lookahead else 0)
         stack, _ = build_feature_stack(
             self.dataset, features=o.features, device=self.device, cache_rows=o.cache_rows, cache_gb=o.cache_gb,
             cache_policy=o.cache_policy, lookahead=o.lookahead, victim_rows=o.victim_rows,
             host_mem_budget=o.host_mem_budget, progress=o.progress, world_size=self.world_size,
             replicate_frac=o.replicate_frac, batch_rows=batch_rows,
-            presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed))
+            presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling))
         return stack, tiers_of(stack)[-1]
 
     def run(self) -> TrainResult | None:
@@ -177,7 +181,7 @@ class MinibatchTrainer:
         o = self.options
         return MinibatchLoader(self.dataset, "train", list(o.fanouts), batch_size=o.batch_size, shuffle=True,
                                seed=o.seed, prefetch=o.prefetch, device=self.device, sampler=o.sampler,
-                               features=self.features, lookahead=o.lookahead, rank=self.rank,
+                               sampling=o.sampling, features=self.features, lookahead=o.lookahead, rank=self.rank,
                                world_size=self.world_size, x_dtype=self.precision.input_dtype(self.features.dtype))
 
     def _epoch(self, loader, epoch: int) -> dict:
@@ -210,6 +214,9 @@ class MinibatchTrainer:
         return epoch_record(epoch, total_loss / max(seen, 1), elapsed, times, **tier_record(self.features))
 
     def _step(self, mb) -> float:
+        if not self.checked_finite:  # the first batch only: a NaN feature would make every loss NaN
+            check_finite_rows(mb.x, self.dataset)
+            self.checked_finite = True
         self.optimizer.zero_grad(set_to_none=True)
         if self.degree is not None:
             mb.attach_degree(self.degree)
@@ -257,7 +264,7 @@ class MinibatchTrainer:
         mine = rank_slice(nodes, self.rank, self.world_size)
         loader = MinibatchLoader(self.dataset, mine, list(o.fanouts), batch_size=o.batch_size, shuffle=False,
                                  seed=o.seed, prefetch=o.prefetch, device=self.device, sampler=o.sampler,
-                                 features=self.features, lookahead=o.lookahead, epoch=EVAL_EPOCH,
+                                 sampling=o.sampling, features=self.features, lookahead=o.lookahead, epoch=EVAL_EPOCH,
                                  x_dtype=self.precision.input_dtype(self.features.dtype))
         logits = sampled_logits(self.model, loader, self.degree, self.precision.autocast)
         if self.world_size == 1:

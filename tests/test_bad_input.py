@@ -16,17 +16,21 @@ setup    setup(ds, here) breaks something before the command runs; the
          helpers below make the common breaks (meta_set, meta_drop, meta_text,
          resave, write, arrays_input, gnn_benchmark_npz).
 check    check(ds, here), when given, asserts what must hold afterwards.
+env      environment variables set while the command runs (torchrun's).
 
 Other bad-input tables stay beside the code they test: the OGB, arrays, npz
 and Planetoid readers' (tests/datasets/test_*.py), the in-memory Dataset's
 (tests/datasets/test_invariants.py) and the trainer options' (tests/gnnsys/).
 """
+import fcntl
 import json
+import os
 import shlex
 from typing import Callable, NamedTuple
 
 import numpy as np
 import pytest
+import torch
 
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions, write_dataset
@@ -41,6 +45,7 @@ class Row(NamedTuple):
     fragment: str
     setup: Callable | None = None
     check: Callable | None = None
+    env: dict | None = None
 
 
 def meta_set(field: str, value):
@@ -102,6 +107,60 @@ def gnn_benchmark_npz(ds, here):
 
 def heterophilous_npz(ds, here):
     write_heterophilous(here / "h.npz", graph_arrays())
+
+
+def features_as(kind: str):
+    """Replace features.bin with nothing, a directory or a FIFO."""
+    def setup(ds, here):
+        (ds / "features.bin").unlink()
+        if kind == "directory":
+            (ds / "features.bin").mkdir()
+        elif kind == "FIFO":
+            os.mkfifo(ds / "features.bin")
+    return setup
+
+
+def nan_features(ds, here):
+    """Every byte of features.bin a float32 NaN (its checksum left stale)."""
+    size = (ds / "features.bin").stat().st_size
+    (ds / "features.bin").write_bytes(np.full(size // 4, np.nan, np.float32).tobytes())
+
+
+def split_overlap(ds, here):
+    """valid_idx.npy also holds the first training node (its checksum left stale)."""
+    np.save(ds / "valid_idx.npy", np.concatenate([np.load(ds / "valid_idx.npy"), np.load(ds / "train_idx.npy")[:1]]))
+
+
+def checkpoint(payload):
+    """ck/checkpoint.pt holding `payload` (what a resume reads)."""
+    def setup(ds, here):
+        (here / "ck").mkdir()
+        torch.save(payload, here / "ck" / "checkpoint.pt")
+    return setup
+
+
+HELD = []  # lock files held open by `held_lock` until the row's check
+
+
+def held_lock(ds, here):
+    """Another run's lock on the checkpoint directory ck (pid 4242)."""
+    (here / "ck").mkdir()
+    fd = os.open(here / "ck" / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"4242\n")
+    HELD.append(fd)
+
+
+def release_lock(ds, here):
+    os.close(HELD.pop())
+    return [p.name for p in (here / "ck").iterdir()] == [".lock"]
+
+
+def symlink_loop(ds, here):
+    (here / "loop").symlink_to("loop")
+
+
+TORCHRUN = {"TORCHELASTIC_RUN_ID": "r1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
 def _set(array, index, value):
@@ -190,7 +249,7 @@ ROWS = [
         resave("labels.npy", lambda y: _set(y, 4, 3))),
     Row("split id out of range", "train {ds} --epochs 1", 2, "train_idx.npy: row 0: node id 60 out of range [0, 60)",
         resave("train_idx.npy", lambda ids: _set(ids, 0, 60))),
-    Row("features.bin truncated", "train {ds} --epochs 1", 2, "features.bin: size 7552 bytes, expected 60 rows x 128",
+    Row("features.bin truncated", "train {ds} --epochs 1", 2, "features.bin: size ",
         lambda ds, here: (ds / "features.bin").write_bytes((ds / "features.bin").read_bytes()[:-128])),
     Row("meta.json without labels", "train {ds} --epochs 1", 2, "field 'labels' is missing", meta_drop("labels")),
     # train: options
@@ -202,6 +261,80 @@ ROWS = [
         "checkpoint_dir: notes.txt exists and is not a directory", write("notes.txt")),
     Row("--resume without --checkpoint-dir", "train {ds} --resume", 2, "resume: needs a checkpoint directory"),
     Row("--epochs 0", "train {ds} --epochs 0", 2, "epochs: must be >= 1, got 0"),
+    # train: numbers out of their ranges, runs larger than the machine
+    Row("--seed -1", "train {ds} --seed -1", 2, "seed: must be in 0..2**64 - 1, got -1"),
+    Row("--seed 2**64", "train {ds} --seed 18446744073709551616", 2, "seed: must be in 0..2**64 - 1"),
+    Row("--fanouts beyond int64", "train {ds} --fanouts 99999999999999999999", 2,
+        "fanouts: must be at most 2**31 - 1, got 99999999999999999999"),
+    Row("--hidden 100000000", "train {ds} --hidden 100000000", 2, "hidden: this run needs about"),
+    Row("--heads 100000", "train {ds} --model gat --heads 100000", 2, "heads: a GAT's hidden layers split hidden"),
+    Row("--workers 64", "train {ds} --workers 64", 2, "workers: 64 processes on"),
+    Row("--cache-gb below one row", "train {ds} --cache-gb 1e-8", 2, "cache_gb: 1e-08 GB holds no feature row"),
+    Row("--cache-gb below one row, lookahead", "train {ds} --cache-gb 1e-8 --lookahead 2", 2,
+        "cache_gb: 1e-08 GB holds no feature row"),
+    Row("info --host-mem-budget nan", "info {ds} --host-mem-budget nan", 2,
+        "argument --host-mem-budget: must be a number of GB > 0 and at most 1e+12, got 'nan'"),
+    Row("info --host-mem-budget inf", "info {ds} --host-mem-budget inf", 2, "must be a number of GB > 0"),
+    Row("info --host-mem-budget -1", "info {ds} --host-mem-budget -1", 2, "must be a number of GB > 0"),
+    # train: output paths, checked before training
+    Row("--json naming a directory", "train {ds} --json here.d", 2, "--json: here.d is a directory",
+        lambda ds, here: (here / "here.d").mkdir()),
+    Row("--json under a symlink loop", "train {ds} --json loop/r.json", 2,
+        "loop/r.json: cannot write: Too many levels of symbolic links (ELOOP)", symlink_loop),
+    Row("--checkpoint-dir under a symlink loop", "train {ds} --checkpoint-dir loop/ck", 2,
+        "loop/ck: cannot write: Too many levels of symbolic links (ELOOP)", symlink_loop),
+    Row("--json name too long", "train {ds} --json " + "n" * 300, 2, "File name too long (ENAMETOOLONG)"),
+    Row("--checkpoint-dir held by another run", "train {ds} --checkpoint-dir ck", 2,
+        "checkpoint_dir: ck is in use by another gnnsys run (pid 4242)", held_lock, release_lock),
+    # train --resume: checkpoints of the wrong shape
+    Row("checkpoint a list", "train {ds} --checkpoint-dir ck --resume", 2,
+        "is not a gnnsys checkpoint: holds a list, not a dict", checkpoint([1, 2])),
+    Row("checkpoint without its entries", "train {ds} --checkpoint-dir ck --resume", 2,
+        "is not a gnnsys checkpoint: no 'epoch' entry", checkpoint({"weights": torch.zeros(2)})),
+    Row("checkpoint with a negative epoch", "train {ds} --checkpoint-dir ck --resume", 2,
+        "is not a gnnsys checkpoint: epoch -3 is negative", checkpoint(
+            {"epoch": -3, "options": {}, "history": [], "model": {}, "optimizer": {}, "rng": {}, "extra": {}})),
+    # torchrun's variables, checked before any rendezvous
+    Row("torchrun without WORLD_SIZE", "train {ds}", 2, "WORLD_SIZE: is not set, but TORCHELASTIC_RUN_ID is",
+        env={**TORCHRUN, "RANK": "0"}),
+    Row("torchrun WORLD_SIZE not a number", "train {ds}", 2, "WORLD_SIZE: must be an integer >= 1, got 'two'",
+        env={**TORCHRUN, "RANK": "0", "WORLD_SIZE": "two"}),
+    Row("torchrun RANK >= WORLD_SIZE", "train {ds}", 2, "RANK: must be an integer in 0..1 (below WORLD_SIZE 2)",
+        env={**TORCHRUN, "RANK": "2", "WORLD_SIZE": "2"}),
+    Row("torchrun MASTER_PORT out of range", "train {ds} --mode fullgraph --workers 2", 2,
+        "MASTER_PORT: must be an integer in 1..65535, got '70000'",
+        env={**TORCHRUN, "RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"}),
+    # files that are not what meta.json says (train and info run the same load-time checks)
+    Row("features.bin missing", "info {ds}", 2, "features.bin: cannot read: No such file or directory (ENOENT)",
+        features_as("nothing")),
+    Row("features.bin a directory", "train {ds}", 2, "features.bin: is a directory, not a regular file",
+        features_as("directory")),
+    Row("features.bin a FIFO", "info {ds}", 2, "features.bin: is a FIFO, not a regular file", features_as("FIFO")),
+    Row("features.bin truncated, info", "info {ds}", 2, "features.bin: size ",
+        lambda ds, here: (ds / "features.bin").write_bytes((ds / "features.bin").read_bytes()[:-128])),
+    Row("node count disagrees with meta.json, info", "info {ds}", 2, "expected 61 rows",
+        meta_set("num_nodes", 61)),
+    Row("class count disagrees with the labels, info", "info {ds}", 2, "label 2 out of range [-1, 2)",
+        meta_set("labels.num_classes", 2)),
+    Row("order.npy named but missing", "info {ds}", 2, "order.npy: cannot read: No such file or directory",
+        meta_set("order", "order.npy")),
+    Row("row stride far beyond the rows", "info {ds}", 2, "field 'features.row_stride' is 1000000 bytes",
+        meta_set("features.row_stride", 10**6)),
+    Row("meta.json nested 100,000 deep", "info {ds}", 2, "meta.json: nested too deeply",
+        meta_text("[" * 100_000 + "]" * 100_000)),
+    Row("splits overlap, checksums stale", "train {ds} --epochs 1", 2,
+        "valid_idx.npy: repeats a node id, or shares one with another split", split_overlap),
+    Row("NaN features, checksums stale", "train {ds} --epochs 1 --no-progress", 2,
+        "hold NaN or inf; prepare the dataset again with --nan-to-zero", nan_features),
+    Row("NaN features, full graph", "train {ds} --mode fullgraph --epochs 1 --no-progress", 2,
+        "hold NaN or inf; prepare the dataset again with --nan-to-zero", nan_features),
+    Row("info --verify: no checksums", "info {ds} --verify", 1, "meta.json: has no checksums to verify",
+        meta_drop("checksums")),
+    Row("info --verify: a file without a checksum", "info {ds} --verify", 1, "labels.npy: has no checksum",
+        lambda ds, here: meta_set("checksums", {k: v for k, v in json.loads((ds / "meta.json").read_text())[
+            "checksums"].items() if k != "labels.npy"})(ds, here)),
+    Row("info --verify: dtype bfloat16 over float32 rows", "info {ds} --verify", 1,
+        "non-zero bytes after the 14 of 7 x bfloat16", meta_set("features.dtype", "bfloat16")),
 ]
 
 
@@ -211,6 +344,8 @@ def test_bad_input(row, tmp_path, monkeypatch, capsys):
     here = tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)
+    for name, value in (row.env or {}).items():
+        monkeypatch.setenv(name, value)
     if row.setup:
         row.setup(ds, here)
     capsys.readouterr()

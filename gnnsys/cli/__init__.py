@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import re
+import signal
 import sys
+import threading
 
 SUBCOMMANDS = ("prepare", "info", "train", "predict")
 
@@ -24,10 +27,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers send), raised where SIGINT raises
+    KeyboardInterrupt, so that every cleanup an interrupt runs runs for it too."""
+
+
 def main(argv=None) -> int:
     """Entry point of the console script; returns the exit status. Output cut
     short by its reader (`gnnsys info --json | head`) ends quietly with status
-    141, as for a process that SIGPIPE killed."""
+    141, as for a process that SIGPIPE killed. SIGTERM is handled as SIGINT
+    is (status 143 instead of 130); a closed stdout or stderr is /dev/null."""
+    _open_closed_std_streams()
     try:
         try:
             return _main(argv)
@@ -42,14 +52,79 @@ def _main(argv) -> int:
     from gnnsys.errors import GnnsysError
 
     args = build_parser().parse_args(glue_negative_lists(sys.argv[1:] if argv is None else list(argv)))
+    previous = _raise_on_sigterm()  # from here: before, nothing is written and the default action is right
     try:
         return args.run(args)
     except GnnsysError as e:
-        print(f"gnnsys {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return error(args.command, e)
+    except (OSError, MemoryError) as e:  # BrokenPipeError ends quietly in main
+        if isinstance(e, BrokenPipeError):
+            raise
+        return error(args.command, _describe(e))
+    except Terminated:
+        print(f"gnnsys {args.command}: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"gnnsys {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def error(command: str, message) -> int:
+    """Print "gnnsys COMMAND: error: MESSAGE" (one line) to stderr; returns 2, the status of bad input."""
+    print(f"gnnsys {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an error no gnnsys check caught: an OSError names its
+    file and reason; running out of memory says so."""
+    from gnnsys.errors import PathError, os_reason
+
+    if isinstance(e, MemoryError):
+        return f"out of memory ({str(e) or 'MemoryError'}); ask for less (a smaller model, batch, cache, fewer workers)"
+    return str(PathError(e.filename, e)) if e.filename is not None else os_reason(e)
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise Terminated in the main thread; returns the handler
+    it replaced (None when not on the main thread, where none can be set)."""
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup runs to its end
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, terminate)
+
+
+def _open_closed_std_streams():
+    """Put /dev/null on a closed fd 0, 1 or 2 (`gnnsys train C >&-`), so that
+    neither our prints nor a file opened later can land on it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one, as the lower ones are open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def gigabytes(text: str) -> float:
+    """argparse type for a memory size in GB (10^9 bytes): a number > 0 and at most FLOAT_MAX."""
+    from gnnsys.training.limits import FLOAT_MAX
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= FLOAT_MAX:
+        raise argparse.ArgumentTypeError(f"must be a number of GB > 0 and at most {FLOAT_MAX:g}, got {text!r}")
+    return value
 
 
 _NEGATIVE_LIST = re.compile(r"-\d+(,-?\d+)+")

@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+from gnnsys.cli import gigabytes
+
 
 def add_parser(sub):
     p = sub.add_parser("info", help="print the summary of a prepared dataset")
@@ -12,7 +14,7 @@ def add_parser(sub):
     p.add_argument("--verify", action="store_true", help="re-check every checksum and invariant; exit 1 on failure")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--device", default="cpu", help="the training device placement 'auto' is chosen for")
-    p.add_argument("--host-mem-budget", type=float, metavar="GB",
+    p.add_argument("--host-mem-budget", type=gigabytes, metavar="GB",
                    help="say whether the features fit this much host memory, and the cache an SSD stack can keep")
     p.add_argument("--probe-io", action="store_true",
                    help="measure the random and sequential O_DIRECT reads of the device holding features.bin "
@@ -44,6 +46,12 @@ def run(args) -> int:
     from gnnsys.datasets.inspect import format_summary, summarize, verify
     from gnnsys.feature_stack import format_advice, placement_advice
 
+    problems = verify(args.path) if args.verify else []
+    if problems:  # the summary would stop at the first of them
+        for p in problems:
+            print(f"FAIL {p}", file=sys.stderr)
+        print(f"verify: {len(problems)} problem(s)")
+        return 1
     summary = summarize(args.path)
     f = summary["features"]
     row_bytes = f["dim"] * DTYPES[f["dtype"]].itemsize
@@ -56,9 +64,5 @@ def run(args) -> int:
     text = "\n".join([format_summary(summary), *format_advice(summary["placement"]), *probe_lines])
     print(json.dumps(summary, indent=2) if args.json else text)
     if args.verify:
-        problems = verify(args.path)
-        for p in problems:
-            print(f"FAIL {p}", file=sys.stderr)
-        print("verify: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
-        return 1 if problems else 0
+        print("verify: ok")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gnnsys.cli import gigabytes
 from gnnsys.errors import DatasetError
 from gnnsys.feature_stack import GB
 from gnnsys.prediction import OUTPUTS, predict
@@ -24,7 +25,7 @@ def add_parser(sub):
     p.add_argument("--layer", type=int,
                    help="1-based layer whose output --output embeddings writes (default: the last)")
     p.add_argument("--scratch-dir", help="where hidden layers' outputs are kept (default: a temporary directory)")
-    p.add_argument("--host-mem-budget", type=float, metavar="GB",
+    p.add_argument("--host-mem-budget", type=gigabytes, metavar="GB",
                    help="GB (10^9 bytes) of host memory one layer may hold (default 1 GB)")
     p.add_argument("--dtype", choices=list(OUTPUT_DTYPES), default="float32",
                    help="dtype of hidden layers' scratch files (default float32)")

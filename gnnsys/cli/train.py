@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from gnnsys.errors import ConfigError
+from gnnsys.cli import error
+from gnnsys.errors import ConfigError, PathError
 from gnnsys.feature_stack import CACHE_POLICIES
-from gnnsys.training.options import (EVAL_MODES, FEATURES, OUTPUT_DTYPES, PRECISIONS, FullGraphOptions,
-                                     MinibatchOptions)
+from gnnsys.training.options import (EVAL_MODES, FEATURES, OUTPUT_DTYPES, PRECISIONS, SAMPLINGS,
+                                     FullGraphOptions, MinibatchOptions)
+from gnnsys.training.outputs import check_output_file
 
 MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
 NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
@@ -59,6 +61,9 @@ def add_sampling_arguments(p):
     g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
     g.add_argument("--sampler", choices=["cpu", "gpu", "gpu-pinned"],
                    help="neighbour sampler: CPU (numba) or GPU (Triton, CSC in GPU or pinned memory)")
+    g.add_argument("--sampling", choices=list(SAMPLINGS),
+                   help="uniform: each node draws min(fanout, degree) neighbours; labor: LABOR-0 layer-neighbour "
+                        "sampling, each edge kept as often but draws shared across a layer (fewer input rows)")
     g.add_argument("--features", choices=list(FEATURES),
                    help="where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by "
                         "the CPU from memory or a memory map, or read from the SSD with O_DIRECT (ssd)")
@@ -69,7 +74,7 @@ def add_tier_arguments(p):
     g.add_argument("--cache-rows", type=int, help="software cache of this many hot feature rows (0: none)")
     g.add_argument("--cache-gb", type=float, help="software cache of this many GB of feature rows")
     g.add_argument("--cache-policy", choices=list(CACHE_POLICIES),
-                   help="what the cache keeps: static (in-degree), presample (hotness of sampled epochs), "
+                   help="what the cache keeps: static (out-degree), presample (hotness of sampled epochs), "
                         "lru, sieve, s3fifo, or hybrid (score, reuse and the lookahead window)")
     g.add_argument("--lookahead", type=int,
                    help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, "
@@ -178,10 +183,25 @@ def run(args) -> int:
         from gnnsys.fullgraph import train_fullgraph as trainer
     else:
         from gnnsys.minibatch import train as trainer
+    json_out = getattr(args, "json_out", None)
+    if json_out:
+        check_output_file(json_out, "--json")
     result = trainer(args.path, options)
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
     print(format_table(result))
-    if getattr(args, "json_out", None):
-        print(f"written to {result.save(args.json_out)}")
+    if json_out:
+        return save_json(result, json_out)
     return 0
+
+
+def save_json(result, path) -> int:
+    """Write the result's JSON to `path`; when that fails (the disk filled
+    during training), print the JSON to stdout, so the result is kept, and
+    the error line; returns the exit status."""
+    try:
+        print(f"written to {result.save(path)}")
+        return 0
+    except PathError as e:
+        print(result.to_json())
+        return error("train", f"{e} (the result JSON is printed on stdout instead)")

@@ -62,9 +62,9 @@ def _train_under_torchrun(dataset, options, on_epoch_end=None):
     """This process is one of the W workers torchrun started (env://
     rendezvous, possibly across machines): rank 0 prepares the setup and
     broadcasts it. Returns the TrainResult on the last stage, None elsewhere."""
-    from gnnsys.distributed import run_from_env
+    from gnnsys.distributed import run_from_env, torchrun_env
 
-    world = int(os.environ.get("WORLD_SIZE", 0))
+    world = torchrun_env().world_size
     if world != options.workers:
         raise ConfigError("workers", f"{options.workers} requested, but torchrun started {world} processes")
     if dataset.path is None:

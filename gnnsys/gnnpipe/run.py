@@ -13,7 +13,7 @@ import torch.distributed as dist
 from gnnsys.errors import DatasetError
 from gnnsys.precision import input_dtype, make_precision
 from gnnsys.samplers import Block
-from gnnsys.training.checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state,
+from gnnsys.training.checkpoints import (FILE, load_training_state, note_fresh_start, restore_training_state,
                                          save_checkpoint, training_state)
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import epoch_record, run_epochs
@@ -161,7 +161,7 @@ class StageRunner:
     def _restore(self) -> int:
         """Load the newest epoch that every worker has saved; 0 if none (said
         once, by rank 0)."""
-        states = [s for s in (load_checkpoint(self._slot(e)) for e in (0, 1)) if s is not None]
+        states = [s for s in (load_training_state(self._slot(e)) for e in (0, 1)) if s is not None]
         mine = max((s["epoch"] for s in states), default=0)
         common = int(self._all_reduce([float(mine)], dist.ReduceOp.MIN)[0])
         if common == 0:

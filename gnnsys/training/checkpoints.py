@@ -10,12 +10,18 @@ refuses a checkpoint written with other options (TrainOptions.resume_key).
 A checkpoint holds only tensors, numbers, strings, None, lists, tuples and
 dicts (the RNG states converted to those), so it loads with
 `torch.load(weights_only=True)`: a file that needs anything else (a pickled
-object, which could run code while loading) is refused with a DatasetError.
+object, which could run code while loading) is refused with a DatasetError,
+and so is one without the entries of a `training_state` (`load_training_state`).
+A run holds its checkpoint directory (`checkpoint_lock`), so two runs never
+write into one.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import logging
+import os
 import pickle
 import random
 import re
@@ -25,10 +31,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnsys.datasets.atomic import atomic_write_bytes
-from gnnsys.errors import DatasetError
+from gnnsys.errors import ConfigError, DatasetError, naming
+
+from .outputs import check_output_dir, write_output
 
 FILE = "checkpoint.pt"
+LOCK = ".lock"  # held by the run writing into the directory (checkpoint_lock)
 PLAIN = (str, int, float, bool, type(None))  # exact types (numpy's float64 is a float, but pickles as numpy's)
 
 log = logging.getLogger(__name__)
@@ -65,9 +73,7 @@ def save_checkpoint(directory, state: dict) -> Path:
     _check_plain(state, "state")
     buf = io.BytesIO()
     torch.save(state, buf)
-    path = Path(directory) / FILE
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return write_output(Path(directory) / FILE, buf.getvalue())
 
 
 def _check_plain(value, where: str):
@@ -103,6 +109,34 @@ def load_checkpoint(directory) -> dict | None:
                                  f"{first[0] if first else ''})") from e
 
 
+SHAPE = {"epoch": int, "options": dict, "history": list, "model": dict, "optimizer": dict, "rng": dict,
+         "extra": dict}  # what every training_state holds
+
+
+def load_training_state(directory) -> dict | None:
+    """The `training_state` saved in directory/checkpoint.pt (load_checkpoint),
+    or None when there is none; DatasetError naming the file when it lacks
+    an entry of SHAPE, has one of another type, or a negative epoch."""
+    state = load_checkpoint(directory)
+    return None if state is None else _check_shape(state, Path(directory) / FILE)
+
+
+def _check_shape(state, path) -> dict:
+    """`state` if it has the keys and types every `training_state` has (and
+    a non-negative epoch); DatasetError naming `path` and the first misfit."""
+    if not isinstance(state, dict):
+        raise DatasetError(path, f"is not a gnnsys checkpoint: holds a {type(state).__name__}, not a dict")
+    for key, kind in SHAPE.items():
+        if key not in state:
+            raise DatasetError(path, f"is not a gnnsys checkpoint: no {key!r} entry")
+        if not isinstance(state[key], kind) or isinstance(state[key], bool):
+            raise DatasetError(path, f"is not a gnnsys checkpoint: {key!r} is a {type(state[key]).__name__}, "
+                                     f"not a {kind.__name__}")
+    if state["epoch"] < 0:
+        raise DatasetError(path, f"is not a gnnsys checkpoint: epoch {state['epoch']} is negative")
+    return state
+
+
 def training_state(options, epochs_done: int, history: list, model, optimizer, precision=None, **extra) -> dict:
     """What a trainer checkpoints after an epoch: its options (the precision
     among them), the epochs done and their records, model and optimizer state,
@@ -121,6 +155,8 @@ def restore_training_state(state: dict, file, options, model, optimizer, precisi
     saved = {k: v for k, v in state["options"].items() if k not in options.RESUMABLE}
     saved.setdefault("precision", "32")  # checkpoints from before the option trained in fp32
     ours = options.resume_key()
+    if "sampling" in ours:  # minibatch checkpoints from before the option sampled uniformly
+        saved.setdefault("sampling", "uniform")
     if saved["precision"] != ours["precision"]:
         raise DatasetError(file, f"was written with precision {saved['precision']}, this run asks for "
                                  f"{ours['precision']}; resume with --precision {saved['precision']}")
@@ -139,11 +175,73 @@ def resume_training(options, model, optimizer, precision=None) -> tuple[int, lis
     """For `options.resume`: (epochs done, history) of the checkpoint in
     options.checkpoint_dir, restored into `model`, `optimizer`, `precision`'s
     gradient scaler and the RNGs; (0, []) after `note_fresh_start` when there is none."""
-    state = load_checkpoint(options.checkpoint_dir)
+    state = load_training_state(options.checkpoint_dir)
     if state is None:
         note_fresh_start(options.checkpoint_dir)
         return 0, []
     return restore_training_state(state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision)
+
+
+def run_lock(options):
+    """`checkpoint_lock` of options.checkpoint_dir for the process that starts
+    a run (under torchrun, rank 0 alone: the ranks may share the directory)."""
+    from gnnsys.distributed import torchrun_env
+
+    env = torchrun_env()
+    return checkpoint_lock(options.checkpoint_dir if env is None or env.rank == 0 else None)
+
+
+@contextlib.contextmanager
+def checkpoint_lock(directory):
+    """Hold the checkpoint directory for one run: made and probed for writing
+    (check_output_dir), then locked (flock on LOCK inside it, which holds the
+    holder's pid). ConfigError naming that pid when another run holds it.
+    The lock file, and the directory when this made it and left it empty,
+    are removed at the end. `directory` None: nothing to hold."""
+    if directory is None:
+        yield
+        return
+    path, lock = Path(directory), Path(directory) / LOCK
+    made = not path.exists()
+    try:
+        check_output_dir(path, "checkpoint_dir")
+        with naming(lock, "lock"):
+            fd = _acquire(lock)
+    except BaseException:
+        _remove_if_empty(path, made)
+        raise
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # before the unlock: a run waiting on this file retries on a new one (_acquire)
+        os.close(fd)
+        _remove_if_empty(path, made)
+
+
+def _remove_if_empty(path: Path, made: bool):
+    """Remove the directory `path` when this run `made` it and wrote nothing into it."""
+    if made:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def _acquire(lock: Path) -> int:
+    """An open descriptor of `lock` holding its exclusive flock, our pid written in it."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError("checkpoint_dir", f"{lock.parent} is in use by another gnnsys run "
+                                                f"(pid {holder}); wait for it or choose another directory") from None
+        if os.path.exists(lock) and os.stat(lock).st_ino == os.fstat(fd).st_ino:  # not unlinked meanwhile
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)
 
 
 def note_fresh_start(directory):

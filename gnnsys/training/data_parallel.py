@@ -41,7 +41,7 @@ from torch import nn
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
 
-from .checkpoints import (FILE, load_checkpoint, note_fresh_start, restore_training_state, rng_state,
+from .checkpoints import (FILE, load_training_state, note_fresh_start, restore_training_state, rng_state,
                           save_checkpoint, set_rng_state, training_state)
 from .inference import DEFAULT_BUDGET, check_streaming, stream_layer, streaming
 from .inference_io import ArraySink, ScratchRows
@@ -54,8 +54,11 @@ def under_torchrun() -> bool:
 
 def torchrun_options(options):
     """`options` with workers = torchrun's WORLD_SIZE (a `--workers` left at
-    1 takes it); ConfigError when another worker count was asked for."""
-    world = int(os.environ["WORLD_SIZE"])
+    1 takes it); ConfigError when another worker count was asked for, or
+    for torchrun variables that are missing or out of range (torchrun_env)."""
+    from gnnsys.distributed import torchrun_env
+
+    world = torchrun_env().world_size
     if options.workers not in (1, world):
         raise ConfigError("workers", f"{options.workers} requested, but torchrun started {world} processes")
     return dataclasses.replace(options, workers=world)
@@ -204,7 +207,7 @@ def resume_ranks(options, model, optimizer, rank: int, precision=None) -> tuple[
     sends it to all; each restores model, optimizer, `precision`'s gradient
     scaler and its own RNG state.
     Returns (epochs done, history); (0, []) when there is no checkpoint."""
-    box = [load_checkpoint(options.checkpoint_dir) if rank == 0 else None]
+    box = [load_training_state(options.checkpoint_dir) if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
     state = box[0]
     if state is None:

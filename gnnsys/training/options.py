@@ -24,10 +24,11 @@ from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.models import CONVS, NORMS
 from gnnsys.partition import METHODS
 from gnnsys.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
-from gnnsys.samplers.factory import SAMPLERS
+from gnnsys.samplers.factory import SAMPLERS, SAMPLINGS
 from gnnsys.storage.placement import PLACEMENTS
 
 from .inference_io import OUTPUT_DTYPES
+from .limits import check_machine, check_ranges
 from .metrics import resolve_metric
 
 FEATURES = PLACEMENTS + ("ssd",)
@@ -114,10 +115,7 @@ class TrainOptions:
         for name in ("dropout", "input_dropout"):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(name, f"must be in [0, 1), got {getattr(self, name)}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"must be a finite number > 0, got {self.lr}")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ConfigError("weight_decay", f"must be a finite number >= 0, got {self.weight_decay}")
+        check_ranges(self)
         if self.resume and self.checkpoint_dir is None:
             raise ConfigError("resume", "needs a checkpoint directory")
         if self.checkpoint_dir is not None and Path(self.checkpoint_dir).exists() \
@@ -130,9 +128,11 @@ class TrainOptions:
 
     def for_dataset(self, dataset):
         """These options completed for `dataset` (metric resolved, its name
-        recorded), after the `verify` check when asked for."""
+        recorded), after the `verify` check when asked for; ConfigError when
+        the run would not fit this machine (limits.check_machine)."""
         if self.verify:
             _verify(dataset)
+        check_machine(self, dataset)
         try:
             metric = resolve_metric(self.metric, dataset.num_classes)
         except ValueError as e:
@@ -177,13 +177,14 @@ class MinibatchOptions(TrainOptions):
     for a table in memory or memory-mapped, "ssd" for O_DIRECT reads of a
     prepared dataset's features.bin); cache_rows or cache_gb: a software
     cache of that many hot rows over the features (0: none), evicting by
-    cache_policy ("static" in-degree, "presample" hotness, "lru", "sieve",
+    cache_policy ("static" out-degree, "presample" hotness, "lru", "sieve",
     "s3fifo", "hybrid"); lookahead: batches sampled ahead whose ids the cache
     sees (hybrid eviction, the victim buffer of victim_rows rows, default a
     quarter of the cache, and reading ahead the rows of the farthest batch);
     host_mem_budget: GB of host memory the SSD tier's cache, victim buffer
     and staging may use; sampler
     "cpu", "gpu" or "gpu-pinned" (these change speed, not results);
+    sampling: "uniform" or "labor" (LABOR-0: same marginals, fewer input rows);
     workers: data-parallel processes, each training on its shard of every
     epoch's seeds, with one cache shared by all (replicate_frac: the hottest
     fraction of the cache held by every worker); retain_memory: keep freed
@@ -204,6 +205,7 @@ class MinibatchOptions(TrainOptions):
     prefetch: int = 4
     features: str = "auto"
     sampler: str = "cpu"
+    sampling: str = "uniform"
     cache_rows: int = 0
     cache_gb: float | None = None
     cache_policy: str = "static"
@@ -239,10 +241,9 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError("layers", f"{self.layers} layers need {self.layers} fanouts, got {list(self.fanouts)}")
         if self.prefetch < 0:
             raise ConfigError("prefetch", f"must be >= 0, got {self.prefetch}")
-        if self.features not in FEATURES:
-            raise ConfigError("features", f"must be one of {', '.join(FEATURES)}, got {self.features!r}")
-        if self.sampler not in SAMPLERS:
-            raise ConfigError("sampler", f"must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        for name, allowed in (("features", FEATURES), ("sampler", SAMPLERS), ("sampling", SAMPLINGS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         self._check_tiers()
         self._check_eval()
 
@@ -369,8 +370,6 @@ class FullGraphOptions(TrainOptions):
             raise ConfigError("refresh_every", f"must be >= 0 (0: never), got {self.refresh_every}")
         if not 0 <= self.history_momentum < 1:
             raise ConfigError("history_momentum", f"must be in [0, 1), got {self.history_momentum}")
-        if self.timeout_s <= 0:
-            raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
 
     def for_dataset(self, dataset):
         if self.chunks > dataset.num_nodes:

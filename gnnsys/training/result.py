@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from gnnsys import cpu_features
-from gnnsys.datasets.atomic import atomic_write_bytes
+
+from .outputs import write_output
 
 
 @dataclass
@@ -43,9 +44,8 @@ class TrainResult:
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path) -> Path:
-        """Write the JSON atomically to `path`."""
-        atomic_write_bytes(path, (self.to_json() + "\n").encode())
-        return Path(path)
+        """Write the JSON atomically to `path` (PathError naming it when it cannot be)."""
+        return write_output(path, (self.to_json() + "\n").encode())
 
     @classmethod
     def load(cls, path) -> "TrainResult":

@@ -150,7 +150,7 @@ def test_cli_refuses_a_budget_too_small_in_one_line(make_dataset, capsys):
 
 def test_info_says_whether_the_table_fits_the_budget(make_dataset, capsys):
     ds = ssd_dataset(make_dataset)
-    table = ds.num_nodes * 512  # 12 float32 = 48 B, one 512 B block per row
+    table = ds.num_nodes * ds.meta["features"]["row_stride"]  # 12 float32 = 48 B in 64 B rows, 8 per 512 B block
     assert main(["info", str(ds.path), "--host-mem-budget", str(table / 2 / GB)]) == 0
     text = capsys.readouterr().out
     assert "placement    auto -> cpu-gather" in text and "too small even for the SSD tier's read staging" in text

@@ -101,7 +101,10 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
     assert "layer: must be in 1..2" in _error([*base, "--output", "embeddings", "--layer", "3"], capsys)
     assert "use output 'embeddings'" in _error([*base, "--layer", "1"], capsys)
     assert "must be a .npy file" in _error([*base[:-1], str(tmp_path / "o.txt")], capsys)
-    assert "host_mem_budget" in _error([*base, "--host-mem-budget", "-1"], capsys)
+    for budget in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit, match="2"):  # argparse, at parse time
+            main([*base, "--host-mem-budget", budget])
+        assert "--host-mem-budget: must be a number of GB > 0" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="nodes: is empty"):
         gnnsys.predict(ds, ckpt, nodes=[])
     with pytest.raises(ConfigError, match="output"):
