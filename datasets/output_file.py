@@ -16,17 +16,14 @@ import threading
 
 import numpy as np
 
-from gnnsys.errors import DatasetError
+from gnnsys.errors import DatasetError, PathError, os_reason
 
 _NO_RESERVE = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 
 
-def write_error(path, err: OSError) -> DatasetError:
-    """The one-line DatasetError for a write to `path` that failed with `err`."""
-    if err.errno == errno.ENOSPC:
-        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
-        return DatasetError(path, f"cannot write: no space left on the device ({free / 1e9:.2f} GB free)")
-    return DatasetError(path, f"cannot write: {err.strerror or err}")
+def write_error(path, err: OSError) -> PathError:
+    """The one-line error for a write to `path` that failed with `err`."""
+    return PathError(path, err, "write")
 
 
 def npy_header(dtype, count: int) -> bytes:
@@ -73,8 +70,9 @@ class OutputFile:
         except OSError as e:
             if e.errno not in _NO_RESERVE:
                 self.abandon()
-                raise DatasetError(self.path, f"cannot reserve {size / 1e9:.2f} GB: {e.strerror} "
-                                   f"({shutil.disk_usage(os.path.dirname(self.path)).free / 1e9:.2f} GB free)")
+                free = shutil.disk_usage(os.path.dirname(self.path)).free
+                raise DatasetError(self.path, f"cannot reserve {size / 1e9:.2f} GB: {os_reason(e)}, "
+                                   f"{free / 1e9:.2f} GB free")
 
     def write(self, data) -> None:
         """Append `data` (bytes or a C-contiguous array) and hash it."""
