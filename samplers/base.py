@@ -1,7 +1,8 @@
 """The `Sampler` protocol: what the loader and trainers need of a neighbour sampler.
 
-`NeighborSampler` (numba, CPU) and `GPUNeighborSampler` (Triton) implement it;
-`make_sampler` builds either from one call.
+`NeighborSampler` (numba, CPU) and `GPUNeighborSampler` (Triton) implement it
+for uniform sampling, `LaborSampler` and `GPULaborSampler` for LABOR-0;
+`make_sampler` builds any of them from one call.
 """
 from __future__ import annotations
 
