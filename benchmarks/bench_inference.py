@@ -8,7 +8,9 @@ logits in memory (small graphs only). Records per layer the passes, bytes
 read and seconds (InferenceStats) next to the time a single sequential read
 of that layer's input takes at fio's 1 MiB sequential bandwidth (measured in
 the same run, on features.bin), the bytes read from devices
-(/proc/self/io), peak RSS, and the load average, as JSON.
+(/proc/self/io), peak RSS (ru_maxrss: the memory-mapped graph's pages
+count there too) and peak anonymous memory (RssAnon, sampled every 0.2 s),
+and the load average, as JSON.
 
     python benchmarks/bench_inference.py DIR CKPT --host-mem-budget 4 --dtype bfloat16 \\
         --scratch-dir /work/bench/scratch --predictions /work/bench/scratch/labels.npy --json OUT.json
@@ -25,6 +27,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bench_papers_scale import AnonPeak  # noqa: E402
 from bench_ssd_tier import fio, machine  # noqa: E402
 
 
@@ -51,6 +54,7 @@ def main(argv=None):
     def io():
         return int(dict(line.split(": ") for line in open("/proc/self/io").read().split("\n") if line)["read_bytes"])
 
+    anon = AnonPeak()
     before, load, began = io(), os.getloadavg(), time.perf_counter()
     result, stats = predict(ds, args.checkpoint, args.predictions, output=args.output,
                             host_mem_budget=int(args.host_mem_budget * 1e9), dtype=args.dtype,
@@ -63,7 +67,8 @@ def main(argv=None):
     rec = {"machine": info, "args": vars(args), "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
            "wall_s": wall, "read_bytes": io() - before, "features_bytes": features.stat().st_size,
            "fio_sequential_mb_per_s": seq["mb_per_s"], "layers": layers,
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "load_start": load,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "rss_anon_peak_bytes": anon.stop(), "load_start": load,
            "load_end": os.getloadavg(), "output": str(result) if args.predictions else list(result.shape)}
     Path(args.json).write_text(json.dumps(rec, indent=1))
     print(json.dumps({k: v for k, v in rec.items() if k != "machine"}, indent=1))
