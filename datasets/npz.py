@@ -98,6 +98,15 @@ def _csr(path: Path, prefix: str, rows: int | None = None):
     return indptr.astype(np.int64), indices, (int(shape[0]), int(shape[1]))
 
 
+def _csr_data(path: Path, prefix: str, entries: int) -> np.ndarray:
+    """<prefix>_data after checking it holds one value per entry of <prefix>_indices."""
+    data = NpyArray(path, f"{prefix}_data").read().reshape(-1)
+    if data.shape[0] != entries:
+        raise DatasetError(f"{path}[{prefix}_data]", f"holds {data.shape[0]} values for the {entries} entries of "
+                           f"{prefix}_indices")
+    return data
+
+
 def _features(path: Path, keys, n: int):
     """(feature_chunks, dim, label, notes) of the attributes, or of one-hot identity rows."""
     import scipy.sparse as sp
@@ -110,7 +119,10 @@ def _features(path: Path, keys, n: int):
             dense.label, []
     if "attr_indptr" in keys:
         indptr, indices, shape = _csr(path, "attr", rows=n)
-        matrix = sp.csr_matrix((NpyArray(path, "attr_data").read(), indices.read(), indptr), shape=shape)
+        data = _csr_data(path, "attr", len(indices))
+        if data.dtype.kind not in "fiub":
+            raise DatasetError(f"{path}[attr_data]", f"holds {data.dtype} values; features must be real numbers")
+        matrix = sp.csr_matrix((data, indices.read(), indptr), shape=shape)
         try:
             matrix.check_format(full_check=True)
         except ValueError as e:
@@ -140,6 +152,9 @@ def _read_csr_layout(path: Path, random_split, seed: int, name: str) -> GraphSou
         raise DatasetError(f"{path}[adj_shape]", f"holds [{n}, {m}], expected a square adjacency matrix")
     keys = npz_keys(path)
     feature_chunks, dim, feature_file, notes = _features(path, keys, n)
+    if "adj_data" in keys and not (_csr_data(path, "adj", len(dst)) == 1).all():
+        notes = [*notes, f"{path.name}'s adj_data holds values other than 1 (edge weights): gnnsys graphs are "
+                         "unweighted, so each stored entry is one edge and its value is dropped"]
     label_arr = NpyArray(path, "labels")
     labels = integer_labels(label_arr.read(), label_arr.label, n)
 

@@ -268,6 +268,8 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
     opts.check()
     out_dir = Path(os.path.abspath(out_dir))
     check_output(out_dir, opts.overwrite)
+    if src.feature_dim < 1:
+        raise DatasetError(src.feature_file, "holds no feature columns; a node needs at least one feature")
     labels, num_classes, original_labels = check_labels(src, opts.remap_labels)
     splits = check_splits(src, labels)
     stride = row_stride(src.feature_dim, opts.dtype, opts.align)

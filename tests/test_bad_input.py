@@ -91,18 +91,27 @@ def write(name: str, content: bytes = b"", folder: bool = False):
     return setup
 
 
-def arrays_input(label_change: Callable = lambda y: y):
-    """e.npy, x.npy and y.npy of a 40-node graph for `prepare arrays`, labels changed by label_change."""
+def arrays_input(label_change: Callable = lambda y: y, features: Callable = lambda x: x):
+    """e.npy, x.npy and y.npy of a 40-node graph for `prepare arrays`, labels and features changed by
+    label_change and features."""
     def setup(ds, here):
         a = graph_arrays()
         np.save(here / "e.npy", np.stack([a["src"], a["dst"]], 1))
-        np.save(here / "x.npy", a["x"])
+        np.save(here / "x.npy", features(a["x"]))
         np.save(here / "y.npy", label_change(a["y"].copy()))
     return setup
 
 
 def gnn_benchmark_npz(ds, here):
     write_gnn_benchmark(here / "g.npz", graph_arrays())
+
+
+def gnn_benchmark_changed(**changes):
+    """g.npz in the gnn-benchmark layout with `changes` (key: function of the stored array) applied."""
+    def setup(ds, here):
+        arrays = dict(np.load(write_gnn_benchmark(here / "g.npz", graph_arrays())))
+        np.savez(here / "g.npz", **{k: changes[k](v) if k in changes else v for k, v in arrays.items()})
+    return setup
 
 
 def heterophilous_npz(ds, here):
@@ -202,6 +211,14 @@ ROWS = [
     Row("gnn-benchmark npz with --split-index", "prepare npz g.npz --split-index 1 --random-split 0.5,0.2,0.2 "
         "--out out", 2, "g.npz holds the gnn-benchmark CSR layout, which stores no split; give --random-split",
         gnn_benchmark_npz),
+    Row("gnn-benchmark npz adj_data shorter than adj_indices", "prepare npz g.npz --random-split 0.5,0.2,0.2 --out out",
+        2, "g.npz[adj_data]: holds 159 values for the 160 entries of adj_indices",
+        gnn_benchmark_changed(adj_data=lambda d: d[1:])),
+    Row("gnn-benchmark npz complex attr_data", "prepare npz g.npz --random-split 0.5,0.2,0.2 --out out", 2,
+        "g.npz[attr_data]: holds complex128 values; features must be real numbers",
+        gnn_benchmark_changed(attr_data=lambda d: d.astype(np.complex128))),
+    Row("features with no columns", ARRAYS, 2, "x.npy: holds no feature columns; a node needs at least one feature",
+        arrays_input(features=lambda x: x[:, :0])),
     Row("heterophilous npz with --random-split", "prepare npz h.npz --random-split 0.5,0.2,0.2 --out out", 2,
         "h.npz holds the heterophilous layout with its own splits; give --split-index", heterophilous_npz),
     # info: meta.json against its schema

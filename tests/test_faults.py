@@ -237,3 +237,10 @@ def test_sigterm_during_prepare_leaves_nothing(tmp_path):
 def test_closed_stdout_is_no_error(ds, tmp_path):
     done = subprocess.run(f"{' '.join(GNNSYS)} info {ds} >&-", shell=True, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == ""
+
+
+def test_warnings_print_as_one_line():
+    from gnnsys.cli import _one_line_warning
+
+    assert _one_line_warning("train")(UserWarning("x: no O_DIRECT"), UserWarning, "f.py", 3) == \
+        "gnnsys train: warning: x: no O_DIRECT\n"

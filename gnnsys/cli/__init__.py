@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 
 SUBCOMMANDS = ("prepare", "info", "train", "predict")
 
@@ -52,6 +53,7 @@ def _main(argv) -> int:
     from gnnsys.errors import GnnsysError
 
     args = build_parser().parse_args(glue_negative_lists(sys.argv[1:] if argv is None else list(argv)))
+    warnings.formatwarning = _one_line_warning(args.command)
     previous = _raise_on_sigterm()  # from here: before, nothing is written and the default action is right
     try:
         return args.run(args)
@@ -70,6 +72,13 @@ def _main(argv) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line_warning(command: str):
+    """A warnings.formatwarning that prints "gnnsys COMMAND: warning: MESSAGE" on one line."""
+    def format_warning(message, category, filename, lineno, line=None):
+        return f"gnnsys {command}: warning: {message}\n"
+    return format_warning
 
 
 def error(command: str, message) -> int:

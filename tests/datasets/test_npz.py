@@ -175,3 +175,13 @@ def test_bad_gnn_benchmark_layout(tmp_path, capsys, case, words):
     np.savez(path, **data)
     assert_fails(run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "-o", tmp_path / "out"),
                  *words, folder=tmp_path, allowed=["g.npz"])
+
+
+def test_edge_weights_are_dropped_with_a_note(tmp_path, capsys):
+    path = write_gnn_benchmark(tmp_path / "w.npz", graph_arrays())
+    arrays = dict(np.load(path))
+    arrays["adj_data"] = np.full_like(arrays["adj_data"], 2.0)
+    np.savez(path, **arrays)
+    status, _, err = run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "--out", tmp_path / "o",
+                             "--no-progress")
+    assert status == 0 and "adj_data holds values other than 1 (edge weights)" in err and err.count("\n") == 1
