@@ -21,6 +21,14 @@ def row_stride(dim: int, dtype: str, align: int) -> int:
     return -(-nbytes // align) * align
 
 
+def strides_written(dim: int, dtype: str, align: int) -> tuple[int, ...]:
+    """The row strides `prepare` writes for these rows: row_stride's, and the
+    layout of earlier versions (rows no larger than `align` took a whole
+    `align` each), so that datasets prepared before still load."""
+    nbytes = dim * DTYPES[dtype].itemsize
+    return tuple(sorted({row_stride(dim, dtype, align), max(align, -(-nbytes // align) * align)}))
+
+
 def open_rows(path, num_nodes: int, stride: int, mode: str = "r") -> np.memmap:
     """The file as a [num_nodes, stride] uint8 memmap (one row per node)."""
     return np.memmap(path, dtype=np.uint8, mode=mode, shape=(num_nodes, stride))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gnnsys.errors import DatasetError, PathError
 
-from .features_file import DTYPES
+from .features_file import DTYPES, strides_written
 
 FORMAT = "gnnsys-dataset"
 VERSION = 1
@@ -90,10 +90,11 @@ def check_meta(meta, file) -> dict:
     if f["row_stride"] < body:
         raise DatasetError(file, f"field 'features.row_stride' is {f['row_stride']} bytes, less than the "
                            f"{body} bytes of {f['dim']} x {f['dtype']}")
-    if f["row_stride"] >= max(body, 1) + f["align"]:  # a row is padded by less than one alignment unit
+    strides = strides_written(f["dim"], f["dtype"], f["align"])
+    if f["row_stride"] not in strides:
         raise DatasetError(file, f"field 'features.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
-                           f"{f['dtype']} ({body} bytes) aligned to {f['align']} take less than "
-                           f"{max(body, 1) + f['align']}: the dtype, dim, align or row_stride is wrong")
+                           f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
+                           f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong")
     if meta["labels"]["num_classes"] > max(meta["num_nodes"], 1):
         raise DatasetError(file, f"field 'labels.num_classes' is {meta['labels']['num_classes']}, more than "
                            f"the {meta['num_nodes']} nodes")

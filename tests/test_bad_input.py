@@ -350,8 +350,10 @@ ROWS = [
     Row("info --verify: a file without a checksum", "info {ds} --verify", 1, "labels.npy: has no checksum",
         lambda ds, here: meta_set("checksums", {k: v for k, v in json.loads((ds / "meta.json").read_text())[
             "checksums"].items() if k != "labels.npy"})(ds, here)),
-    Row("info --verify: dtype bfloat16 over float32 rows", "info {ds} --verify", 1,
-        "non-zero bytes after the 14 of 7 x bfloat16", meta_set("features.dtype", "bfloat16")),
+    Row("dtype bfloat16 over float32 rows", "info {ds}", 2, "rows of 7 x bfloat16 (14 bytes) aligned to 128 take "
+        "16 or 128: the dtype, dim, align or row_stride is wrong", meta_set("features.dtype", "bfloat16")),
+    Row("info --verify: dim 6 over 7-column rows (the same 32-byte stride)", "info {ds} --verify", 1,
+        "non-zero bytes after the 24 of 6 x float32", meta_set("features.dim", 6)),
 ]
 
 
