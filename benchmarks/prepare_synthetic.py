@@ -35,6 +35,7 @@ import psutil
 import torch
 
 from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.datasets.host_memory import anonymous_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prepare_synthetic.json"
 CASES = {
@@ -57,10 +58,12 @@ def machine() -> dict:
 
 class DiskPeak:
     """The most bytes the file system holding `path` used beyond its use at
-    the start, sampled every `period` s on a thread until `stop()`."""
+    the start, and the most anonymous memory (RssAnon) of the process `pid`
+    once set, sampled every `period` s on a thread until `stop()`."""
 
     def __init__(self, path: Path, period: float = 0.5):
         self.path, self.start, self.peak = path, self.used(path), 0
+        self.pid, self.anon_peak = None, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
         self._thread.start()
@@ -73,6 +76,8 @@ class DiskPeak:
     def _run(self, period):
         while not self._stop.wait(period):
             self.peak = max(self.peak, self.used(self.path) - self.start)
+            if self.pid is not None:
+                self.anon_peak = max(self.anon_peak, anonymous_bytes(self.pid))
 
     def stop(self) -> int:
         self._stop.set()
@@ -85,6 +90,7 @@ def run_child(argv: list[str], disk: Path) -> dict:
     start = time.perf_counter()
     peak = DiskPeak(disk)
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak.pid = child.pid
     output = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
@@ -94,6 +100,7 @@ def run_child(argv: list[str], disk: Path) -> dict:
         raise SystemExit(f"{' '.join(argv)} failed with status {child.returncode}:\n{output}")
     return {"wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "peak_disk_bytes": disk_bytes,
+            "peak_rss_anon_mib": round(peak.anon_peak / 2**20, 1),
             "loadavg_end": os.getloadavg()}
 
 
@@ -117,6 +124,7 @@ def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.
     return {"command": " ".join(argv[1:]), "path": str(out), "repeats": repeats,
             "runs": runs, "median_wall_s": wall,
             "max_peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "max_peak_rss_anon_mib": max(r["peak_rss_anon_mib"] for r in runs),
             "peak_disk_over_dataset": max(r["peak_disk_bytes"] for r in runs) / size,
             "graph_build": meta["source"].get("graph_build"),
             "num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"],

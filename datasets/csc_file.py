@@ -21,7 +21,7 @@ from gnnsys.errors import DatasetError
 
 from .atomic import sha256_file
 from .csc import EdgeStream, dedup_lists, index_dtype, scatter_edges, sort_lists
-from .host_memory import resident_bytes
+from .host_memory import anonymous_bytes
 from .output_file import OutputFile, npy_header, write_error, write_npy
 
 CHUNK_MARGIN = 512 << 20  # one source chunk and its transformed copies in flight
@@ -145,8 +145,10 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
               mem_limit: int | None = None, check_space=None, bar=None) -> CSCFiles:
     """Write the CSC of `edges` to directory/indptr.npy and indices.npy.
 
-    `mem_limit` bytes bound the whole process (what it holds when the lists
-    are planned counts against it); None keeps all lists in memory at once.
+    `mem_limit` bytes bound the process's anonymous memory (what it holds
+    when the lists are planned counts against it; pages of memory-mapped
+    files are page cache, which the kernel reclaims); None keeps all lists
+    in memory at once.
     `reorder` renames nodes by in-degree, hottest first; `dedup` removes
     repeated edges. `check_space(scratch_bytes, indices_bytes)` is called
     before the first byte is written. `bar(phase, total)` returns a progress
@@ -170,7 +172,7 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
     if mem_limit is None:
         buckets = [(0, n)]
     else:
-        held = resident_bytes() + CHUNK_MARGIN + (8 * n if dedup else 0)  # dedup: the new degrees
+        held = anonymous_bytes() + CHUNK_MARGIN + (8 * n if dedup else 0)  # dedup: the new degrees
         if held >= mem_limit:
             raise DatasetError("--mem-limit", f"{mem_limit / 1e9:.2f} GB is too small: the process already holds "
                                f"{held / 1e9:.2f} GB (the input's arrays, the in-degrees and one chunk of edges "

@@ -22,6 +22,7 @@ def available_host_bytes() -> int:
     return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def resident_bytes() -> int:
-    """This process's resident memory now (VmRSS; 0 where /proc is missing)."""
-    return _meminfo_field("/proc/self/status", "VmRSS") or 0
+def anonymous_bytes(pid: int | str = "self") -> int:
+    """A process's anonymous resident memory now (RssAnon: what it holds
+    beyond the page cache of the files it maps; 0 where /proc is missing)."""
+    return _meminfo_field(f"/proc/{pid}/status", "RssAnon") or 0

@@ -41,7 +41,7 @@ def add_common(p):
     p.add_argument("--overwrite", action="store_true",
                    help="replace the gnnsys dataset (or empty directory) at --out; anything else is refused")
     p.add_argument("--mem-limit", type=float, default=None, metavar="GB",
-                   help="memory the whole process may use (default: half of the available memory, at most 8 GB); "
+                   help="anonymous memory the process may use (default: half of the available memory, at most 8 GB); "
                         "edges are spilled to bucket files beside the output when the graph does not fit")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

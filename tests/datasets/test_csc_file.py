@@ -31,7 +31,7 @@ OPTIONS = [
 @pytest.fixture
 def no_overhead(monkeypatch):
     """Plan buckets as if the process held nothing, so a tiny --mem-limit forces many."""
-    monkeypatch.setattr(csc_file, "resident_bytes", lambda: 0)
+    monkeypatch.setattr(csc_file, "anonymous_bytes", lambda: 0)
     monkeypatch.setattr(csc_file, "CHUNK_MARGIN", 0)
     monkeypatch.setattr(csc_file, "SPILL_PIECE", 7)
 
