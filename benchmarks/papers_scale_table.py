@@ -40,6 +40,8 @@ def rows(scales: list[str]) -> list[dict]:
                "edges": train["dataset"]["num_edges"] if train else None,
                "prepare_s": case["median_wall_s"] if case else None,
                "prepare_rss_gb": case["max_peak_rss_mib"] * 2**20 / 1e9 if case else None,
+               "prepare_anon_gb": case["max_peak_rss_anon_mib"] * 2**20 / 1e9 if case and "max_peak_rss_anon_mib" in case
+               else None,
                "disk_gb": case["dataset_bytes"] / 1e9 if case else None,
                "peak_disk_over_dataset": case["peak_disk_over_dataset"] if case else None,
                "prepare_load": case["runs"][0]["loadavg_end"][0] if case else None}
@@ -54,7 +56,9 @@ def rows(scales: list[str]) -> list[dict]:
                                  "first_over_steady": summary["first_time_over_steady"],
                                  "anon_gb": run["rss_anon_peak_bytes"] / 1e9, "load": run["loadavg_before"][0]}
         if inf:
+            anon = [json.loads(p.read_text()).get("rss_anon_peak_bytes") for p in inference]
             row["inference"] = {"seconds": inf["wall_s"], "hidden": _hidden(inf), "load": inf["load_start"][0],
+                                "anon_gb": max((a for a in anon if a), default=0) / 1e9 or None,
                                 "passes": [layer["passes"] for layer in inf["layers"]],
                                 "peak_rss_gb": inf["peak_rss_mib"] * 2**20 / 1e9}
         out.append(row)
@@ -62,8 +66,10 @@ def rows(scales: list[str]) -> list[dict]:
 
 
 def _hidden(inf: dict):
+    """The model's hidden width: layer 2's input row bytes over the scratch dtype's size."""
     layers = inf["layers"]
-    return layers[1]["input_bytes"] // max(inf["num_nodes"], 1) // 2 if len(layers) > 1 else None
+    itemsize = 4 if inf["args"]["dtype"] == "float32" else 2
+    return layers[1]["input_bytes"] // max(inf["num_nodes"], 1) // itemsize if len(layers) > 1 else None
 
 
 def fmt(v, spec: str) -> str:
@@ -72,9 +78,9 @@ def fmt(v, spec: str) -> str:
 
 def table(data: list[dict]) -> str:
     """The Markdown table."""
-    lines = ["| scale | nodes | edges | prepare | peak RSS | dataset | peak disk / dataset | "
+    lines = ["| scale | nodes | edges | prepare | peak RSS (RssAnon) | dataset | peak disk / dataset | "
              "uniform seeds/s (floor, ratio) | LABOR seeds/s (floor, ratio) | rows read / batch (uniform, LABOR) | "
-             "first / steady time | RssAnon | inference (hidden, passes per layer) | load avg |",
+             "first / steady time | training RssAnon | inference (hidden, passes per layer, RssAnon) | load avg |",
              "|" + "---|" * 14]
     for r in data:
         u, lab, inf = r.get("uniform") or {}, r.get("labor") or {}, r.get("inference")
@@ -82,11 +88,13 @@ def table(data: list[dict]) -> str:
                            if d else "-")
         lines.append(
             f"| {r['scale']} | {fmt(r['nodes'], ',')} | {fmt(r['edges'], ',')} | "
-            f"{fmt(r['prepare_s'] and r['prepare_s'] / 60, '.1f')} min | {fmt(r['prepare_rss_gb'], '.2f')} GB | "
+            f"{fmt(r['prepare_s'] and r['prepare_s'] / 60, '.1f')} min | {fmt(r['prepare_rss_gb'], '.2f')} GB "
+            f"({fmt(r['prepare_anon_gb'], '.2f')}) | "
             f"{fmt(r['disk_gb'], '.1f')} GB | {fmt(r['peak_disk_over_dataset'], '.2f')} | {train(u)} | {train(lab)} | "
             f"{fmt(u.get('rows'), ',.0f')}, {fmt(lab.get('rows'), ',.0f')} | "
             f"{fmt(u.get('first_over_steady'), '.2f')} | {fmt(max(u.get('anon_gb', 0), lab.get('anon_gb', 0)) or None, '.2f')} GB | "
-            + (f"{inf['seconds'] / 60:.1f} min ({inf['hidden']}, {inf['passes']}) | " if inf else "- | ")
+            + (f"{inf['seconds'] / 60:.1f} min ({inf['hidden']}, {inf['passes']}, {fmt(inf['anon_gb'], '.2f')} GB) | "
+               if inf else "- | ")
             + f"{fmt(r['prepare_load'], '.1f')} / {fmt(u.get('load'), '.1f')} / {fmt(inf and inf['load'], '.1f')} |")
     return "\n".join(lines)
 
