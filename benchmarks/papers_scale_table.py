@@ -114,7 +114,7 @@ def plot(data: list[dict], path: Path):
             continue
         xs = [p[0] for p in pts]
         ax.plot(xs, [p[1]["seeds_per_s"] for p in pts], "o-", color=color, label=f"{sampling}: measured")
-        ax.plot(xs, [p[1]["floor"] for p in pts], "x--", color=color, label=f"{sampling}: disk floor")
+        ax.plot(xs, [p[1]["floor"] for p in pts], "x--", color=color, label=f"{sampling}: floor (uncached rows / fio reads/s)")
     ax.set_xscale("log")
     ax.set_xlabel("scale of ogbn-papers100M (1 = 111M nodes, 1.6B edges)")
     ax.set_ylabel("training seeds/s (steady)")
