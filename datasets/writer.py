@@ -214,10 +214,10 @@ def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order) -
         digest = _write_rows(target, (bar.update(len(r)) or r for r in _feature_rows(src, opts, stride)), size)
     if order is None:
         return stride, digest
-    rows = open_rows(target, src.num_nodes, stride)
     step = max(1, (1 << 26) // stride)
 
     def permuted():
+        rows = open_rows(target, src.num_nodes, stride)
         for v in range(0, src.num_nodes, step):
             wanted = order[v:v + step]
             by_position = np.argsort(wanted)
@@ -228,7 +228,6 @@ def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order) -
 
     with _bar(opts, src.num_nodes, "reorder features", "rows") as bar:
         digest = _write_rows(path, permuted(), size)
-    del rows
     target.unlink()
     return stride, digest
 

@@ -14,11 +14,14 @@ builds the stacks training uses; the bottom is the dataset's `RowTable`
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from gnnsys.errors import ConfigError
 from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import index_to_ids
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["FeatureSource", "UnifiedTensor", "check_stack", "has_tier", "stack_host_bytes", "tiers"]
 
