@@ -31,7 +31,7 @@ def rows(scales: list[str]) -> list[dict]:
     """One dict per scale with the figures of the table (None where not measured)."""
     out = []
     for s in scales:
-        prep = _load(f"prepare_papers-{s}.json")
+        prep = _load(f"prepare_papers-{s}.json") or _load(f"prepare_papers-{s}_first.json")
         case = prep["cases"]["papers"] if prep else None
         train = _load(f"papers_scale_{s}.json")
         inference = sorted(RESULTS.glob(f"inference_papers-{s}*.json"))
