@@ -6,7 +6,7 @@ epochs, then each policy of gnnsys.storage.cache is run over the trace with
 the same `CachePolicy.access` that CachedFeatures uses (no feature data is
 moved). A batch's hit rate counts its distinct input nodes found cached at
 the start of the batch. Policies: static-degree and presample (static by
-in-degree / by hotness from `--presample-epochs` pre-sampled epochs that
+out-degree / by hotness from `--presample-epochs` pre-sampled epochs that
 training does not use, GNNLab), lru, sieve, s3fifo (warmed by presample
 hotness), hybrid (presample hotness + reuse + a window of `--lookahead`
 batches, built as gnnsys.loader.MinibatchLoader builds it: the input ids of
