@@ -27,8 +27,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_papers_scale import AnonPeak  # noqa: E402
 from bench_ssd_tier import fio, machine  # noqa: E402
+from peaks import Peaks  # noqa: E402
 
 
 def main(argv=None):
@@ -54,7 +54,9 @@ def main(argv=None):
     def io():
         return int(dict(line.split(": ") for line in open("/proc/self/io").read().split("\n") if line)["read_bytes"])
 
-    anon = AnonPeak()
+    from gnnsys.datasets.host_memory import anonymous_bytes
+
+    anon = Peaks({"rss_anon": anonymous_bytes})
     before, load, began = io(), os.getloadavg(), time.perf_counter()
     result, stats = predict(ds, args.checkpoint, args.predictions, output=args.output,
                             host_mem_budget=int(args.host_mem_budget * 1e9), dtype=args.dtype,
@@ -68,7 +70,7 @@ def main(argv=None):
            "wall_s": wall, "read_bytes": io() - before, "features_bytes": features.stat().st_size,
            "fio_sequential_mb_per_s": seq["mb_per_s"], "layers": layers,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "rss_anon_peak_bytes": anon.stop(), "load_start": load,
+           "rss_anon_peak_bytes": anon.stop()["rss_anon"], "load_start": load,
            "load_end": os.getloadavg(), "output": str(result) if args.predictions else list(result.shape)}
     Path(args.json).write_text(json.dumps(rec, indent=1))
     print(json.dumps({k: v for k, v in rec.items() if k != "machine"}, indent=1))

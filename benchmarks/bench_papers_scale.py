@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -37,6 +36,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_ssd_epoch import measure_device, read_bytes, read_size  # noqa: E402
 from bench_ssd_tier import machine  # noqa: E402
+from peaks import Peaks  # noqa: E402
+
+from gnnsys.datasets.host_memory import anonymous_bytes  # noqa: E402
 
 TARGET_FLOOR, TARGET_FIRST, TARGET_ANON_GB = 0.8, 1.5, 8.0
 
@@ -62,31 +64,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class AnonPeak:
-    """Samples this process's RssAnon every `period` s on a thread; `peak` in bytes."""
-
-    def __init__(self, period: float = 0.2):
-        self.peak, self._stop = 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
-        self._thread.start()
-
-    def _run(self, period):
-        while not self._stop.wait(period):
-            self.sample()
-
-    def sample(self):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    self.peak = max(self.peak, int(line.split()[1]) * 1024)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-        return self.peak
-
-
 def child(args) -> dict:
     """One sampling method in this process: a record per phase."""
     import torch
@@ -96,7 +73,7 @@ def child(args) -> dict:
     from gnnsys.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
-    anon = AnonPeak()
+    anon = Peaks({"rss_anon": anonymous_bytes})
     began = time.perf_counter()
     ds = load_dataset(args.dataset)
     load_s = time.perf_counter() - began
@@ -127,7 +104,7 @@ def child(args) -> dict:
         trainer._save(len(records))
     return {"sampling": args.child, "load_s": load_s, "setup_s": setup_s, "phases": records,
             "precision": trainer.precision.name,
-            "rss_anon_peak_bytes": anon.stop(), "vm_hwm_bytes": _vm_hwm()}
+            "rss_anon_peak_bytes": anon.stop()["rss_anon"], "vm_hwm_bytes": _vm_hwm()}
 
 
 def _vm_hwm() -> int:

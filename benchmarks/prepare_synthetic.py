@@ -25,7 +25,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import torch
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.datasets.host_memory import anonymous_bytes
+from peaks import Peaks, disk_used
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prepare_synthetic.json"
 CASES = {
@@ -56,51 +56,22 @@ def machine() -> dict:
             "note": "shared machine: other jobs ran at the same time, so times are noisy"}
 
 
-class DiskPeak:
-    """The most bytes the file system holding `path` used beyond its use at
-    the start, and the most anonymous memory (RssAnon) of the process `pid`
-    once set, sampled every `period` s on a thread until `stop()`."""
-
-    def __init__(self, path: Path, period: float = 0.5):
-        self.path, self.start, self.peak = path, self.used(path), 0
-        self.pid, self.anon_peak = None, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def used(path: Path) -> int:
-        st = os.statvfs(path)
-        return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-    def _run(self, period):
-        while not self._stop.wait(period):
-            self.peak = max(self.peak, self.used(self.path) - self.start)
-            if self.pid is not None:
-                self.anon_peak = max(self.anon_peak, anonymous_bytes(self.pid))
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
-
-
 def run_child(argv: list[str], disk: Path) -> dict:
     """Run one child process; its wall time, peak RSS, peak added disk use and exit status."""
-    start = time.perf_counter()
-    peak = DiskPeak(disk)
+    start, used = time.perf_counter(), disk_used(disk)
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak.pid = child.pid
+    peak = Peaks({"disk": lambda: disk_used(disk) - used, "rss_anon": lambda: anonymous_bytes(child.pid)},
+                 period=0.5)
     output = child.stdout.read()
+    peaks = peak.stop()  # before wait4 reaps the child, while its /proc entry is there
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
-    disk_bytes = peak.stop()
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; keep Popen consistent
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed with status {child.returncode}:\n{output}")
     return {"wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "peak_disk_bytes": disk_bytes,
-            "peak_rss_anon_mib": round(peak.anon_peak / 2**20, 1),
+            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "peak_disk_bytes": peaks["disk"],
+            "peak_rss_anon_mib": round(peaks["rss_anon"] / 2**20, 1),
             "loadavg_end": os.getloadavg()}
 
 

@@ -123,10 +123,11 @@ class _Spill:
                 raise write_error(p, e) from None
 
     def pieces(self, k: int):
-        """The (src, dst) int64 edges of bucket k, SPILL_PIECE at a time; the file is deleted after."""
+        """The (src, dst) edges of bucket k (strided views of the pairs read),
+        SPILL_PIECE at a time; the file is deleted after."""
         with open(self.paths[k], "rb") as f:
             while (pairs := np.fromfile(f, self.dtype, 2 * SPILL_PIECE)).size:
-                yield pairs[0::2].astype(np.int64), pairs[1::2].astype(np.int64)
+                yield pairs[0::2], pairs[1::2]
         self.paths[k].unlink()
 
     def discard(self):
