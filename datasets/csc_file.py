@@ -180,9 +180,9 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
                                "in flight) before any neighbour list")
         buckets = plan_buckets(indptr, dtype.itemsize, mem_limit - held)
     spill_bytes = 2 * total * dtype.itemsize if len(buckets) > 1 else 0
-    if check_space:
-        check_space(spill_bytes, len(npy_header(dtype, total)) + total * dtype.itemsize)
     header = npy_header(dtype, total)
+    if check_space:
+        check_space(spill_bytes, len(header) + total * dtype.itemsize)
     out = OutputFile(directory / "indices.npy", len(header) + total * dtype.itemsize)
     spill = None
     try:
@@ -202,8 +202,7 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
                 _emit(out, indptr, lo, hi, spill.pieces(k), counts, edges)
                 if progress:
                     progress(1)
-        written = out.written
-        digest = out.close()
+        digest = out.close()  # truncated to what was written: deduplicated lists end early
     except BaseException:
         if spill is not None:
             spill.discard()
@@ -211,7 +210,7 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
         raise
     if dedup:
         indptr[1:] = np.cumsum(counts)
-        digest = _rewrite_count(directory / "indices.npy", dtype, int(indptr[-1]), len(header), written)
+        digest = _rewrite_count(directory / "indices.npy", dtype, int(indptr[-1]), len(header))
     checksums = {"indices.npy": digest, "indptr.npy": write_npy(directory / "indptr.npy", indptr)}
     return CSCFiles(indptr, order, checksums, len(buckets), spill_bytes)
 
@@ -232,7 +231,7 @@ def _emit(out: OutputFile, indptr, lo: int, hi: int, pieces, counts, edges: Edge
     out.write(lists[:size])
 
 
-def _rewrite_count(path: Path, dtype, count: int, header_len: int, written: int) -> str:
+def _rewrite_count(path: Path, dtype, count: int, header_len: int) -> str:
     """Fix the header of an indices.npy shortened by deduplication (padded to
     its old length) and return the file's sha256 (a second read: only here)."""
     header = bytearray(npy_header(dtype, count))
@@ -244,7 +243,6 @@ def _rewrite_count(path: Path, dtype, count: int, header_len: int, written: int)
     try:
         with open(path, "r+b") as f:
             f.write(header)
-            f.truncate(header_len + count * np.dtype(dtype).itemsize)
     except OSError as e:
         raise write_error(path, e) from None
     return sha256_file(path)
