@@ -90,7 +90,7 @@ def test_destinations_with_the_same_neighbours_keep_the_same_ones():
         assert set(got[3]) & set(pool[:12].tolist()) <= set(got[0])  # r_t < 4/24 implies r_t < 4/12
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.integers(0, 2**16), st.integers(1, 6), st.integers(0, 3))
 def test_draws_are_shared_across_a_layer(graph_seed, fanout, batch):
     """A neighbour kept by a destination of degree d is kept by every other of degree <= d."""
