@@ -12,6 +12,7 @@ with seeds 0..N-1 and writes benchmarks/results/accuracy.json.
 
     python benchmarks/accuracy.py --data /tmp/gnnsys-accuracy --seeds 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,15 +32,35 @@ from gnnsys.training.result import machine_info
 
 HERE = Path(__file__).resolve().parent
 TOLOKERS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "heterophilous" / "tolokers.npz"
-TOLOKERS_OPTIONS = dict(fanouts=[10, 10], batch_size=256, norm="layer", residual=True, dropout=0.2,
-                        lr=0.003, weight_decay=0.0, epochs=50, eval_every=5)
-KIPF_OPTIONS = dict(mode="fullgraph", model="gcn", layers=2, hidden=16, dropout=0.5, input_dropout=0.5, lr=0.01,
-                    weight_decay=5e-4, epochs=200)
+TOLOKERS_OPTIONS = dict(
+    fanouts=[10, 10],
+    batch_size=256,
+    norm="layer",
+    residual=True,
+    dropout=0.2,
+    lr=0.003,
+    weight_decay=0.0,
+    epochs=50,
+    eval_every=5,
+)
+KIPF_OPTIONS = dict(
+    mode="fullgraph",
+    model="gcn",
+    layers=2,
+    hidden=16,
+    dropout=0.5,
+    input_dropout=0.5,
+    lr=0.01,
+    weight_decay=5e-4,
+    epochs=200,
+)
 # (name, dataset, target, train options beyond the defaults; mode "fullgraph": gnnsys.train_fullgraph)
-CASES = [("cora-sage", "cora", 0.79, dict(model="sage")),
-         ("cora-gcn", "cora", 0.80, dict(model="gcn")),
-         ("cora-gcn-kipf", "cora-row", 0.805, KIPF_OPTIONS),
-         ("tolokers-sage", "tolokers", 0.80, dict(model="sage", **TOLOKERS_OPTIONS))]
+CASES = [
+    ("cora-sage", "cora", 0.79, dict(model="sage")),
+    ("cora-gcn", "cora", 0.80, dict(model="gcn")),
+    ("cora-gcn-kipf", "cora-row", 0.805, KIPF_OPTIONS),
+    ("tolokers-sage", "tolokers", 0.80, dict(model="sage", **TOLOKERS_OPTIONS)),
+]
 
 
 def prepare(data: Path, dataset: str) -> Path:
@@ -72,9 +93,14 @@ def run_case(path, options: dict, seeds: int, bar=None) -> dict:
         if bar is not None:
             bar.update()
     config = {k: v for k, v in result.config.items() if k != "seed"}
-    return {"metric": result.metric, "tests": tests, "mean": statistics.mean(tests),
-            "std": statistics.stdev(tests) if seeds > 1 else 0.0, "median_run_s": statistics.median(times),
-            "config": config}
+    return {
+        "metric": result.metric,
+        "tests": tests,
+        "mean": statistics.mean(tests),
+        "std": statistics.stdev(tests) if seeds > 1 else 0.0,
+        "median_run_s": statistics.median(times),
+        "config": config,
+    }
 
 
 def pyg_reference(path, options: dict, seeds: int) -> dict:

@@ -16,6 +16,7 @@ the belady bound. Reports the first epoch and the steady state
 
     python benchmarks/bench_cache_policies.py papers=/tmp/papers products=/tmp/products
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +28,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+from plotting import save_figure
 
 import gnnsys
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import make_policy, out_degree, presample_hotness
-from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 POLICIES = ["static-degree", "presample", "lru", "sieve", "s3fifo", "hybrid", "belady"]
@@ -61,8 +62,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def record_trace(sampler, seeds: SeedBatches, epochs) -> list[np.ndarray]:
     """The sorted distinct input nodes of every batch of `epochs`, in order."""
-    return [np.unique(sampler.sample(b, e, i).input_nodes.numpy()).astype(np.int64)
-            for e in epochs for i, b in enumerate(seeds.epoch(e))]
+    return [
+        np.unique(sampler.sample(b, e, i).input_nodes.numpy()).astype(np.int64)
+        for e in epochs
+        for i, b in enumerate(seeds.epoch(e))
+    ]
 
 
 def simulate(policy, trace, lookahead: int, per_epoch: int) -> np.ndarray:
@@ -73,7 +77,7 @@ def simulate(policy, trace, lookahead: int, per_epoch: int) -> np.ndarray:
     hits = np.zeros(len(trace), np.int64)
     for t, ids in enumerate(trace):
         epoch_end = (t // per_epoch + 1) * per_epoch
-        policy.set_window(trace[t + 1:min(t + 1 + lookahead, epoch_end)])
+        policy.set_window(trace[t + 1 : min(t + 1 + lookahead, epoch_end)])
         hits[t] = policy.access(ids)[0].sum()
     return hits
 
@@ -91,9 +95,15 @@ def run_graph(name: str, path: str, args) -> dict:
     per_epoch = len(seeds)
     distinct = np.array([t.shape[0] for t in trace])
     first, steady = slice(0, per_epoch), slice(per_epoch, len(trace))
-    result = {"nodes": ds.num_nodes, "edges": ds.num_edges, "train": int(ds.split("train").numel()),
-              "batches_per_epoch": per_epoch, "distinct_inputs_per_batch": float(distinct.mean()),
-              "trace_s": round(sample_s, 1), "sizes": {}}
+    result = {
+        "nodes": ds.num_nodes,
+        "edges": ds.num_edges,
+        "train": int(ds.split("train").numel()),
+        "batches_per_epoch": per_epoch,
+        "distinct_inputs_per_batch": float(distinct.mean()),
+        "trace_s": round(sample_s, 1),
+        "sizes": {},
+    }
     for frac in args.sizes:
         cap = int(round(frac * ds.num_nodes))
         rates = {}
@@ -106,11 +116,16 @@ def run_graph(name: str, path: str, args) -> dict:
                 policy = make_policy(pol, cap, ds.num_nodes, score=hot)
             t0 = time.perf_counter()
             hits = simulate(policy, trace, args.lookahead, per_epoch)
-            rates[pol] = {"first_epoch": hits[first].sum() / distinct[first].sum(),
-                          "steady": hits[steady].sum() / distinct[steady].sum(),
-                          "sim_s": round(time.perf_counter() - t0, 2)}
-            print(f"{name} {frac:>5.0%} {pol:<14} first {rates[pol]['first_epoch']:.3f} "
-                  f"steady {rates[pol]['steady']:.3f}", flush=True)
+            rates[pol] = {
+                "first_epoch": hits[first].sum() / distinct[first].sum(),
+                "steady": hits[steady].sum() / distinct[steady].sum(),
+                "sim_s": round(time.perf_counter() - t0, 2),
+            }
+            print(
+                f"{name} {frac:>5.0%} {pol:<14} first {rates[pol]['first_epoch']:.3f} "
+                f"steady {rates[pol]['steady']:.3f}",
+                flush=True,
+            )
         result["sizes"][str(frac)] = {"capacity": cap, "rates": rates, "targets": targets(rates, frac)}
     return result
 
@@ -123,8 +138,11 @@ def targets(rates: dict, frac: float) -> dict:
         best_name = max(SINGLE, key=lambda p: rates[p][phase])
         best, hyb, bound = rates[best_name][phase], rates["hybrid"][phase], rates["belady"][phase]
         gap = bound - best
-        row = {"best_single": best_name, "not_below_best": bool(hyb >= best),
-               "gap_closed": (hyb - best) / gap if gap > 0 else None}
+        row = {
+            "best_single": best_name,
+            "not_below_best": bool(hyb >= best),
+            "gap_closed": (hyb - best) / gap if gap > 0 else None,
+        }
         if frac in TARGET_SIZES:
             row["half_gap_met"] = bool(gap <= 0 or hyb - best >= gap / 2)
         out[phase] = row
@@ -134,8 +152,10 @@ def targets(rates: dict, frac: float) -> dict:
 def plot(results: dict, path: Path):
     """Hit rate against cache size, one panel per graph and phase."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     graphs = list(results["graphs"])
     fig, axes = plt.subplots(len(graphs), 2, figsize=(11, 4 * len(graphs)), squeeze=False)
     for row, g in enumerate(graphs):
@@ -144,8 +164,13 @@ def plot(results: dict, path: Path):
         for col, phase in enumerate(("first_epoch", "steady")):
             ax = axes[row][col]
             for pol in POLICIES:
-                ax.plot(xs, [sizes[s]["rates"][pol][phase] for s in sizes], marker="o", label=pol,
-                        linestyle="--" if pol == "belady" else "-")
+                ax.plot(
+                    xs,
+                    [sizes[s]["rates"][pol][phase] for s in sizes],
+                    marker="o",
+                    label=pol,
+                    linestyle="--" if pol == "belady" else "-",
+                )
             ax.set_xscale("log")
             ax.set_xticks(xs, [f"{x:g}%" for x in xs])
             ax.set_title(f"{g}: {'first epoch' if phase == 'first_epoch' else 'steady state'}")
@@ -158,13 +183,25 @@ def plot(results: dict, path: Path):
 
 def main(argv=None):
     args = parse_args(argv)
-    results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                           "processor": platform.processor(), "loadavg_start": os.getloadavg(),
-                           "python": platform.python_version(), "numpy": np.__version__,
-                           "gnnsys": version("gnnsys")},
-               "config": {"fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
-                          "presample_epochs": args.presample_epochs, "lookahead": args.lookahead},
-               "graphs": {}}
+    results = {
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "processor": platform.processor(),
+            "loadavg_start": os.getloadavg(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "gnnsys": version("gnnsys"),
+        },
+        "config": {
+            "fanouts": args.fanouts,
+            "batch_size": args.batch_size,
+            "epochs": args.epochs,
+            "presample_epochs": args.presample_epochs,
+            "lookahead": args.lookahead,
+        },
+        "graphs": {},
+    }
     for name, path in args.graphs:
         results["graphs"][name] = run_graph(name, path, args)
     results["machine"]["loadavg_end"] = os.getloadavg()

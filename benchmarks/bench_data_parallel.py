@@ -24,6 +24,7 @@ Writes benchmarks/results/bench_data_parallel.json.
 
     python benchmarks/bench_data_parallel.py [--data DIR] [--small DIR] [--workers 1,2,4] [--epochs 2] [--seeds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,24 @@ def ensure_dataset(path: Path, like: str, scale: float) -> Path:
     """`path`, prepared with `gnnsys prepare synthetic --like LIKE --scale SCALE` unless it holds a dataset."""
     if not (path / "meta.json").is_file():
         print(f"preparing {path} (--like {like} --scale {scale})", flush=True)
-        run_child([sys.executable, "-m", "gnnsys", "prepare", "synthetic", "--like", like, "--scale", str(scale),
-                   "--seed", "0", "--no-progress", "--out", str(path)])
+        run_child(
+            [
+                sys.executable,
+                "-m",
+                "gnnsys",
+                "prepare",
+                "synthetic",
+                "--like",
+                like,
+                "--scale",
+                str(scale),
+                "--seed",
+                "0",
+                "--no-progress",
+                "--out",
+                str(path),
+            ]
+        )
     return path
 
 
@@ -57,8 +74,20 @@ def train_options(args, workers: int, seed: int, epochs: int) -> dict:
     tiers = {"cache_rows": args.cache_rows} if args.cache_rows else {}
     if args.replicate_frac:
         tiers["replicate_frac"] = args.replicate_frac
-    return dict(model="sage", fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden, epochs=epochs,
-                lr=args.lr, dropout=0.5, seed=seed, eval_every=epochs, workers=workers, progress=False, **tiers)
+    return dict(
+        model="sage",
+        fanouts=args.fanouts,
+        batch_size=args.batch_size,
+        hidden=args.hidden,
+        epochs=epochs,
+        lr=args.lr,
+        dropout=0.5,
+        seed=seed,
+        eval_every=epochs,
+        workers=workers,
+        progress=False,
+        **tiers,
+    )
 
 
 def exchange_share(record: dict) -> float | None:
@@ -76,10 +105,19 @@ def epoch_time(data: Path, workers: int, args) -> dict:
     result = train(data, **train_options(args, workers, args.seed, args.epochs))
     last = result.epochs[-1]
     seeds = load_dataset(data).split("train").shape[0] // workers * workers
-    return {"workers": workers, "epoch_s": last["time_s"], "seeds_per_s": seeds / last["time_s"],
-            "exchange_share": exchange_share(last), "breakdown": last["breakdown"], "tiers": last.get("tiers"),
-            "epochs_s": [e["time_s"] for e in result.epochs], "run_s": time.perf_counter() - began,
-            "loss": last["loss"], "valid": last["valid"], "test": last["test"]}
+    return {
+        "workers": workers,
+        "epoch_s": last["time_s"],
+        "seeds_per_s": seeds / last["time_s"],
+        "exchange_share": exchange_share(last),
+        "breakdown": last["breakdown"],
+        "tiers": last.get("tiers"),
+        "epochs_s": [e["time_s"] for e in result.epochs],
+        "run_s": time.perf_counter() - began,
+        "loss": last["loss"],
+        "valid": last["valid"],
+        "test": last["test"],
+    }
 
 
 def metric_runs(small: Path, workers: int, args) -> dict:
@@ -89,10 +127,14 @@ def metric_runs(small: Path, workers: int, args) -> dict:
     out = {}
     for w in (1, workers):
         tests = [train(small, **train_options(args, w, seed, args.metric_epochs)).test for seed in range(args.seeds)]
-        out[str(w)] = {"tests": tests, "mean": statistics.mean(tests),
-                       "std": statistics.stdev(tests) if len(tests) > 1 else 0.0}
-        print(f"metric, W={w}: {out[str(w)]['mean']:.4f} +- {out[str(w)]['std']:.4f} over {args.seeds} seeds",
-              flush=True)
+        out[str(w)] = {
+            "tests": tests,
+            "mean": statistics.mean(tests),
+            "std": statistics.stdev(tests) if len(tests) > 1 else 0.0,
+        }
+        print(
+            f"metric, W={w}: {out[str(w)]['mean']:.4f} +- {out[str(w)]['std']:.4f} over {args.seeds} seeds", flush=True
+        )
     one, many = out["1"], out[str(workers)]
     out["difference"] = many["mean"] - one["mean"]  # within noise: small against the seeds' standard deviations
     return out
@@ -115,11 +157,19 @@ def main(argv=None) -> int:
     from gnnsys.datasets.atomic import atomic_write_bytes
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=Path("/work/bench-data/products-1.0"),
-                   help="products-shaped dataset for the epoch times (prepared when missing)")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=Path("/work/bench-data/products-1.0"),
+        help="products-shaped dataset for the epoch times (prepared when missing)",
+    )
     p.add_argument("--data-scale", type=float, default=1.0, help="--scale when --data is prepared here")
-    p.add_argument("--small", type=Path, default=Path("/work/bench-data/arxiv-0.1"),
-                   help="small graph for the metric comparison (prepared when missing)")
+    p.add_argument(
+        "--small",
+        type=Path,
+        default=Path("/work/bench-data/arxiv-0.1"),
+        help="small graph for the metric comparison (prepared when missing)",
+    )
     p.add_argument("--small-scale", type=float, default=0.1, help="--scale when --small is prepared here")
     p.add_argument("--workers", default="1,2,4", help="comma-separated rank counts")
     p.add_argument("--epochs", type=int, default=2, help="epochs per epoch-time run (the last is reported)")
@@ -146,12 +196,15 @@ def main(argv=None) -> int:
         print(f"W={w}: epoch {rows[-1]['epoch_s']:.1f} s (run {rows[-1]['run_s']:.0f} s with evaluation)", flush=True)
     record["epoch_time"] = rows
     if args.seeds:
-        record["metric"] = metric_runs(ensure_dataset(args.small, "ogbn-arxiv", args.small_scale),
-                                       args.metric_workers, args)
+        record["metric"] = metric_runs(
+            ensure_dataset(args.small, "ogbn-arxiv", args.small_scale), args.metric_workers, args
+        )
     record["table"] = table(rows, cores)
     if any(r["workers"] > cores for r in rows):
-        record["note"] = (f"this machine has {cores} cores: runs with more processes than cores oversubscribe it "
-                          "and measure contention, not scaling")
+        record["note"] = (
+            f"this machine has {cores} cores: runs with more processes than cores oversubscribe it "
+            "and measure contention, not scaling"
+        )
         print(record["note"])
     print(record["table"])
     atomic_write_bytes(args.results, (json.dumps(record, indent=2) + "\n").encode())

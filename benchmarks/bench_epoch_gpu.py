@@ -17,6 +17,7 @@ matplotlib). Not run on a GPU yet.
 
     python benchmarks/bench_epoch_gpu.py [--graph products|papers] [--root DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,8 @@ SAMPLERS = ("gpu", "cpu")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--graph", choices=list(GRAPHS), action="append",
-                   help="graph shape (repeatable; default products)")
-    p.add_argument("--root", type=Path, default=RESULTS.parent / ".cache" / "data",
-                   help="where datasets are prepared")
+    p.add_argument("--graph", choices=list(GRAPHS), action="append", help="graph shape (repeatable; default products)")
+    p.add_argument("--root", type=Path, default=RESULTS.parent / ".cache" / "data", help="where datasets are prepared")
     p.add_argument("--products-scale", type=float, default=0.25, help="scale of the products-shaped graph")
     p.add_argument("--papers-scale", type=float, default=0.25, help="scale of the papers100M-shaped graph")
     p.add_argument("--epochs", type=int, default=3, help="epochs per case (>= 2: the first is dropped)")
@@ -59,8 +58,22 @@ def prepared(graph: str, root: Path, scale: float) -> Path:
     out = root / f"{graph}-{scale}"
     if not (out / "meta.json").is_file():
         root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "gnnsys", "prepare", "synthetic", "--like", GRAPHS[graph],
-                        "--scale", str(scale), "--out", str(out)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gnnsys",
+                "prepare",
+                "synthetic",
+                "--like",
+                GRAPHS[graph],
+                "--scale",
+                str(scale),
+                "--out",
+                str(out),
+            ],
+            check=True,
+        )
     return out
 
 
@@ -69,13 +82,30 @@ def bench_case(path: Path, features: str, sampler: str, epochs: int) -> dict:
     from gnnsys import train
 
     try:
-        result = train(path, model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=256, epochs=epochs,
-                       device="cuda", eval_every=epochs + 1, features=features, sampler=sampler, progress=False)
+        result = train(
+            path,
+            model="sage",
+            fanouts=(15, 10, 5),
+            batch_size=1024,
+            hidden=256,
+            epochs=epochs,
+            device="cuda",
+            eval_every=epochs + 1,
+            features=features,
+            sampler=sampler,
+            progress=False,
+        )
     except Exception as e:  # noqa: BLE001 -- recorded; the other cases still run
         return {"features": features, "sampler": sampler, "epoch_s": None, "error": f"{type(e).__name__}: {e}"}
     times = [e["time_s"] for e in result.epochs[1:]]
-    return {"features": features, "sampler": sampler, "epoch_s": statistics.median(times), "epoch_times_s": times,
-            "breakdown_last": result.epochs[-1]["breakdown"], "machine": result.machine}
+    return {
+        "features": features,
+        "sampler": sampler,
+        "epoch_s": statistics.median(times),
+        "epoch_times_s": times,
+        "breakdown_last": result.epochs[-1]["breakdown"],
+        "machine": result.machine,
+    }
 
 
 def plot(report: dict, path: Path) -> None:
@@ -98,23 +128,29 @@ def plot(report: dict, path: Path) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_epoch_gpu: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured",
-              file=sys.stderr)
+        print(
+            "bench_epoch_gpu: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured", file=sys.stderr
+        )
         return 2
     from gnnsys.datasets.atomic import atomic_write_bytes
 
-    report = {"benchmark": "bench_epoch_gpu", "config": vars(args) | {"root": str(args.root), "out": str(args.out)},
-              "graphs": {}}
+    report = {
+        "benchmark": "bench_epoch_gpu",
+        "config": vars(args) | {"root": str(args.root), "out": str(args.out)},
+        "graphs": {},
+    }
     for graph in args.graph or ["products"]:
         path = prepared(graph, args.root, args.products_scale if graph == "products" else args.papers_scale)
-        cases = [bench_case(path, f, s, args.epochs)
-                 for f in args.features.split(",") for s in args.sampler.split(",")]
+        cases = [bench_case(path, f, s, args.epochs) for f in args.features.split(",") for s in args.sampler.split(",")]
         base = next((c["epoch_s"] for c in cases if (c["features"], c["sampler"]) == ("gpu", "gpu")), None)
         for c in cases:
             ok = c["epoch_s"] is not None
             c["vs_gpu_resident_gpu_sampler"] = c["epoch_s"] / base if ok and base else None
-            print(f"{graph}: features {c['features']:10s} sampler {c['sampler']}: "
-                  + (f"{c['epoch_s']:.2f} s/epoch" if ok else c["error"]), flush=True)
+            print(
+                f"{graph}: features {c['features']:10s} sampler {c['sampler']}: "
+                + (f"{c['epoch_s']:.2f} s/epoch" if ok else c["error"]),
+                flush=True,
+            )
         report["graphs"][graph] = {"path": str(path), "cases": cases}
         report["machine"] = report.get("machine") or next((c["machine"] for c in cases if "machine" in c), None)
     atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())

@@ -18,6 +18,7 @@ Writes benchmarks/results/bench_gather_gpu.json and .png (no .png with
     python benchmarks/bench_gather_gpu.py [--row-bytes 128,512,4096] [--table-mib 2048]
     python benchmarks/bench_gather_gpu.py --row-bytes 512,2432 --table-mib 256 --batch 50000 --repeats 3  # ~1 min
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--row-bytes", default="128,256,512,1024,2048,4096",
-                   help="comma-separated row sizes in bytes (multiples of 128)")
+    p.add_argument(
+        "--row-bytes",
+        default="128,256,512,1024,2048,4096",
+        help="comma-separated row sizes in bytes (multiples of 128)",
+    )
     p.add_argument("--table-mib", type=int, default=2048, help="size of the feature table")
     p.add_argument("--batch", type=int, default=200_000, help="row ids per gather")
     p.add_argument("--repeats", type=int, default=5)
@@ -63,8 +67,8 @@ def timed(fn, repeats: int) -> float:
 
 def bench_case(row_bytes: int, aligned: bool, args) -> dict:
     """All methods for one row size and layout."""
-    from gnnsys.storage.gpu_features import GPUFeatures
     from gnnsys.datasets import RowTable
+    from gnnsys.storage.gpu_features import GPUFeatures
     from gnnsys.storage.pinned import PinnedFeatures
     from gnnsys.storage.staged import StagedFeatures
 
@@ -77,8 +81,15 @@ def bench_case(row_bytes: int, aligned: bool, args) -> dict:
     out = torch.empty(args.batch, dim, device="cuda")
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    result = {"row_bytes": row_bytes, "aligned": aligned, "dim": dim, "stride": rows.table.shape[1],
-              "batch": args.batch, "gathered_bytes": nbytes, "seconds": {}}
+    result = {
+        "row_bytes": row_bytes,
+        "aligned": aligned,
+        "dim": dim,
+        "stride": rows.table.shape[1],
+        "batch": args.batch,
+        "gathered_bytes": nbytes,
+        "seconds": {},
+    }
     result["seconds"]["memcpy"] = timed(lambda: dev.copy_(host, non_blocking=True), args.repeats)
     with PinnedFeatures(rows, max_programs=args.max_programs, progress=False) as pinned:
         want = pinned.gather(ids)
@@ -89,7 +100,6 @@ def bench_case(row_bytes: int, aligned: bool, args) -> dict:
         gpu = GPUFeatures.from_rows(rows, max_programs=args.max_programs, progress=False)
         assert torch.equal(gpu.gather(ids), want)
         result["seconds"]["gpu-resident"] = timed(lambda: gpu.gather_async(ids, out), args.repeats)
-        del gpu
     result["gb_per_s"] = {k: nbytes / t / 1e9 for k, t in result["seconds"].items()}
     result["vs_memcpy"] = {k: result["seconds"]["memcpy"] / t for k, t in result["seconds"].items()}
     return result
@@ -97,16 +107,22 @@ def bench_case(row_bytes: int, aligned: bool, args) -> dict:
 
 def _padded(x: torch.Tensor, stride: int):
     table = torch.zeros(x.shape[0], stride, dtype=torch.uint8)
-    table[:, :x.shape[1] * 4] = x.view(torch.uint8)
+    table[:, : x.shape[1] * 4] = x.view(torch.uint8)
     return table.numpy()
 
 
 def machine() -> dict:
     import triton
 
-    return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "cuda": torch.version.cuda, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def plot(results: list, path: Path) -> None:
@@ -130,8 +146,9 @@ def plot(results: list, path: Path) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_gather_gpu: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured",
-              file=sys.stderr)
+        print(
+            "bench_gather_gpu: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured", file=sys.stderr
+        )
         return 2
     from gnnsys.datasets.atomic import atomic_write_bytes
 
@@ -141,10 +158,17 @@ def main(argv=None) -> int:
         for aligned in (True, False):
             results.append(bench_case(row_bytes, aligned, args))
             r = results[-1]
-            print(f"{row_bytes:5d} B {'aligned  ' if aligned else 'unaligned'} "
-                  + "  ".join(f"{k} {v:6.1f} GB/s" for k, v in r["gb_per_s"].items()), flush=True)
-    report = {"benchmark": "bench_gather_gpu", "machine": machine(), "config": vars(args) | {"out": str(args.out)},
-              "results": results}
+            print(
+                f"{row_bytes:5d} B {'aligned  ' if aligned else 'unaligned'} "
+                + "  ".join(f"{k} {v:6.1f} GB/s" for k, v in r["gb_per_s"].items()),
+                flush=True,
+            )
+    report = {
+        "benchmark": "bench_gather_gpu",
+        "machine": machine(),
+        "config": vars(args) | {"out": str(args.out)},
+        "results": results,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
     print(f"wrote {args.out}")

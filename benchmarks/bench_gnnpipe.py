@@ -24,6 +24,7 @@ benchmarks/results/gnnpipe_convergence.json (or --out) after every dataset. Runs
 whatever cores there are: with W > cores the workers oversubscribe them
 (recorded).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,34 +57,67 @@ def bench_epoch(args):
             default = args.refresh_every if w > 1 else 0
             runs = {}  # refresh_every -> (epoch times, bytes sent per epoch)
             for refresh in dict.fromkeys([default, 0]):
-                r = train_fullgraph(ds, model="gcn", layers=args.layers, hidden=args.hidden, workers=w,
-                                    chunks=1 if w == 1 else 4 * w, epochs=args.epochs, eval_every=args.epochs,
-                                    dropout=0.0, refresh_every=refresh, progress=False, timeout_s=600)
+                r = train_fullgraph(
+                    ds,
+                    model="gcn",
+                    layers=args.layers,
+                    hidden=args.hidden,
+                    workers=w,
+                    chunks=1 if w == 1 else 4 * w,
+                    epochs=args.epochs,
+                    eval_every=args.epochs,
+                    dropout=0.0,
+                    refresh_every=refresh,
+                    progress=False,
+                    timeout_s=600,
+                )
                 runs[refresh] = ([e["time_s"] for e in r.epochs[1:]], r.epochs[-1]["bytes_sent"])
-            rows.append({"dataset": ds.name, "nodes": ds.num_nodes, "edges": ds.num_edges, "workers": w,
-                         "chunks": r.config["chunks"], "refresh_every": default,
-                         "epoch_s_median": statistics.median(runs[default][0]), "epoch_s_runs": runs[default][0],
-                         "bytes_sent_per_epoch": runs[default][1],
-                         "epoch_s_median_no_refresh": statistics.median(runs[0][0]),
-                         "bytes_sent_per_epoch_no_refresh": runs[0][1],
-                         "graph_parallel_bytes_per_epoch": 0 if w == 1 else graph_parallel_bytes(
-                             ds, w, args.layers, args.hidden, "auto"),
-                         "oversubscribed": w > (os.cpu_count() or 1)})
+            rows.append(
+                {
+                    "dataset": ds.name,
+                    "nodes": ds.num_nodes,
+                    "edges": ds.num_edges,
+                    "workers": w,
+                    "chunks": r.config["chunks"],
+                    "refresh_every": default,
+                    "epoch_s_median": statistics.median(runs[default][0]),
+                    "epoch_s_runs": runs[default][0],
+                    "bytes_sent_per_epoch": runs[default][1],
+                    "epoch_s_median_no_refresh": statistics.median(runs[0][0]),
+                    "bytes_sent_per_epoch_no_refresh": runs[0][1],
+                    "graph_parallel_bytes_per_epoch": 0
+                    if w == 1
+                    else graph_parallel_bytes(ds, w, args.layers, args.hidden, "auto"),
+                    "oversubscribed": w > (os.cpu_count() or 1),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
         base = {r["workers"]: r["epoch_s_median"] for r in rows if r["dataset"] == ds.name}
         for r in rows:
             if r["dataset"] == ds.name and 1 in base:
                 r["speedup_vs_single_process"] = base[1] / r["epoch_s_median"]
-    out = {"layers": args.layers, "hidden": args.hidden, "model": "gcn", "refresh_every": args.refresh_every, "rows": rows, "machine": machine_info("cpu")}
+    out = {
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "model": "gcn",
+        "refresh_every": args.refresh_every,
+        "rows": rows,
+        "machine": machine_info("cpu"),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "gnnpipe_epoch.json").write_text(json.dumps(out, indent=2))
-    lines = ["| dataset | W | C | epoch s (median) | vs 1 process | MB sent/epoch | without refresh: epoch s, MB "
-             "| graph-parallel MB/epoch |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | W | C | epoch s (median) | vs 1 process | MB sent/epoch | without refresh: epoch s, MB "
+        "| graph-parallel MB/epoch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['workers']} | {r['chunks']} | {r['epoch_s_median']:.3f} | "
-                     f"{r.get('speedup_vs_single_process', float('nan')):.2f}x | {r['bytes_sent_per_epoch'] / 1e6:.1f} | "
-                     f"{r['epoch_s_median_no_refresh']:.3f}, {r['bytes_sent_per_epoch_no_refresh'] / 1e6:.1f} | "
-                     f"{r['graph_parallel_bytes_per_epoch'] / 1e6:.1f} |")
+        lines.append(
+            f"| {r['dataset']} | {r['workers']} | {r['chunks']} | {r['epoch_s_median']:.3f} | "
+            f"{r.get('speedup_vs_single_process', float('nan')):.2f}x | {r['bytes_sent_per_epoch'] / 1e6:.1f} | "
+            f"{r['epoch_s_median_no_refresh']:.3f}, {r['bytes_sent_per_epoch_no_refresh'] / 1e6:.1f} | "
+            f"{r['graph_parallel_bytes_per_epoch'] / 1e6:.1f} |"
+        )
     (RESULTS / "gnnpipe_epoch.md").write_text("\n".join(lines) + "\n")
     _plot(rows)
     print("\n".join(lines))
@@ -99,9 +133,15 @@ def _plot(rows):
     for name in dict.fromkeys(r["dataset"] for r in rows):
         rs = [r for r in rows if r["dataset"] == name]
         a.plot([r["workers"] for r in rs], [r["epoch_s_median"] for r in rs], "o-", label=name)
-        b.plot([r["workers"] for r in rs], [r["bytes_sent_per_epoch"] / 1e6 for r in rs], "o-", label=f"{name} pipeline")
-        b.plot([r["workers"] for r in rs], [r["graph_parallel_bytes_per_epoch"] / 1e6 for r in rs], "x--",
-               label=f"{name} graph-parallel")
+        b.plot(
+            [r["workers"] for r in rs], [r["bytes_sent_per_epoch"] / 1e6 for r in rs], "o-", label=f"{name} pipeline"
+        )
+        b.plot(
+            [r["workers"] for r in rs],
+            [r["graph_parallel_bytes_per_epoch"] / 1e6 for r in rs],
+            "x--",
+            label=f"{name} graph-parallel",
+        )
     a.set(xlabel="workers", ylabel="epoch s (median)", title="epoch time")
     b.set(xlabel="workers", ylabel="MB per epoch", title="communication")
     a.legend(), b.legend(fontsize=7)
@@ -119,28 +159,63 @@ def bench_convergence(args):
         ds = load_dataset(path)
         for seed in args.seeds:
             for w in [1] + args.workers:
-                r = train_fullgraph(ds, model=args.model, layers=args.layers, hidden=args.hidden, workers=w,
-                                    chunks=1 if w == 1 else args.chunks_per_worker * w, epochs=args.epochs,
-                                    seed=seed, progress=False, dropout=args.dropout, lr=args.lr,
-                                    refresh_every=args.refresh_every, timeout_s=3600)
+                r = train_fullgraph(
+                    ds,
+                    model=args.model,
+                    layers=args.layers,
+                    hidden=args.hidden,
+                    workers=w,
+                    chunks=1 if w == 1 else args.chunks_per_worker * w,
+                    epochs=args.epochs,
+                    seed=seed,
+                    progress=False,
+                    dropout=args.dropout,
+                    lr=args.lr,
+                    refresh_every=args.refresh_every,
+                    timeout_s=3600,
+                )
                 last = [e["test"] for e in r.epochs[-50:] if e["test"] is not None]
-                rows.append({"dataset": ds.name, "data": str(path), "seed": seed, "workers": w,
-                             "chunks": r.config["chunks"], "refresh_every": r.config["refresh_every"],
-                             "metric": r.metric, "test": r.test, "best_epoch": r.best_epoch,
-                             "test_last50_mean": statistics.mean(last), "final_loss": r.epochs[-1]["loss"],
-                             "wall_s": sum(e["time_s"] for e in r.epochs)})
+                rows.append(
+                    {
+                        "dataset": ds.name,
+                        "data": str(path),
+                        "seed": seed,
+                        "workers": w,
+                        "chunks": r.config["chunks"],
+                        "refresh_every": r.config["refresh_every"],
+                        "metric": r.metric,
+                        "test": r.test,
+                        "best_epoch": r.best_epoch,
+                        "test_last50_mean": statistics.mean(last),
+                        "final_loss": r.epochs[-1]["loss"],
+                        "wall_s": sum(e["time_s"] for e in r.epochs),
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
         summary = [s for s in summary if s["dataset"] != ds.name] + _compare(
-            [r for r in rows if r["dataset"] == ds.name], [1] + args.workers)
+            [r for r in rows if r["dataset"] == ds.name], [1] + args.workers
+        )
         RESULTS.mkdir(exist_ok=True)
-        out = {"model": args.model, "layers": args.layers, "hidden": args.hidden, "epochs": args.epochs,
-               "dropout": args.dropout, "lr": args.lr, "seeds": args.seeds,
-               "chunks_per_worker": args.chunks_per_worker, "refresh_every": args.refresh_every,
-               "summary": summary, "rows": rows, "machine": machine_info("cpu")}
+        out = {
+            "model": args.model,
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "epochs": args.epochs,
+            "dropout": args.dropout,
+            "lr": args.lr,
+            "seeds": args.seeds,
+            "chunks_per_worker": args.chunks_per_worker,
+            "refresh_every": args.refresh_every,
+            "summary": summary,
+            "rows": rows,
+            "machine": machine_info("cpu"),
+        }
         (RESULTS / args.out).write_text(json.dumps(out, indent=2))
     for s in summary:
-        print(f"{s['dataset']} W={s['workers']}: mean test {s['test_mean']:.4f} "
-              f"({s['points_vs_single_process']:+.2f} points; per seed {s['points_per_seed']})")
+        print(
+            f"{s['dataset']} W={s['workers']}: mean test {s['test_mean']:.4f} "
+            f"({s['points_vs_single_process']:+.2f} points; per seed {s['points_per_seed']})"
+        )
 
 
 def _compare(rows: list, workers: list) -> list:
@@ -152,11 +227,18 @@ def _compare(rows: list, workers: list) -> list:
     for w in workers:
         rs = [r for r in rows if r["workers"] == w]
         mean = statistics.mean(r["test"] for r in rs)
-        out.append({"dataset": rows[0]["dataset"], "workers": w, "seeds": len(rs), "test_mean": mean,
-                    "test_per_seed": [r["test"] for r in rs],
-                    "points_vs_single_process": 100 * (mean - ref_mean),
-                    "points_per_seed": [round(100 * (r["test"] - ref[r["seed"]]["test"]), 2) for r in rs],
-                    "within_1_point": abs(100 * (mean - ref_mean)) <= 1.0})
+        out.append(
+            {
+                "dataset": rows[0]["dataset"],
+                "workers": w,
+                "seeds": len(rs),
+                "test_mean": mean,
+                "test_per_seed": [r["test"] for r in rs],
+                "points_vs_single_process": 100 * (mean - ref_mean),
+                "points_per_seed": [round(100 * (r["test"] - ref[r["seed"]]["test"]), 2) for r in rs],
+                "within_1_point": abs(100 * (mean - ref_mean)) <= 1.0,
+            }
+        )
     return out
 
 
@@ -169,13 +251,21 @@ def main():
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--model", default="gcn")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="convergence only: one run per seed, means compared")
+    p.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="convergence only: one run per seed, means compared"
+    )
     p.add_argument("--dropout", type=float, default=0.5, help="convergence only")
     p.add_argument("--lr", type=float, default=0.01, help="convergence only")
     p.add_argument("--chunks-per-worker", type=int, default=4, help="convergence only: C = this x W")
-    p.add_argument("--refresh-every", type=int, default=1,
-                   help="recompute the pipeline's history exactly every N epochs (0: never)")
-    p.add_argument("--out", default="gnnpipe_convergence.json", help="convergence only: file name in benchmarks/results")
+    p.add_argument(
+        "--refresh-every",
+        type=int,
+        default=1,
+        help="recompute the pipeline's history exactly every N epochs (0: never)",
+    )
+    p.add_argument(
+        "--out", default="gnnpipe_convergence.json", help="convergence only: file name in benchmarks/results"
+    )
     args = p.parse_args()
     if args.what == "epoch":
         args.workers = args.workers or [1, 2, 4]

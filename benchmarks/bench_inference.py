@@ -15,6 +15,7 @@ and the load average, as JSON.
     python benchmarks/bench_inference.py DIR CKPT --host-mem-budget 4 --dtype bfloat16 \\
         --scratch-dir /work/bench/scratch --predictions /work/bench/scratch/labels.npy --json OUT.json
 """
+
 import argparse
 import json
 import os
@@ -58,20 +59,38 @@ def main(argv=None):
 
     anon = Peaks({"rss_anon": anonymous_bytes})
     before, load, began = io(), os.getloadavg(), time.perf_counter()
-    result, stats = predict(ds, args.checkpoint, args.predictions, output=args.output,
-                            host_mem_budget=int(args.host_mem_budget * 1e9), dtype=args.dtype,
-                            scratch_dir=args.scratch_dir, progress=True, return_stats=True)
+    result, stats = predict(
+        ds,
+        args.checkpoint,
+        args.predictions,
+        output=args.output,
+        host_mem_budget=int(args.host_mem_budget * 1e9),
+        dtype=args.dtype,
+        scratch_dir=args.scratch_dir,
+        progress=True,
+        return_stats=True,
+    )
     wall = time.perf_counter() - began
     layers = stats.to_dict()["layers"]
     for layer in layers:
         layer["sequential_read_s"] = layer["input_bytes"] / (seq["mb_per_s"] * 1e6)
         layer["over_sequential_read"] = layer["seconds"] / layer["sequential_read_s"]
-    rec = {"machine": info, "args": vars(args), "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
-           "wall_s": wall, "read_bytes": io() - before, "features_bytes": features.stat().st_size,
-           "fio_sequential_mb_per_s": seq["mb_per_s"], "layers": layers,
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "rss_anon_peak_bytes": anon.stop()["rss_anon"], "load_start": load,
-           "load_end": os.getloadavg(), "output": str(result) if args.predictions else list(result.shape)}
+    rec = {
+        "machine": info,
+        "args": vars(args),
+        "num_nodes": ds.num_nodes,
+        "num_edges": ds.num_edges,
+        "wall_s": wall,
+        "read_bytes": io() - before,
+        "features_bytes": features.stat().st_size,
+        "fio_sequential_mb_per_s": seq["mb_per_s"],
+        "layers": layers,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_anon_peak_bytes": anon.stop()["rss_anon"],
+        "load_start": load,
+        "load_end": os.getloadavg(),
+        "output": str(result) if args.predictions else list(result.shape),
+    }
     Path(args.json).write_text(json.dumps(rec, indent=1))
     print(json.dumps({k: v for k, v in rec.items() if k != "machine"}, indent=1))
 

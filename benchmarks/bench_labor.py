@@ -10,6 +10,7 @@ one-line table.
 
     python benchmarks/bench_labor.py /work/bench/products-0.05 --out benchmarks/results/labor_rows_products-0.05.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,38 +58,55 @@ def measure(sampler, batches) -> dict:
 
 def medians(runs: dict) -> dict:
     per_layer = lambda rows: [statistics.median(col) for col in zip(*rows)]  # noqa: E731
-    return {"input_rows": statistics.median(runs["input_rows"]),
-            "layer_sources": per_layer(runs["layer_sources"]), "layer_edges": per_layer(runs["layer_edges"]),
-            "sample_s": statistics.median(runs["sample_s"])}
+    return {
+        "input_rows": statistics.median(runs["input_rows"]),
+        "layer_sources": per_layer(runs["layer_sources"]),
+        "layer_edges": per_layer(runs["layer_edges"]),
+        "sample_s": statistics.median(runs["sample_s"]),
+    }
 
 
 def main(argv=None):
     args = parse_args(argv)
     ds = gnnsys.load_dataset(args.dataset)
-    batches = SeedBatches(ds.split("train"), args.batch_size, shuffle=True, seed=args.seed).epoch(0)[:args.batches]
-    samplers = {s: make_sampler("cpu", ds.indptr, ds.indices, args.fanouts, seed=args.seed, sampling=s)
-                for s in SAMPLINGS}
+    batches = SeedBatches(ds.split("train"), args.batch_size, shuffle=True, seed=args.seed).epoch(0)[: args.batches]
+    samplers = {
+        s: make_sampler("cpu", ds.indptr, ds.indices, args.fanouts, seed=args.seed, sampling=s) for s in SAMPLINGS
+    }
     for sampler in samplers.values():
         sampler.sample(batches[0], 1, 0)  # compile / load the kernels outside the timings
     load_before = os.getloadavg()
     runs = {name: measure(sampler, batches) for name, sampler in samplers.items()}
-    result = {"benchmark": "distinct input rows per batch, labor vs uniform",
-              "dataset": ds.meta.get("name", ds.name), "path": str(Path(args.dataset).resolve()),
-              "num_nodes": ds.num_nodes, "num_edges": ds.num_edges, "batches": len(batches),
-              "config": {k: v for k, v in vars(args).items() if k != "out"},
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                          "numba_threads": numba.get_num_threads(), "torch": torch.__version__,
-                          "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-              "median": {name: medians(r) for name, r in runs.items()}, "runs": runs}
+    result = {
+        "benchmark": "distinct input rows per batch, labor vs uniform",
+        "dataset": ds.meta.get("name", ds.name),
+        "path": str(Path(args.dataset).resolve()),
+        "num_nodes": ds.num_nodes,
+        "num_edges": ds.num_edges,
+        "batches": len(batches),
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "numba_threads": numba.get_num_threads(),
+            "torch": torch.__version__,
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "median": {name: medians(r) for name, r in runs.items()},
+        "runs": runs,
+    }
     m = result["median"]
     result["ratio_labor_to_uniform"] = m["labor"]["input_rows"] / m["uniform"]["input_rows"]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{Path(args.dataset).name}: median input rows per batch over {len(batches)} batches "
-          f"(fanouts {args.fanouts}, batch {args.batch_size}): uniform {m['uniform']['input_rows']:,.0f}  "
-          f"labor {m['labor']['input_rows']:,.0f}  ratio {result['ratio_labor_to_uniform']:.3f}  "
-          f"(load {result['machine']['loadavg_after'][0]:.2f})")
+    print(
+        f"{Path(args.dataset).name}: median input rows per batch over {len(batches)} batches "
+        f"(fanouts {args.fanouts}, batch {args.batch_size}): uniform {m['uniform']['input_rows']:,.0f}  "
+        f"labor {m['labor']['input_rows']:,.0f}  ratio {result['ratio_labor_to_uniform']:.3f}  "
+        f"(load {result['machine']['loadavg_after'][0]:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ file names end in _<systems>.
     benchmarks/setup_peers.sh            # once: DGL and PyG environments
     python benchmarks/bench_minibatch.py /work/bench-data/arxiv-1.0 --reps 3 --epochs 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
-    p.add_argument("--resume", action="store_true",
-                   help="reuse the finished runs in the results' .runs.jsonl (same options) and run only the rest")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the finished runs in the results' .runs.jsonl (same options) and run only the rest",
+    )
     p.add_argument("--out", default=str(HERE / "results"), help="results directory")
     args = p.parse_args(argv)
     args.systems = args.systems.split(",")
@@ -70,9 +74,23 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_once(system: str, dataset: str, args, seed: int, evaluate: bool) -> dict:
     """One run of one system in a fresh process: its JSON record, or an error record."""
     python, script = SYSTEMS[system]
-    cmd = [str(python), str(script), str(Path(dataset).resolve()), "--fanouts", args.fanouts,
-           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr),
-           "--epochs", str(args.epochs), "--seed", str(seed)]
+    cmd = [
+        str(python),
+        str(script),
+        str(Path(dataset).resolve()),
+        "--fanouts",
+        args.fanouts,
+        "--batch-size",
+        str(args.batch_size),
+        "--hidden",
+        str(args.hidden),
+        "--lr",
+        str(args.lr),
+        "--epochs",
+        str(args.epochs),
+        "--seed",
+        str(seed),
+    ]
     if evaluate:
         cmd.append("--eval")
     load_before = os.getloadavg()
@@ -85,8 +103,11 @@ def run_once(system: str, dataset: str, args, seed: int, evaluate: bool) -> dict
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"system": system, "error": f"exit {proc.returncode}: " + " | ".join(tail),
-                "loadavg_before": load_before}
+        return {
+            "system": system,
+            "error": f"exit {proc.returncode}: " + " | ".join(tail),
+            "loadavg_before": load_before,
+        }
     record = json.loads(lines[-1])
     record.update(process_wall_s=wall, loadavg_before=load_before)
     return record
@@ -101,16 +122,20 @@ def summarize(runs: list[dict]) -> dict:
     """Medians over the successful runs of one system."""
     ok = [r for r in runs if "error" not in r]
     epochs = [e for r in ok for e in r.get("epochs", [])]
-    out = {"runs_ok": len(ok), "runs_failed": len(runs) - len(ok),
-           "sampling_epoch_s": median_of([r["sampling"]["time_s"] for r in ok]),
-           "sampling_sample_s": median_of([r["sampling"]["breakdown"]["sample_s"] for r in ok]),
-           "sampling_gather_s": median_of([r["sampling"]["breakdown"]["gather_s"] for r in ok]),
-           "train_epoch_s": median_of([e["time_s"] for e in epochs]),
-           "train_breakdown_s": {k: median_of([e["breakdown"].get(k) for e in epochs])
-                                 for k in ("sample_s", "gather_s", "compute_s")},
-           "valid": median_of([r.get("valid") for r in ok]),
-           "test": median_of([r.get("test") for r in ok]),
-           "batches": median_of([r["sampling"]["batches"] for r in ok])}
+    out = {
+        "runs_ok": len(ok),
+        "runs_failed": len(runs) - len(ok),
+        "sampling_epoch_s": median_of([r["sampling"]["time_s"] for r in ok]),
+        "sampling_sample_s": median_of([r["sampling"]["breakdown"]["sample_s"] for r in ok]),
+        "sampling_gather_s": median_of([r["sampling"]["breakdown"]["gather_s"] for r in ok]),
+        "train_epoch_s": median_of([e["time_s"] for e in epochs]),
+        "train_breakdown_s": {
+            k: median_of([e["breakdown"].get(k) for e in epochs]) for k in ("sample_s", "gather_s", "compute_s")
+        },
+        "valid": median_of([r.get("valid") for r in ok]),
+        "test": median_of([r.get("test") for r in ok]),
+        "batches": median_of([r["sampling"]["batches"] for r in ok]),
+    }
     return out
 
 
@@ -123,8 +148,9 @@ def ratios(summary: dict) -> dict:
     for system, s in summary.items():
         if system == "gnnsys":
             continue
-        out[system] = {key: (s[key] / base[key] if s[key] and base[key] else None)
-                       for key in ("sampling_epoch_s", "train_epoch_s")}
+        out[system] = {
+            key: (s[key] / base[key] if s[key] and base[key] else None) for key in ("sampling_epoch_s", "train_epoch_s")
+        }
     return out
 
 
@@ -150,16 +176,30 @@ def bench_dataset(dataset: str, args, log: Path) -> dict:
         if "error" in record:
             tqdm.write(f"{system} rep {rep}: {record['error']}")
     summary = {system: summarize(r) for system, r in runs.items()}
-    return {"benchmark": "minibatch", "dataset": {"path": str(Path(dataset).resolve()), "name": meta["name"],
-                                                  "num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"],
-                                                  "dim": meta["features"]["dim"],
-                                                  "num_classes": meta["labels"]["num_classes"]},
-            "config": {k: getattr(args, k) for k in ("reps", "epochs", "eval_reps", "fanouts", "batch_size",
-                                                      "hidden", "lr")},
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                        "loadavg_end": list(os.getloadavg()),
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "summary": summary, "ratios_vs_gnnsys": ratios(summary), "runs": runs}
+    return {
+        "benchmark": "minibatch",
+        "dataset": {
+            "path": str(Path(dataset).resolve()),
+            "name": meta["name"],
+            "num_nodes": meta["num_nodes"],
+            "num_edges": meta["num_edges"],
+            "dim": meta["features"]["dim"],
+            "num_classes": meta["labels"]["num_classes"],
+        },
+        "config": {
+            k: getattr(args, k) for k in ("reps", "epochs", "eval_reps", "fanouts", "batch_size", "hidden", "lr")
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_end": list(os.getloadavg()),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        "summary": summary,
+        "ratios_vs_gnnsys": ratios(summary),
+        "runs": runs,
+    }
 
 
 def main(argv=None) -> int:
@@ -178,8 +218,16 @@ def main(argv=None) -> int:
         result = bench_dataset(dataset, args, log)
         (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
         plot(result, out / f"{name}.png")
-        print(json.dumps({"dataset": result["dataset"]["name"], "summary": result["summary"],
-                          "ratios_vs_gnnsys": result["ratios_vs_gnnsys"]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "dataset": result["dataset"]["name"],
+                    "summary": result["summary"],
+                    "ratios_vs_gnnsys": result["ratios_vs_gnnsys"],
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -20,6 +20,7 @@ batches no slower than 1.5x steady, i.e. time ratio <= 1.5), and peak RssAnon
 
     python benchmarks/bench_papers_scale.py /work/bench/papers-1.0 --first 8 --steady 24 --name papers_scale_1.0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,23 +78,41 @@ def child(args) -> dict:
     began = time.perf_counter()
     ds = load_dataset(args.dataset)
     load_s = time.perf_counter() - began
-    options = MinibatchOptions(fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
-                               hidden=args.hidden, epochs=2, progress=False, features="ssd",
-                               cache_rows=int(args.cache_frac * ds.num_nodes), cache_policy=args.policy,
-                               lookahead=args.lookahead, host_mem_budget=args.host_mem_budget,
-                               sampling=args.child, checkpoint_dir=args.checkpoint).for_dataset(ds)
+    options = MinibatchOptions(
+        fanouts=[int(f) for f in args.fanouts.split(",")],
+        batch_size=args.batch_size,
+        hidden=args.hidden,
+        epochs=2,
+        progress=False,
+        features="ssd",
+        cache_rows=int(args.cache_frac * ds.num_nodes),
+        cache_policy=args.policy,
+        lookahead=args.lookahead,
+        host_mem_budget=args.host_mem_budget,
+        sampling=args.child,
+        checkpoint_dir=args.checkpoint,
+    ).for_dataset(ds)
     began = time.perf_counter()
     trainer = MinibatchTrainer(ds, options)
     setup_s = time.perf_counter() - began
     seeds = ds.split("train")
     seeds = seeds[torch.from_numpy(np.random.default_rng(0).permutation(seeds.shape[0]))]
     b = args.batch_size
-    phases = {"first": seeds[:args.first * b], "steady": seeds[args.first * b:(args.first + args.steady) * b]}
+    phases = {"first": seeds[: args.first * b], "steady": seeds[args.first * b : (args.first + args.steady) * b]}
     records = {}
     for epoch, (phase, part) in enumerate(phases.items()):
-        loader = MinibatchLoader(ds, part, list(options.fanouts), batch_size=b, seed=0, prefetch=options.prefetch,
-                                 features=trainer.features, lookahead=options.lookahead, sampling=args.child,
-                                 x_dtype=trainer.precision.input_dtype(trainer.features.dtype))
+        loader = MinibatchLoader(
+            ds,
+            part,
+            list(options.fanouts),
+            batch_size=b,
+            seed=0,
+            prefetch=options.prefetch,
+            features=trainer.features,
+            lookahead=options.lookahead,
+            sampling=args.child,
+            x_dtype=trainer.precision.input_dtype(trainer.features.dtype),
+        )
         before = read_bytes(ds.path)
         record = trainer._epoch(loader, epoch)
         record.update(device_bytes=read_bytes(ds.path) - before, seeds=int(part.shape[0]), batches=len(loader))
@@ -102,9 +121,15 @@ def child(args) -> dict:
     if args.checkpoint:
         trainer.history = list(records.values())
         trainer._save(len(records))
-    return {"sampling": args.child, "load_s": load_s, "setup_s": setup_s, "phases": records,
-            "precision": trainer.precision.name,
-            "rss_anon_peak_bytes": anon.stop()["rss_anon"], "vm_hwm_bytes": _vm_hwm()}
+    return {
+        "sampling": args.child,
+        "load_s": load_s,
+        "setup_s": setup_s,
+        "phases": records,
+        "precision": trainer.precision.name,
+        "rss_anon_peak_bytes": anon.stop()["rss_anon"],
+        "vm_hwm_bytes": _vm_hwm(),
+    }
 
 
 def _vm_hwm() -> int:
@@ -118,21 +143,28 @@ def summarize(run: dict, device: dict) -> dict:
     for phase, r in run["phases"].items():
         ssd, cache = r["tiers"].get("ssd", {}), r["tiers"].get("cache", {})
         floor_s = ssd.get("unique_rows", 0) / device["best_reads_per_s"]
-        out[phase] = {"seeds_per_s": r["seeds"] / r["time_s"], "time_s": r["time_s"], "batches": r["batches"],
-                      "rows_needed_per_batch": ssd.get("unique_rows", 0) / r["batches"],
-                      "rows_requested_per_batch": cache.get("requested", 0) / r["batches"],
-                      "device_reads_per_batch": ssd.get("reads", 0) / r["batches"],
-                      "bytes_read_per_batch": ssd.get("bytes_read", 0) / r["batches"],
-                      "hit_rate": cache.get("hit_rate"), "floor_s": floor_s,
-                      "floor_seeds_per_s": r["seeds"] / floor_s if floor_s else None,
-                      "over_floor": floor_s / r["time_s"] if floor_s else None,
-                      "compute_s": r["breakdown"]["compute_s"], "device_bytes": r["device_bytes"]}
+        out[phase] = {
+            "seeds_per_s": r["seeds"] / r["time_s"],
+            "time_s": r["time_s"],
+            "batches": r["batches"],
+            "rows_needed_per_batch": ssd.get("unique_rows", 0) / r["batches"],
+            "rows_requested_per_batch": cache.get("requested", 0) / r["batches"],
+            "device_reads_per_batch": ssd.get("reads", 0) / r["batches"],
+            "bytes_read_per_batch": ssd.get("bytes_read", 0) / r["batches"],
+            "hit_rate": cache.get("hit_rate"),
+            "floor_s": floor_s,
+            "floor_seeds_per_s": r["seeds"] / floor_s if floor_s else None,
+            "over_floor": floor_s / r["time_s"] if floor_s else None,
+            "compute_s": r["breakdown"]["compute_s"],
+            "device_bytes": r["device_bytes"],
+        }
     first, steady = out["first"], out["steady"]
     out["first_time_over_steady"] = steady["seeds_per_s"] / first["seeds_per_s"]
-    out["targets"] = {"steady_over_floor_met": steady["over_floor"] is not None
-                      and steady["over_floor"] >= TARGET_FLOOR,
-                      "first_met": out["first_time_over_steady"] <= TARGET_FIRST,
-                      "rss_anon_met": run["rss_anon_peak_bytes"] <= TARGET_ANON_GB * 1e9}
+    out["targets"] = {
+        "steady_over_floor_met": steady["over_floor"] is not None and steady["over_floor"] >= TARGET_FLOOR,
+        "first_met": out["first_time_over_steady"] <= TARGET_FIRST,
+        "rss_anon_met": run["rss_anon_peak_bytes"] <= TARGET_ANON_GB * 1e9,
+    }
     return out
 
 
@@ -161,18 +193,33 @@ def main(argv=None):
         runs.append(run)
         summary[sampling] = summarize(run, device)
         s = summary[sampling]
-        print(f"{sampling:>8}: first {s['first']['seeds_per_s']:,.0f} seeds/s, steady {s['steady']['seeds_per_s']:,.0f}"
-              f" seeds/s (floor {s['steady']['floor_seeds_per_s'] or 0:,.0f}, x{s['steady']['over_floor'] or 0:.2f}), "
-              f"{s['steady']['rows_needed_per_batch']:,.0f} rows read per batch, hit {s['steady']['hit_rate']}, "
-              f"RssAnon {run['rss_anon_peak_bytes'] / 1e9:.2f} GB, load {load[0]:.2f}", flush=True)
+        print(
+            f"{sampling:>8}: first {s['first']['seeds_per_s']:,.0f} seeds/s, steady {s['steady']['seeds_per_s']:,.0f}"
+            f" seeds/s (floor {s['steady']['floor_seeds_per_s'] or 0:,.0f}, x{s['steady']['over_floor'] or 0:.2f}), "
+            f"{s['steady']['rows_needed_per_batch']:,.0f} rows read per batch, hit {s['steady']['hit_rate']}, "
+            f"RssAnon {run['rss_anon_peak_bytes'] / 1e9:.2f} GB, load {load[0]:.2f}",
+            flush=True,
+        )
     info["loadavg_end"] = os.getloadavg()
-    result = {"machine": info, "args": vars(args), "dataset": {"path": str(path), "num_nodes": meta["num_nodes"],
-                                                               "num_edges": meta["num_edges"],
-                                                               "feature_bytes": file.stat().st_size,
-                                                               "synthetic": meta["source"].get("synthetic")},
-              "device": device, "summary": summary, "runs": runs,
-              "targets": {"steady_over_floor": TARGET_FLOOR, "first_time_over_steady": TARGET_FIRST,
-                          "rss_anon_gb": TARGET_ANON_GB}}
+    result = {
+        "machine": info,
+        "args": vars(args),
+        "dataset": {
+            "path": str(path),
+            "num_nodes": meta["num_nodes"],
+            "num_edges": meta["num_edges"],
+            "feature_bytes": file.stat().st_size,
+            "synthetic": meta["source"].get("synthetic"),
+        },
+        "device": device,
+        "summary": summary,
+        "runs": runs,
+        "targets": {
+            "steady_over_floor": TARGET_FLOOR,
+            "first_time_over_steady": TARGET_FIRST,
+            "rss_anon_gb": TARGET_ANON_GB,
+        },
+    }
     out = HERE / "results" / f"{args.name}.json"
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
     print(f"written to {out}")

@@ -46,6 +46,7 @@ run), targets met or missed included.
     python benchmarks/bench_precision.py /work/bench-data/arxiv-1.0 \\
         --bf16-dataset /work/bench-data/arxiv-1.0-bf16 --repeats 3 --epochs 2 --acc-epochs 10 --acc-seeds 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,14 @@ from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 GEMM = (50000, 256, 256)
-TARGETS = {"bf16_vs_gnnsys_fp32": 1.8, "bf16_vs_dgl_fp32": 3.5, "accuracy_points": 0.5, "fp32_over_floor": 1.3,
-           "bf16_over_fp32_epoch": 1.05, "auto_over_fp32_epoch": 1.05}
+TARGETS = {
+    "bf16_vs_gnnsys_fp32": 1.8,
+    "bf16_vs_dgl_fp32": 3.5,
+    "accuracy_points": 0.5,
+    "fp32_over_floor": 1.3,
+    "bf16_over_fp32_epoch": 1.05,
+    "auto_over_fp32_epoch": 1.05,
+}
 EMULATE = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "NUMBA_CPU_NAME": "haswell"}}
 ACC_PRECISIONS = ("32", "bf16-mixed", "auto")
 
@@ -102,8 +109,9 @@ def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
 
     n_src, n_dst, degree, dim = 100_000, 50_000, 10, 128
     gen = torch.Generator().manual_seed(0)
-    adj = Adjacency.mean(torch.arange(0, n_dst * degree + 1, degree),
-                         torch.randint(0, n_src, (n_dst * degree,), generator=gen), n_src)
+    adj = Adjacency.mean(
+        torch.arange(0, n_dst * degree + 1, degree), torch.randint(0, n_src, (n_dst * degree,), generator=gen), n_src
+    )
     x = torch.randn(n_src, dim, generator=gen)
 
     def ms(fn):
@@ -115,9 +123,11 @@ def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
             times.append(time.perf_counter() - start)
         return statistics.median(times) * 1e3
 
-    out = {"aggregate_fp32": ms(lambda: aggregate(adj, x, torch.float32)),
-           "aggregate_bf16": ms(lambda: aggregate(adj, x.bfloat16(), torch.bfloat16)),
-           "sparse_mm_fp32": ms(lambda: torch.sparse.mm(adj.csr(torch.float32), x))}
+    out = {
+        "aggregate_fp32": ms(lambda: aggregate(adj, x, torch.float32)),
+        "aggregate_bf16": ms(lambda: aggregate(adj, x.bfloat16(), torch.bfloat16)),
+        "sparse_mm_fp32": ms(lambda: torch.sparse.mm(adj.csr(torch.float32), x)),
+    }
     wide, half = torch.empty(n_src, dim), x.half()
     out["widen_fp16"] = ms(lambda: wide.copy_(half))
     for name, path in (("fp32", dataset), ("bf16", bf16_dataset)):
@@ -155,11 +165,25 @@ def child_gnnsys(dataset: str, precision: str, epochs: int, seed: int, evaluate:
     """gnnsys.train GraphSAGE epochs in `precision`; the peers' record format."""
     import gnnsys
 
-    result = gnnsys.train(dataset, model="sage", fanouts=a.fanouts, batch_size=a.batch_size, hidden=a.hidden,
-                          epochs=epochs, lr=a.lr, dropout=0.5, seed=seed, eval_every=epochs, precision=precision,
-                          progress=False).to_dict()
-    record = {"system": "gnnsys", "precision": result["config"]["precision"],
-              "epochs": [{k: e[k] for k in ("epoch", "time_s", "loss", "breakdown")} for e in result["epochs"]]}
+    result = gnnsys.train(
+        dataset,
+        model="sage",
+        fanouts=a.fanouts,
+        batch_size=a.batch_size,
+        hidden=a.hidden,
+        epochs=epochs,
+        lr=a.lr,
+        dropout=0.5,
+        seed=seed,
+        eval_every=epochs,
+        precision=precision,
+        progress=False,
+    ).to_dict()
+    record = {
+        "system": "gnnsys",
+        "precision": result["config"]["precision"],
+        "epochs": [{k: e[k] for k in ("epoch", "time_s", "loss", "breakdown")} for e in result["epochs"]],
+    }
     if evaluate:
         record.update(valid=result["epochs"][-1]["valid"], test=result["epochs"][-1]["test"])
     return record
@@ -242,11 +266,23 @@ def configurations(args) -> dict:
     from bench_minibatch import SYSTEMS
 
     me = [sys.executable, str(Path(__file__).resolve()), "child"]
-    model = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-             "--lr", str(args.lr), "--epochs", str(args.epochs)]
-    configs = {"gnnsys-fp32": me + ["gnnsys", args.dataset, "--precision", "32", *model],
-               "gnnsys-bf16": me + ["gnnsys", args.dataset, "--precision", "bf16-mixed", *model],
-               "gnnsys-auto": me + ["gnnsys", args.dataset, "--precision", "auto", *model]}
+    model = [
+        "--fanouts",
+        args.fanouts,
+        "--batch-size",
+        str(args.batch_size),
+        "--hidden",
+        str(args.hidden),
+        "--lr",
+        str(args.lr),
+        "--epochs",
+        str(args.epochs),
+    ]
+    configs = {
+        "gnnsys-fp32": me + ["gnnsys", args.dataset, "--precision", "32", *model],
+        "gnnsys-bf16": me + ["gnnsys", args.dataset, "--precision", "bf16-mixed", *model],
+        "gnnsys-auto": me + ["gnnsys", args.dataset, "--precision", "auto", *model],
+    }
     if args.bf16_dataset:
         configs["gnnsys-bf16-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "bf16-mixed", *model]
         configs["gnnsys-auto-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "auto", *model]
@@ -266,8 +302,13 @@ def run(cmd: list, args, seed: int | None = None) -> dict:
     before = os.getloadavg()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              env={**os.environ, "PYTHONPATH": str(HERE), **EMULATE.get(args.isa, {})})
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+            env={**os.environ, "PYTHONPATH": str(HERE), **EMULATE.get(args.isa, {})},
+        )
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -277,8 +318,12 @@ def run(cmd: list, args, seed: int | None = None) -> dict:
     except subprocess.TimeoutExpired:
         record = {"error": f"timed out after {args.timeout:.0f} s"}
     after = os.getloadavg()
-    record.update(process_wall_s=time.perf_counter() - start, loadavg_before=before, loadavg_after=after,
-                  loaded=max(before[0], after[0]) / cores > args.load_flag)
+    record.update(
+        process_wall_s=time.perf_counter() - start,
+        loadavg_before=before,
+        loadavg_after=after,
+        loaded=max(before[0], after[0]) / cores > args.load_flag,
+    )
     return record
 
 
@@ -296,10 +341,13 @@ def summarize(name: str, runs: list, gflop: float | None, rates: dict) -> dict:
     """Medians of one configuration's timed runs (all, and quiet ones only), the
     precision gnnsys resolved it to, its roofline line (at the GEMM rate of that precision)."""
     ok = [r for r in runs if "error" not in r]
-    out = {"runs_ok": len(ok), "runs_failed": len(runs) - len(ok), "runs_loaded": sum(r["loaded"] for r in ok),
-           "precision": sorted({r["precision"] for r in ok if "precision" in r})}
-    rate = rates["bf16" if out["precision"] == ["bf16-mixed"] or (not out["precision"] and "bf16" in name)
-                 else "fp32"]
+    out = {
+        "runs_ok": len(ok),
+        "runs_failed": len(runs) - len(ok),
+        "runs_loaded": sum(r["loaded"] for r in ok),
+        "precision": sorted({r["precision"] for r in ok if "precision" in r}),
+    }
+    rate = rates["bf16" if out["precision"] == ["bf16-mixed"] or (not out["precision"] and "bf16" in name) else "fp32"]
     for label, chosen in (("", ok), ("quiet_", [r for r in ok if not r["loaded"]])):
         epochs = [e for r in chosen for e in warm(r.get("epochs", []))]
         out[label + "epoch_s"] = median_of([e["time_s"] for e in epochs])
@@ -313,22 +361,31 @@ def summarize(name: str, runs: list, gflop: float | None, rates: dict) -> dict:
 def accuracy(runs: list) -> dict:
     """Mean, spread and values of the test accuracy over the accuracy runs."""
     tests = [r["test"] for r in runs if "test" in r]
-    return {"test_mean": statistics.mean(tests) if tests else None,
-            "test_stdev": statistics.stdev(tests) if len(tests) > 1 else None, "tests": tests}
+    return {
+        "test_mean": statistics.mean(tests) if tests else None,
+        "test_stdev": statistics.stdev(tests) if len(tests) > 1 else None,
+        "tests": tests,
+    }
 
 
 def targets(summary: dict, acc: dict) -> dict:
     """Each target of the issue with its measured figure and met/missed (None: not measured)."""
+
     def speed(a, b):
-        return summary[b]["epoch_s"] / summary[a]["epoch_s"] if a in summary and b in summary \
-            and summary[a]["epoch_s"] and summary[b]["epoch_s"] else None
+        return (
+            summary[b]["epoch_s"] / summary[a]["epoch_s"]
+            if a in summary and b in summary and summary[a]["epoch_s"] and summary[b]["epoch_s"]
+            else None
+        )
 
     bf16_computes = summary.get("gnnsys-bf16", {}).get("precision") == ["bf16-mixed"]  # else it ran fp32 GEMMs
-    figures = {"bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32") if bf16_computes else None,
-               "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32") if bf16_computes else None,
-               "fp32_over_floor": summary.get("gnnsys-fp32", {}).get("compute_over_floor"),
-               "bf16_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-bf16"),
-               "auto_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-auto")}
+    figures = {
+        "bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32") if bf16_computes else None,
+        "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32") if bf16_computes else None,
+        "fp32_over_floor": summary.get("gnnsys-fp32", {}).get("compute_over_floor"),
+        "bf16_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-bf16"),
+        "auto_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-auto"),
+    }
     means = [acc.get(p, {}).get("test_mean") for p in ACC_PRECISIONS]
     figures["accuracy_points"] = max(abs(m - means[0]) for m in means[1:]) * 100 if None not in means else None
     out = {}
@@ -341,7 +398,7 @@ def targets(summary: dict, acc: dict) -> dict:
 
 def plot(result: dict, path: Path):
     """Epoch time (median, with the GEMM floor) per configuration and accuracy per precision, as a PNG."""
-    
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -353,16 +410,21 @@ def plot(result: dict, path: Path):
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     left.bar(names, [result["summary"][n]["epoch_s"] for n in names], color="tab:blue", label="epoch (median)")
     floors = [n for n in names if result["summary"][n].get("floor_s")]
-    left.scatter(floors, [result["summary"][n]["floor_s"] for n in floors], color="black", marker="_", s=600,
-                 label="GEMM floor")
+    left.scatter(
+        floors, [result["summary"][n]["floor_s"] for n in floors], color="black", marker="_", s=600, label="GEMM floor"
+    )
     left.set_ylabel("seconds per epoch")
     left.set_title(f"{result['dataset']}: epoch time")
     left.legend()
     left.tick_params(axis="x", rotation=20)
     acc = result["accuracy"]
     precisions = [p for p in acc if acc[p]["test_mean"] is not None]
-    right.bar(precisions, [100 * acc[p]["test_mean"] for p in precisions],
-              yerr=[100 * (acc[p]["test_stdev"] or 0) for p in precisions], color="tab:green")
+    right.bar(
+        precisions,
+        [100 * acc[p]["test_mean"] for p in precisions],
+        yerr=[100 * (acc[p]["test_stdev"] or 0) for p in precisions],
+        color="tab:green",
+    )
     right.set_ylabel("test accuracy (%)")
     right.set_title(f"after {result['config']['acc_epochs']} epochs")
     save_figure(fig, path)
@@ -380,12 +442,21 @@ def main(argv=None) -> int:
     configs = configurations(args)
     model = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden)]
     me = [sys.executable, str(Path(__file__).resolve()), "child"]
-    result = {"benchmark": "precision", "dataset": meta["name"], "config": vars(args), "cpus": os.cpu_count(),
-              "emulated_isa": EMULATE.get(args.isa), "machine": run(me + ["machine"], args),
-              "gemm": [run(me + ["gemm"], args)], "configurations": list(configs),
-              "kernels_ms": run(me + ["kernels", args.dataset, *(["--bf16-dataset", args.bf16_dataset]
-                                                                 if args.bf16_dataset else [])], args),
-              "runs": {name: [] for name in configs}, "accuracy_runs": {p: [] for p in ACC_PRECISIONS}}
+    result = {
+        "benchmark": "precision",
+        "dataset": meta["name"],
+        "config": vars(args),
+        "cpus": os.cpu_count(),
+        "emulated_isa": EMULATE.get(args.isa),
+        "machine": run(me + ["machine"], args),
+        "gemm": [run(me + ["gemm"], args)],
+        "configurations": list(configs),
+        "kernels_ms": run(
+            me + ["kernels", args.dataset, *(["--bf16-dataset", args.bf16_dataset] if args.bf16_dataset else [])], args
+        ),
+        "runs": {name: [] for name in configs},
+        "accuracy_runs": {p: [] for p in ACC_PRECISIONS},
+    }
 
     def save():
         gemm = [g for g in result["gemm"] if "error" not in g]
@@ -404,22 +475,41 @@ def main(argv=None) -> int:
         for name, cmd in configs.items():
             record = run(cmd, args, seed=rep)
             result["runs"][name].append(dict(record, rep=rep))
-            print(f"{name} rep {rep}: " + (record.get("error") or
-                  f"{[round(e['time_s'], 2) for e in record.get('epochs', [])]} s"
-                  f"{' (loaded)' if record['loaded'] else ''}"), flush=True)
+            print(
+                f"{name} rep {rep}: "
+                + (
+                    record.get("error")
+                    or f"{[round(e['time_s'], 2) for e in record.get('epochs', [])]} s"
+                    f"{' (loaded)' if record['loaded'] else ''}"
+                ),
+                flush=True,
+            )
             save()
     for seed in range(args.acc_seeds if args.acc_epochs else 0):
         for precision in ACC_PRECISIONS:
-            cmd = me + ["gnnsys", args.dataset, "--precision", precision, "--lr", str(args.lr), *model,
-                        "--epochs", str(args.acc_epochs), "--eval"]
+            cmd = me + [
+                "gnnsys",
+                args.dataset,
+                "--precision",
+                precision,
+                "--lr",
+                str(args.lr),
+                *model,
+                "--epochs",
+                str(args.acc_epochs),
+                "--eval",
+            ]
             record = run(cmd, args, seed=seed)
             result["accuracy_runs"][precision].append(dict(record, seed=seed))
             print(f"accuracy {precision} seed {seed}: {record.get('error') or record.get('test')}", flush=True)
             save()
     result["gemm"].append(run(me + ["gemm"], args))
     save()
-    print(json.dumps({"summary": result["summary"], "accuracy": result["accuracy"], "targets": result["targets"]},
-                     indent=1))
+    print(
+        json.dumps(
+            {"summary": result["summary"], "accuracy": result["accuracy"], "targets": result["targets"]}, indent=1
+        )
+    )
     return 0
 
 

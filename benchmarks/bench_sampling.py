@@ -8,6 +8,7 @@ different shuffles) and writes benchmarks/results/sampling_<dataset>.json.
 
     python benchmarks/bench_sampling.py /work/bench-data/arxiv-1.0 --reps 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,11 +69,19 @@ def time_sampler(loader: MinibatchLoader, epoch: int, desc: str) -> dict:
 
 
 def machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
-            "numba_threads": numba.get_num_threads(), "numba_threading_layer": numba.threading_layer(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "loadavg": os.getloadavg(),
-            "python": platform.python_version(), "torch": torch.__version__, "numba": numba.__version__,
-            "numpy": np.__version__}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "numba_threads": numba.get_num_threads(),
+        "numba_threading_layer": numba.threading_layer(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "loadavg": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numba": numba.__version__,
+        "numpy": np.__version__,
+    }
 
 
 def main(argv=None):
@@ -81,8 +90,9 @@ def main(argv=None):
     common = dict(batch_size=args.batch_size, seed=0)
     loaders = {
         "sync": MinibatchLoader(ds, "train", args.fanouts, prefetch=0, **common),
-        "pipelined": MinibatchLoader(ds, "train", args.fanouts, prefetch=args.prefetch,
-                                     num_workers=args.num_workers, **common),
+        "pipelined": MinibatchLoader(
+            ds, "train", args.fanouts, prefetch=args.prefetch, num_workers=args.num_workers, **common
+        ),
     }
     warm = loaders["sync"].seeds.epoch(0)[0]
     loaders["sync"].sampler.sample(warm)  # compile / load the kernels outside the timings
@@ -93,11 +103,19 @@ def main(argv=None):
         for mode, loader in loaders.items():
             runs[mode].append(time_epoch(loader, rep, f"{mode} rep {rep + 1}"))
     medians = {mode: statistics.median(r["time_s"] for r in rs) for mode, rs in runs.items()}
-    result = {"benchmark": "sampling+gather epoch", "dataset": ds.meta.get("name", ds.name),
-              "path": str(Path(args.dataset).resolve()), "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
-              "train_seeds": int(ds.split("train").numel()), "batches": len(loaders["sync"]),
-              "config": {k: v for k, v in vars(args).items() if k != "out"}, "machine": machine(),
-              "median_s": medians, "runs": runs}
+    result = {
+        "benchmark": "sampling+gather epoch",
+        "dataset": ds.meta.get("name", ds.name),
+        "path": str(Path(args.dataset).resolve()),
+        "num_nodes": ds.num_nodes,
+        "num_edges": ds.num_edges,
+        "train_seeds": int(ds.split("train").numel()),
+        "batches": len(loaders["sync"]),
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "machine": machine(),
+        "median_s": medians,
+        "runs": runs,
+    }
     out = Path(args.out) / f"sampling_{Path(args.dataset).resolve().name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -25,6 +25,7 @@ ownership); no lookahead window. Deterministic: one run per point.
 
     python benchmarks/bench_shared_cache.py /tmp/products --workers 1,2,4 --cache 0.05 --replicate 0.02
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_cache_policies import record_trace
+from plotting import save_figure
 
 import gnnsys
-from bench_cache_policies import record_trace
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import make_policy, presample_hotness
 from gnnsys.storage.cache.ownership import Ownership, exchange_bytes, serve_step, shard_policy
-from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 SETUPS = ("private", "shared", "shared+replica", "ideal")
@@ -53,8 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("graph", help="a prepared gnnsys dataset (products-shaped synthetic)")
     p.add_argument("--workers", default="1,2,4", help="rank counts W")
     p.add_argument("--cache", type=float, default=0.05, help="C, each rank's cache, as a fraction of the nodes")
-    p.add_argument("--replicate", type=float, default=0.02,
-                   help="the hottest fraction of the nodes replicated on every rank in 'shared+replica'")
+    p.add_argument(
+        "--replicate",
+        type=float,
+        default=0.02,
+        help="the hottest fraction of the nodes replicated on every rank in 'shared+replica'",
+    )
     p.add_argument("--policies", default="static,lru", help="cache policies (presample hotness warms all)")
     p.add_argument("--epochs", type=int, default=3, help="epochs traced (the first is the cold one)")
     p.add_argument("--presample-epochs", type=int, default=2)
@@ -79,11 +84,15 @@ class Tally:
 
     def summary(self, row_bytes: int) -> dict:
         """First epoch and steady state (mean of the later epochs)."""
+
         def phase(sl):
             n = sl.stop - sl.start
-            return {"hit_rate": self.hits[sl].sum() / self.distinct[sl].sum(),
-                    "bytes_from_base": int(self.base_rows[sl].sum() * row_bytes // n),
-                    "bytes_exchanged": int(self.exchanged[sl].sum() // n)}
+            return {
+                "hit_rate": self.hits[sl].sum() / self.distinct[sl].sum(),
+                "bytes_from_base": int(self.base_rows[sl].sum() * row_bytes // n),
+                "bytes_exchanged": int(self.exchanged[sl].sum() // n),
+            }
+
         epochs = self.distinct.shape[0]
         return {"first_epoch": phase(slice(0, 1)), "steady": phase(slice(1, epochs))}
 
@@ -110,9 +119,10 @@ def shared(traces, ownership, policies, row_bytes, epoch_of, tally):
         asked = [traces[q][t][order] for q, (_, _, order, _) in enumerate(routes)]
         for o in range(world):
             replicated, own = routes[o][0], routes[o][1]
-            received = np.concatenate([asked[q][offsets[q, o]:offsets[q, o + 1]] for q in range(world)])
+            received = np.concatenate([asked[q][offsets[q, o] : offsets[q, o + 1]] for q in range(world)])
             _, _, own_hits, peer_hits, misses = serve_step(
-                shards[o], lambda local, p=policies[o]: p.access(local)[0], traces[o][t][own], received, table[:, o])
+                shards[o], lambda local, p=policies[o]: p.access(local)[0], traces[o][t][own], received, table[:, o]
+            )
             tally.hits[e] += replicated.sum() + own_hits + peer_hits.sum()
             tally.distinct[e] += traces[o][t].shape[0]
             tally.base_rows[e] += misses
@@ -124,8 +134,13 @@ def ideal(traces, policy, epoch_of, tally):
     everything = np.arange(policy.num_nodes)
     for t, e in enumerate(epoch_of):
         batches = [trace[t] for trace in traces]
-        _, _, _, hits, misses = serve_step(everything, lambda local: policy.access(local)[0], np.empty(0, np.int64),
-                                           np.concatenate(batches), [b.shape[0] for b in batches])
+        _, _, _, hits, misses = serve_step(
+            everything,
+            lambda local: policy.access(local)[0],
+            np.empty(0, np.int64),
+            np.concatenate(batches),
+            [b.shape[0] for b in batches],
+        )
         tally.hits[e] += hits.sum()
         tally.distinct[e] += sum(b.shape[0] for b in batches)
         tally.base_rows[e] += misses
@@ -136,12 +151,18 @@ def run_world(ds, sampler, hot, world: int, args) -> dict:
     n, cap = ds.num_nodes, int(round(args.cache * ds.num_nodes))
     row_bytes = ds.features.shape[1] * ds.features.dtype.itemsize
     began = time.perf_counter()
-    shares = [SeedBatches(ds.split("train"), args.batch_size, shuffle=True, seed=0, rank=r, world_size=world)
-              for r in range(world)]
+    shares = [
+        SeedBatches(ds.split("train"), args.batch_size, shuffle=True, seed=0, rank=r, world_size=world)
+        for r in range(world)
+    ]
     traces = [record_trace(sampler, s, range(args.epochs)) for s in shares]
     epoch_of = np.repeat(np.arange(args.epochs), len(shares[0]))
-    out = {"capacity_per_rank": cap, "batches_per_rank_per_epoch": len(shares[0]),
-           "trace_s": round(time.perf_counter() - began, 1), "policies": {}}
+    out = {
+        "capacity_per_rank": cap,
+        "batches_per_rank_per_epoch": len(shares[0]),
+        "trace_s": round(time.perf_counter() - began, 1),
+        "policies": {},
+    }
     replicate_frac = min(1.0, args.replicate * n / cap)
     for pol in args.policies:
         rows = {}
@@ -166,9 +187,12 @@ def run_world(ds, sampler, hot, world: int, args) -> dict:
                 shared(traces, own, policies, row_bytes, epoch_of, tally)
             rows[setup] = dict(tally.summary(row_bytes), sim_s=round(time.perf_counter() - t0, 2))
             steady = rows[setup]["steady"]
-            print(f"W={world} {pol:<7} {setup:<15} hit {steady['hit_rate']:.3f}  from base "
-                  f"{steady['bytes_from_base'] / 2**20:9.1f} MiB  exchanged "
-                  f"{steady['bytes_exchanged'] / 2**20:9.1f} MiB  (per epoch, steady)", flush=True)
+            print(
+                f"W={world} {pol:<7} {setup:<15} hit {steady['hit_rate']:.3f}  from base "
+                f"{steady['bytes_from_base'] / 2**20:9.1f} MiB  exchanged "
+                f"{steady['bytes_exchanged'] / 2**20:9.1f} MiB  (per epoch, steady)",
+                flush=True,
+            )
         out["policies"][pol] = rows
     out["replicate_frac"] = replicate_frac
     return out
@@ -179,27 +203,37 @@ def targets(rows: dict) -> dict:
     1 point of the ideal and at least 10 above private caches; lower-tier
     bytes at most 1.05 x the ideal's."""
     sh, pr, ide = rows["shared"]["steady"], rows["private"]["steady"], rows["ideal"]["steady"]
-    return {"within_1_point_of_ideal": bool(ide["hit_rate"] - sh["hit_rate"] <= 0.01),
-            "10_points_above_private": bool(sh["hit_rate"] - pr["hit_rate"] >= 0.10),
-            "base_bytes_at_most_1.05x_ideal": bool(sh["bytes_from_base"] <= 1.05 * ide["bytes_from_base"])}
+    return {
+        "within_1_point_of_ideal": bool(ide["hit_rate"] - sh["hit_rate"] <= 0.01),
+        "10_points_above_private": bool(sh["hit_rate"] - pr["hit_rate"] >= 0.10),
+        "base_bytes_at_most_1.05x_ideal": bool(sh["bytes_from_base"] <= 1.05 * ide["bytes_from_base"]),
+    }
 
 
 def plot(results: dict, path: Path):
     """Steady-state hit rate, lower-tier bytes and exchanged bytes against W, one row per policy."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     worlds = sorted(results["workers"], key=int)
     policies = results["config"]["policies"]
     fig, axes = plt.subplots(len(policies), 3, figsize=(14, 3.8 * len(policies)), squeeze=False)
-    metrics = (("hit_rate", "hit rate", 1), ("bytes_from_base", "MiB from lower tiers / epoch", 2**20),
-               ("bytes_exchanged", "MiB exchanged / epoch", 2**20))
+    metrics = (
+        ("hit_rate", "hit rate", 1),
+        ("bytes_from_base", "MiB from lower tiers / epoch", 2**20),
+        ("bytes_exchanged", "MiB exchanged / epoch", 2**20),
+    )
     for row, pol in enumerate(policies):
         for col, (key, label, unit) in enumerate(metrics):
             ax = axes[row][col]
             for setup in SETUPS:
-                points = [(int(w), results["workers"][w]["policies"][pol][setup]["steady"][key] / unit)
-                          for w in worlds if setup in results["workers"][w]["policies"][pol]]
+                points = [
+                    (int(w), results["workers"][w]["policies"][pol][setup]["steady"][key] / unit)
+                    for w in worlds
+                    if setup in results["workers"][w]["policies"][pol]
+                ]
                 if points:
                     ax.plot(*zip(*points), marker="o", label=setup, linestyle="--" if setup == "ideal" else "-")
             ax.set_xticks([int(w) for w in worlds])
@@ -213,14 +247,18 @@ def plot(results: dict, path: Path):
 
 def table(results: dict) -> str:
     """The steady-state results as a markdown table."""
-    lines = ["| W | policy | setup | hit rate | MiB from lower tiers / epoch | MiB exchanged / epoch |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| W | policy | setup | hit rate | MiB from lower tiers / epoch | MiB exchanged / epoch |",
+        "|---|---|---|---|---|---|",
+    ]
     for w, res in results["workers"].items():
         for pol, rows in res["policies"].items():
             for setup, r in rows.items():
                 s = r["steady"]
-                lines.append(f"| {w} | {pol} | {setup} | {s['hit_rate']:.3f} | {s['bytes_from_base'] / 2**20:.1f} | "
-                             f"{s['bytes_exchanged'] / 2**20:.1f} |")
+                lines.append(
+                    f"| {w} | {pol} | {setup} | {s['hit_rate']:.3f} | {s['bytes_from_base'] / 2**20:.1f} | "
+                    f"{s['bytes_exchanged'] / 2**20:.1f} |"
+                )
     return "\n".join(lines)
 
 
@@ -229,15 +267,27 @@ def main(argv=None):
     ds = gnnsys.load_dataset(args.graph)
     sampler = NeighborSampler(ds.indptr, ds.indices, args.fanouts, seed=0)
     began = time.perf_counter()
-    hot = presample_hotness(sampler, SeedBatches(ds.split("train"), args.batch_size, shuffle=True, seed=0),
-                            range(1000, 1000 + args.presample_epochs))
-    results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                           "processor": platform.processor()},
-               "config": {"graph": str(args.graph), "nodes": ds.num_nodes, "fanouts": args.fanouts,
-                          "batch_size": args.batch_size, "epochs": args.epochs, "cache": args.cache,
-                          "replicate": args.replicate, "presample_epochs": args.presample_epochs,
-                          "policies": args.policies, "presample_s": round(time.perf_counter() - began, 1)},
-               "workers": {}}
+    hot = presample_hotness(
+        sampler,
+        SeedBatches(ds.split("train"), args.batch_size, shuffle=True, seed=0),
+        range(1000, 1000 + args.presample_epochs),
+    )
+    results = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor()},
+        "config": {
+            "graph": str(args.graph),
+            "nodes": ds.num_nodes,
+            "fanouts": args.fanouts,
+            "batch_size": args.batch_size,
+            "epochs": args.epochs,
+            "cache": args.cache,
+            "replicate": args.replicate,
+            "presample_epochs": args.presample_epochs,
+            "policies": args.policies,
+            "presample_s": round(time.perf_counter() - began, 1),
+        },
+        "workers": {},
+    }
     for world in args.workers:
         res = run_world(ds, sampler, hot, world, args)
         if world == 4:

@@ -32,6 +32,7 @@ and a PNG under benchmarks/results/ (--name).
     python benchmarks/bench_ssd_epoch.py /work/bench/papers-0.02 --modes memory,ssd-0.1 --batches 8 --epochs 3 \\
         --repeats 3 --name ssd_epoch_papers
 """
+
 from __future__ import annotations
 
 import argparse
@@ -110,22 +111,47 @@ def child(args) -> dict:
 
     ds = load_dataset(args.dataset)
     mode = args.child
-    tiers = dict(features="ssd", cache_rows=int(float(mode.split("-")[1]) * ds.num_nodes), cache_policy=args.policy,
-                 lookahead=args.lookahead, host_mem_budget=args.host_mem_budget) if mode.startswith("ssd") else {}
+    tiers = (
+        dict(
+            features="ssd",
+            cache_rows=int(float(mode.split("-")[1]) * ds.num_nodes),
+            cache_policy=args.policy,
+            lookahead=args.lookahead,
+            host_mem_budget=args.host_mem_budget,
+        )
+        if mode.startswith("ssd")
+        else {}
+    )
     if "eval" in MinibatchOptions.__dataclass_fields__:
         tiers["eval"] = "auto"
     dropped = drop_page_cache(ds.path / "features.bin") if mode == "memmap" else None
-    options = MinibatchOptions(fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
-                               hidden=args.hidden, epochs=args.epochs, progress=False, **tiers).for_dataset(ds)
+    options = MinibatchOptions(
+        fanouts=[int(f) for f in args.fanouts.split(",")],
+        batch_size=args.batch_size,
+        hidden=args.hidden,
+        epochs=args.epochs,
+        progress=False,
+        **tiers,
+    ).for_dataset(ds)
     began = time.perf_counter()
     trainer = MinibatchTrainer(ds, options)
     if mode == "memory":
         trainer.features = trainer.rows = RowTable.from_tensor(ds.features.gather(torch.arange(ds.num_nodes)))
     setup_s = time.perf_counter() - began
     seeds = ds.split("train")
-    seeds = seeds[torch.from_numpy(np.random.default_rng(0).permutation(seeds.shape[0]))][:args.batches * args.batch_size]
-    loader = MinibatchLoader(ds, seeds, list(options.fanouts), batch_size=args.batch_size, seed=0,
-                             prefetch=options.prefetch, features=trainer.features, lookahead=options.lookahead)
+    seeds = seeds[torch.from_numpy(np.random.default_rng(0).permutation(seeds.shape[0]))][
+        : args.batches * args.batch_size
+    ]
+    loader = MinibatchLoader(
+        ds,
+        seeds,
+        list(options.fanouts),
+        batch_size=args.batch_size,
+        seed=0,
+        prefetch=options.prefetch,
+        features=trainer.features,
+        lookahead=options.lookahead,
+    )
     epochs = []
     for e in range(args.epochs):
         before = read_bytes(ds.path)
@@ -136,8 +162,14 @@ def child(args) -> dict:
             record["metrics"] = trainer._evaluate()
         record["eval_s"] = time.perf_counter() - began
         epochs.append(record)
-    return {"mode": mode, "setup_s": setup_s, "page_cache": dropped, "epochs": epochs,
-            "eval_option": options.__dict__.get("eval"), "rss_peak_mib": _peak_rss_mib()}
+    return {
+        "mode": mode,
+        "setup_s": setup_s,
+        "page_cache": dropped,
+        "epochs": epochs,
+        "eval_option": options.__dict__.get("eval"),
+        "rss_peak_mib": _peak_rss_mib(),
+    }
 
 
 def _peak_rss_mib() -> float:
@@ -152,10 +184,19 @@ def measure_device(file: Path, read_size: int, depths: list, seconds: float) -> 
     random = [fio(file, read_size, d, "io_uring", seconds) for d in depths]
     best = max(random, key=lambda r: r["reads_per_s"])
     seq = fio(file, 1 << 20, 8, "io_uring", seconds, rw="read")
-    print(f"fio: best {best['reads_per_s']:,.0f} random {read_size} B reads/s (depth {best['depth']}), sequential "
-          f"{seq['mb_per_s']:,.0f} MB/s", flush=True)
-    return {"random": random, "best_reads_per_s": best["reads_per_s"], "best_depth": best["depth"],
-            "seq_bytes_per_s": seq["mb_per_s"] * 1e6, "read_size": read_size, "load": os.getloadavg()}
+    print(
+        f"fio: best {best['reads_per_s']:,.0f} random {read_size} B reads/s (depth {best['depth']}), sequential "
+        f"{seq['mb_per_s']:,.0f} MB/s",
+        flush=True,
+    )
+    return {
+        "random": random,
+        "best_reads_per_s": best["reads_per_s"],
+        "best_depth": best["depth"],
+        "seq_bytes_per_s": seq["mb_per_s"] * 1e6,
+        "read_size": read_size,
+        "load": os.getloadavg(),
+    }
 
 
 def _epoch_s(e: dict) -> float:
@@ -173,25 +214,31 @@ def summarize(runs: list, device: dict, file_bytes: int, budget_bytes: float) ->
         steady_epochs = lambda r: r["epochs"][1:] or r["epochs"]  # noqa: E731
         ssd = [e["tiers"]["ssd"] for r in mine for e in steady_epochs(r) if "ssd" in e.get("tiers", {})]
         cache = [e["tiers"]["cache"] for r in mine for e in steady_epochs(r) if "cache" in e.get("tiers", {})]
-        out[mode] = {"first_s": med(_epoch_s(r["epochs"][0]) for r in mine),
-                     "steady_s": med(med(_epoch_s(e) for e in r["epochs"][1:]) for r in mine)
-                     if len(mine[0]["epochs"]) > 1 else None,
-                     "train_steady_s": med(e["time_s"] for r in mine for e in steady_epochs(r)),
-                     "eval_s": med(e.get("eval_s", 0.0) for r in mine for e in r["epochs"]),
-                     "compute_s": med(e["breakdown"]["compute_s"] for r in mine for e in steady_epochs(r)),
-                     "device_bytes_steady": med(e["device_bytes"] for r in mine for e in steady_epochs(r)),
-                     "rss_peak_mib": max(r["rss_peak_mib"] for r in mine), "runs": len(mine)}
+        out[mode] = {
+            "first_s": med(_epoch_s(r["epochs"][0]) for r in mine),
+            "steady_s": med(med(_epoch_s(e) for e in r["epochs"][1:]) for r in mine)
+            if len(mine[0]["epochs"]) > 1
+            else None,
+            "train_steady_s": med(e["time_s"] for r in mine for e in steady_epochs(r)),
+            "eval_s": med(e.get("eval_s", 0.0) for r in mine for e in r["epochs"]),
+            "compute_s": med(e["breakdown"]["compute_s"] for r in mine for e in steady_epochs(r)),
+            "device_bytes_steady": med(e["device_bytes"] for r in mine for e in steady_epochs(r)),
+            "rss_peak_mib": max(r["rss_peak_mib"] for r in mine),
+            "runs": len(mine),
+        }
         if ssd:
             needed = med(s["unique_rows"] for s in ssd)
-            out[mode].update(rows_needed=needed, read_amplification=med(s["read_amplification"] for s in ssd),
-                             file_fraction=med(s["file_fraction"] for s in ssd),
-                             max_gap_mean=med(s["max_gap_mean"] for s in ssd),
-                             io_floor_s=min(needed / device["best_reads_per_s"],
-                                            file_bytes / device["seq_bytes_per_s"]))
+            out[mode].update(
+                rows_needed=needed,
+                read_amplification=med(s["read_amplification"] for s in ssd),
+                file_fraction=med(s["file_fraction"] for s in ssd),
+                max_gap_mean=med(s["max_gap_mean"] for s in ssd),
+                io_floor_s=min(needed / device["best_reads_per_s"], file_bytes / device["seq_bytes_per_s"]),
+            )
         if cache:
             out[mode]["hit_rate"] = med(c["hit_rate"] for c in cache)
     memory = out.get("memory")
-    for mode, s in out.items():
+    for s in out.values():
         if s["steady_s"]:
             s["first_over_steady"] = s["first_s"] / s["steady_s"]
             s["first_target_met"] = s["first_over_steady"] <= TARGET_FIRST
@@ -208,6 +255,7 @@ def summarize(runs: list, device: dict, file_bytes: int, budget_bytes: float) ->
 def plot(summary: dict, path: Path):
     """Bars of first and steady epoch time per mode."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -256,8 +304,15 @@ def main(argv=None):
     runs = []
     for rep in range(args.repeats):
         for mode in args.modes.split(","):
-            argv_child = [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv), "--child", mode,
-                          "--host-mem-budget", str(args.host_mem_budget)]
+            argv_child = [
+                sys.executable,
+                __file__,
+                *(sys.argv[1:] if argv is None else argv),
+                "--child",
+                mode,
+                "--host-mem-budget",
+                str(args.host_mem_budget),
+            ]
             load = os.getloadavg()
             done = subprocess.run(argv_child, capture_output=True, text=True)
             if done.returncode:
@@ -265,15 +320,30 @@ def main(argv=None):
             run = json.loads(done.stdout.strip().splitlines()[-1])
             run.update(repeat=rep, loadavg_before=load, loadavg_after=os.getloadavg())
             runs.append(run)
-            print(f"rep {rep} {mode:>10}: " + ", ".join(f"{_epoch_s(e):.1f} s" for e in run["epochs"]) +
-                  f" (eval {run['epochs'][0]['eval_s']:.1f} s); device {run['epochs'][-1]['device_bytes'] / 1e6:,.0f}"
-                  f" MB/epoch; peak RSS {run['rss_peak_mib']:,.0f} MiB; load {load[0]:.2f}", flush=True)
+            print(
+                f"rep {rep} {mode:>10}: "
+                + ", ".join(f"{_epoch_s(e):.1f} s" for e in run["epochs"])
+                + f" (eval {run['epochs'][0]['eval_s']:.1f} s); device {run['epochs'][-1]['device_bytes'] / 1e6:,.0f}"
+                f" MB/epoch; peak RSS {run['rss_peak_mib']:,.0f} MiB; load {load[0]:.2f}",
+                flush=True,
+            )
     info["loadavg_end"] = os.getloadavg()
     summary = summarize(runs, device, file_bytes, args.host_mem_budget * 1e9)
-    result = {"machine": info, "args": vars(args), "feature_bytes": file_bytes, "device": device,
-              "io_model": model.to_json() if model else None, "summary": summary, "runs": runs,
-              "targets": {"steady_over_max_memory_floor": TARGET_STEADY, "first_over_steady": TARGET_FIRST,
-                          "rss_slack": TARGET_RSS_SLACK, "mode": TARGET_MODE}}
+    result = {
+        "machine": info,
+        "args": vars(args),
+        "feature_bytes": file_bytes,
+        "device": device,
+        "io_model": model.to_json() if model else None,
+        "summary": summary,
+        "runs": runs,
+        "targets": {
+            "steady_over_max_memory_floor": TARGET_STEADY,
+            "first_over_steady": TARGET_FIRST,
+            "rss_slack": TARGET_RSS_SLACK,
+            "mode": TARGET_MODE,
+        },
+    }
     out = HERE / "results" / f"{args.name}.json"
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
     try:
@@ -281,15 +351,19 @@ def main(argv=None):
     except ImportError:
         print("matplotlib is not installed: no plot")
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-    print(f"{'mode':>10} {'first s':>8} {'steady s':>9} {'eval s':>7} {'dev MB':>8} {'hit':>5} {'amp':>5} "
-          f"{'file x':>6} {'floor s':>8} {'steady/bound':>12} {'first/steady':>12} {'RSS MiB':>8} {'RSS bound':>9}")
+    print(
+        f"{'mode':>10} {'first s':>8} {'steady s':>9} {'eval s':>7} {'dev MB':>8} {'hit':>5} {'amp':>5} "
+        f"{'file x':>6} {'floor s':>8} {'steady/bound':>12} {'first/steady':>12} {'RSS MiB':>8} {'RSS bound':>9}"
+    )
     for mode, s in summary.items():
-        print(f"{mode:>10} {s['first_s']:>8.2f} {fmt(s['steady_s'], '>9.2f')} {s['eval_s']:>7.2f} "
-              f"{s['device_bytes_steady'] / 1e6:>8,.0f} {fmt(s.get('hit_rate'), '>5.2f')} "
-              f"{fmt(s.get('read_amplification'), '>5.2f')} {fmt(s.get('file_fraction'), '>6.2f')} "
-              f"{fmt(s.get('floor_s'), '>8.2f')} {fmt(s.get('steady_over_bound'), '>12.2f')} "
-              f"{fmt(s.get('first_over_steady'), '>12.2f')} {s['rss_peak_mib']:>8,.0f} "
-              f"{fmt(s.get('rss_bound_mib'), '>9,.0f')}")
+        print(
+            f"{mode:>10} {s['first_s']:>8.2f} {fmt(s['steady_s'], '>9.2f')} {s['eval_s']:>7.2f} "
+            f"{s['device_bytes_steady'] / 1e6:>8,.0f} {fmt(s.get('hit_rate'), '>5.2f')} "
+            f"{fmt(s.get('read_amplification'), '>5.2f')} {fmt(s.get('file_fraction'), '>6.2f')} "
+            f"{fmt(s.get('floor_s'), '>8.2f')} {fmt(s.get('steady_over_bound'), '>12.2f')} "
+            f"{fmt(s.get('first_over_steady'), '>12.2f')} {s['rss_peak_mib']:>8,.0f} "
+            f"{fmt(s.get('rss_bound_mib'), '>9,.0f')}"
+        )
     print(f"written to {out}")
 
 

@@ -21,6 +21,7 @@ and ssd_tier.png.
     bash benchmarks/setup_fio.sh
     python benchmarks/bench_ssd_tier.py /work/bench/papers-0.02 --depths 1,8,32,128 --repeats 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from plotting import save_figure
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.storage.direct_io import row_blocks
 from gnnsys.storage.ssd import SSDFeatures
-from plotting import save_figure
 
 HERE = Path(__file__).resolve().parent
 TARGET_SHARE = 0.9
@@ -75,11 +76,17 @@ def fio_version() -> str:
 
 def machine() -> dict:
     """Platform, CPUs, load and versions of the machine running the benchmark."""
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
-            "loadavg_note": "Linux counts threads waiting in reads in the load average: the benchmark's own "
-                            "reads raise loadavg_end",
-            "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "fio": fio_version()}
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+        "loadavg_note": "Linux counts threads waiting in reads in the load average: the benchmark's own "
+        "reads raise loadavg_end",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "fio": fio_version(),
+    }
 
 
 def fio(file, bs: int, depth: int, engine: str, seconds: float, rw: str = "randread") -> dict:
@@ -87,16 +94,37 @@ def fio(file, bs: int, depth: int, engine: str, seconds: float, rw: str = "randr
     (iodepth for io_uring/libaio, that many jobs of one read for psync);
     requests/s, MB/s and mean completion latency from its JSON output."""
     jobs = depth if engine == "psync" else 1
-    cmd = ["fio", "--name=ref", f"--filename={file}", "--direct=1", f"--rw={rw}", f"--bs={bs}",
-           f"--ioengine={engine}", f"--iodepth={1 if engine == 'psync' else depth}", f"--numjobs={jobs}",
-           "--thread", "--group_reporting", "--time_based", f"--runtime={max(1, round(seconds * 1000))}ms",
-           "--norandommap", "--randrepeat=0", "--output-format=json", "--readonly"]
+    cmd = [
+        "fio",
+        "--name=ref",
+        f"--filename={file}",
+        "--direct=1",
+        f"--rw={rw}",
+        f"--bs={bs}",
+        f"--ioengine={engine}",
+        f"--iodepth={1 if engine == 'psync' else depth}",
+        f"--numjobs={jobs}",
+        "--thread",
+        "--group_reporting",
+        "--time_based",
+        f"--runtime={max(1, round(seconds * 1000))}ms",
+        "--norandommap",
+        "--randrepeat=0",
+        "--output-format=json",
+        "--readonly",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if done.returncode:
         raise SystemExit(f"fio failed ({' '.join(cmd)}): {done.stderr.strip()[-500:]}")
-    read = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]["read"]
-    return {"engine": engine, "depth": depth, "bs": bs, "reads_per_s": read["iops"], "mb_per_s": read["bw_bytes"] / 1e6,
-            "lat_mean_us": read["clat_ns"]["mean"] / 1e3}
+    read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
+    return {
+        "engine": engine,
+        "depth": depth,
+        "bs": bs,
+        "reads_per_s": read["iops"],
+        "mb_per_s": read["bw_bytes"] / 1e6,
+        "lat_mean_us": read["clat_ns"]["mean"] / 1e3,
+    }
 
 
 def tier_run(ssd: SSDFeatures, batch: int, seconds: float, rng) -> dict:
@@ -111,9 +139,14 @@ def tier_run(ssd: SSDFeatures, batch: int, seconds: float, rng) -> dict:
         ssd.gather(ids, out=out)
         took += time.perf_counter() - began
     s = ssd.stats()
-    return {"reads_per_s": s["reads"] / took, "rows_per_s": s["rows"] / took,
-            "mb_per_s": s["bytes_read"] / took / 1e6, "mean_read_bytes": s["bytes_read"] / s["reads"],
-            "read_amplification": s["read_amplification"], "seconds": took}
+    return {
+        "reads_per_s": s["reads"] / took,
+        "rows_per_s": s["rows"] / took,
+        "mb_per_s": s["bytes_read"] / took / 1e6,
+        "mean_read_bytes": s["bytes_read"] / s["reads"],
+        "read_amplification": s["read_amplification"],
+        "seconds": took,
+    }
 
 
 def compare_gaps(dataset, gaps: list, batches: int, budget: int) -> list:
@@ -138,15 +171,25 @@ def compare_gaps(dataset, gaps: list, batches: int, budget: int) -> list:
         out = []
         for g, tier in tiers.items():
             s, n = tier.stats(), len(times[g])
-            out.append({"max_gap": g, "engine": tier.engine, "s_per_batch": statistics.median(times[g]),
-                        "rows_per_batch": s["unique_rows"] / n, "reads_per_batch": s["reads"] / n,
-                        "read_amplification": s["read_amplification"],
-                        "file_fraction_per_batch": s["file_fraction"] / n,
-                        "max_gap_mean": s["max_gap_mean"], "loadavg": os.getloadavg()})
-            print(f"max_gap {g!s:>5} ({tier.engine}): {out[-1]['s_per_batch']:.2f} s/batch, "
-                  f"{out[-1]['reads_per_batch']:,.0f} requests/batch, amplification {s['read_amplification']:.2f}, "
-                  f"{out[-1]['file_fraction_per_batch']:.2f} of the file/batch, mean gap {s['max_gap_mean']:,.0f} B",
-                  flush=True)
+            out.append(
+                {
+                    "max_gap": g,
+                    "engine": tier.engine,
+                    "s_per_batch": statistics.median(times[g]),
+                    "rows_per_batch": s["unique_rows"] / n,
+                    "reads_per_batch": s["reads"] / n,
+                    "read_amplification": s["read_amplification"],
+                    "file_fraction_per_batch": s["file_fraction"] / n,
+                    "max_gap_mean": s["max_gap_mean"],
+                    "loadavg": os.getloadavg(),
+                }
+            )
+            print(
+                f"max_gap {g!s:>5} ({tier.engine}): {out[-1]['s_per_batch']:.2f} s/batch, "
+                f"{out[-1]['reads_per_batch']:,.0f} requests/batch, amplification {s['read_amplification']:.2f}, "
+                f"{out[-1]['file_fraction_per_batch']:.2f} of the file/batch, mean gap {s['max_gap_mean']:,.0f} B",
+                flush=True,
+            )
         return out
     finally:
         for tier in tiers.values():
@@ -156,14 +199,19 @@ def compare_gaps(dataset, gaps: list, batches: int, budget: int) -> list:
 def plot(summary: list, path: Path):
     """Tier requests/s as a share of fio's at the same depth, per engine."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for engine in dict.fromkeys(s["engine"] for s in summary):
         rows = [s for s in summary if s["engine"] == engine]
-        ax.plot([s["depth"] for s in rows], [s["share"] for s in rows], marker="o",
-                label=f"{engine} / fio {FIO_ENGINE[engine]}")
+        ax.plot(
+            [s["depth"] for s in rows],
+            [s["share"] for s in rows],
+            marker="o",
+            label=f"{engine} / fio {FIO_ENGINE[engine]}",
+        )
     ax.axhline(TARGET_SHARE, color="grey", linestyle="--", label=f"target {TARGET_SHARE}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("reads in flight")
@@ -181,12 +229,25 @@ def main(argv=None):
     readers = {}
     for depth in args.depths:
         for engine in args.engines:
-            readers[engine, depth] = SSDFeatures(args.dataset, engine=engine, threads=depth, depth=depth, max_gap=0,
-                                                 host_mem_budget=args.budget_mib << 20, direct=True)
+            readers[engine, depth] = SSDFeatures(
+                args.dataset,
+                engine=engine,
+                threads=depth,
+                depth=depth,
+                max_gap=0,
+                host_mem_budget=args.budget_mib << 20,
+                direct=True,
+            )
     any_tier = next(iter(readers.values()))
     bs = row_blocks(any_tier.row_bytes, any_tier.stride, any_tier.block) * any_tier.block
-    layout = {"rows": any_tier.shape[0], "row_bytes": any_tier.row_bytes, "row_stride": any_tier.stride,
-              "block": any_tier.block, "read_size": bs, "file_bytes": file.stat().st_size}
+    layout = {
+        "rows": any_tier.shape[0],
+        "row_bytes": any_tier.row_bytes,
+        "row_stride": any_tier.stride,
+        "block": any_tier.block,
+        "read_size": bs,
+        "file_bytes": file.stat().st_size,
+    }
     runs = []
     try:
         for rep in range(args.repeats):
@@ -195,17 +256,24 @@ def main(argv=None):
                     load = os.getloadavg()
                     tier = tier_run(readers[engine, depth], args.batch_size, args.seconds, rng)
                     refs = {e: fio(file, bs, depth, e, args.seconds) for e in (FIO_ENGINE[engine], "libaio")}
-                    runs.append({"repeat": rep, "engine": engine, "depth": depth, "loadavg": load, "tier": tier,
-                                 "fio": refs})
-                    print(f"rep {rep} {engine:7s} depth {depth:3d}: tier {tier['reads_per_s']:9,.0f} req/s | fio "
-                          + " ".join(f"{e} {r['reads_per_s']:9,.0f}" for e, r in refs.items())
-                          + f" | load {load[0]:.2f}", flush=True)
+                    runs.append(
+                        {"repeat": rep, "engine": engine, "depth": depth, "loadavg": load, "tier": tier, "fio": refs}
+                    )
+                    print(
+                        f"rep {rep} {engine:7s} depth {depth:3d}: tier {tier['reads_per_s']:9,.0f} req/s | fio "
+                        + " ".join(f"{e} {r['reads_per_s']:9,.0f}" for e, r in refs.items())
+                        + f" | load {load[0]:.2f}",
+                        flush=True,
+                    )
         seq = [fio(file, 1 << 20, 8, "io_uring", args.seconds, rw="read") for _ in range(args.repeats)]
     finally:
         for r in readers.values():
             r.close()
-    gaps = compare_gaps(args.dataset, args.gaps, args.sampled_batches, args.budget_mib << 20) \
-        if args.sampled_batches else []
+    gaps = (
+        compare_gaps(args.dataset, args.gaps, args.sampled_batches, args.budget_mib << 20)
+        if args.sampled_batches
+        else []
+    )
     info["loadavg_end"] = os.getloadavg()
     summary = []
     for depth in args.depths:
@@ -215,19 +283,43 @@ def main(argv=None):
             tier = med(lambda r: r["tier"]["reads_per_s"])
             ref = med(lambda r: r["fio"][FIO_ENGINE[engine]]["reads_per_s"])
             libaio = med(lambda r: r["fio"]["libaio"]["reads_per_s"])
-            summary.append({"engine": engine, "depth": depth, "tier_reads_per_s": tier,
-                            "tier_rows_per_s": med(lambda r: r["tier"]["rows_per_s"]),
-                            "tier_mean_read_bytes": med(lambda r: r["tier"]["mean_read_bytes"]),
-                            "fio_engine": FIO_ENGINE[engine], "fio_reads_per_s": ref, "fio_libaio_reads_per_s": libaio,
-                            "share": tier / ref, "share_of_best_fio": tier / max(ref, libaio)})
+            summary.append(
+                {
+                    "engine": engine,
+                    "depth": depth,
+                    "tier_reads_per_s": tier,
+                    "tier_rows_per_s": med(lambda r: r["tier"]["rows_per_s"]),
+                    "tier_mean_read_bytes": med(lambda r: r["tier"]["mean_read_bytes"]),
+                    "fio_engine": FIO_ENGINE[engine],
+                    "fio_reads_per_s": ref,
+                    "fio_libaio_reads_per_s": libaio,
+                    "share": tier / ref,
+                    "share_of_best_fio": tier / max(ref, libaio),
+                }
+            )
     worst = min(summary, key=lambda s: s["share"])
-    result = {"benchmark": "ssd_tier", "dataset": str(Path(args.dataset).resolve()), "machine": info,
-              "config": {k: v for k, v in vars(args).items() if k != "out"}, "layout": layout,
-              "fio_sequential": {"bs": 1 << 20, "depth": 8, "engine": "io_uring",
-                                 "mb_per_s": statistics.median(s["mb_per_s"] for s in seq)},
-              "summary": summary, "runs": runs, "gaps_on_sampled_batches": gaps,
-              "target": {"share": TARGET_SHARE, "worst": worst["share"], "worst_case": f"{worst['engine']} "
-                         f"depth {worst['depth']}", "met": worst["share"] >= TARGET_SHARE}}
+    result = {
+        "benchmark": "ssd_tier",
+        "dataset": str(Path(args.dataset).resolve()),
+        "machine": info,
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "layout": layout,
+        "fio_sequential": {
+            "bs": 1 << 20,
+            "depth": 8,
+            "engine": "io_uring",
+            "mb_per_s": statistics.median(s["mb_per_s"] for s in seq),
+        },
+        "summary": summary,
+        "runs": runs,
+        "gaps_on_sampled_batches": gaps,
+        "target": {
+            "share": TARGET_SHARE,
+            "worst": worst["share"],
+            "worst_case": f"{worst['engine']} depth {worst['depth']}",
+            "met": worst["share"] >= TARGET_SHARE,
+        },
+    }
     out = Path(args.out)
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
     try:
@@ -236,10 +328,14 @@ def main(argv=None):
         print("matplotlib is not installed: no plot")
     print(f"{'engine':>7} {'depth':>5} {'tier req/s':>11} {'fio req/s':>10} {'share':>6} {'libaio':>10}")
     for s in summary:
-        print(f"{s['engine']:>7} {s['depth']:>5} {s['tier_reads_per_s']:>11,.0f} {s['fio_reads_per_s']:>10,.0f} "
-              f"{s['share']:>6.2f} {s['fio_libaio_reads_per_s']:>10,.0f}")
-    print(f"fio sequential 1 MiB reads: {result['fio_sequential']['mb_per_s']:,.0f} MB/s; "
-          f"target tier >= {TARGET_SHARE} x fio: worst {worst['share']:.2f} ({result['target']['worst_case']})")
+        print(
+            f"{s['engine']:>7} {s['depth']:>5} {s['tier_reads_per_s']:>11,.0f} {s['fio_reads_per_s']:>10,.0f} "
+            f"{s['share']:>6.2f} {s['fio_libaio_reads_per_s']:>10,.0f}"
+        )
+    print(
+        f"fio sequential 1 MiB reads: {result['fio_sequential']['mb_per_s']:,.0f} MB/s; "
+        f"target tier >= {TARGET_SHARE} x fio: worst {worst['share']:.2f} ({result['target']['worst_case']})"
+    )
     print(f"written to {out}")
 
 

@@ -1,10 +1,11 @@
 """The largest values of quantities sampled on a thread while a benchmark
 runs (a process's anonymous memory, a file system's use)."""
+
 from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 class Peaks:

@@ -1,7 +1,8 @@
 """Bar plot of a minibatch benchmark result (benchmarks/bench_minibatch.py).
 
-    python benchmarks/plot_minibatch.py benchmarks/results/minibatch_arxiv-1.0.json
+python benchmarks/plot_minibatch.py benchmarks/results/minibatch_arxiv-1.0.json
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,14 @@ def plot(result: dict, path):
     summary = {k: v for k, v in result["summary"].items() if v["runs_ok"]}
     systems = list(summary)
     base = summary.get("gnnsys")
-    panels = (("sampling + feature gather, 1 epoch", "sampling_epoch_s",
-               lambda s: {"sample_s": s["sampling_sample_s"], "gather_s": s["sampling_gather_s"]}),
-              ("GraphSAGE training epoch", "train_epoch_s", lambda s: s["train_breakdown_s"]))
+    panels = (
+        (
+            "sampling + feature gather, 1 epoch",
+            "sampling_epoch_s",
+            lambda s: {"sample_s": s["sampling_sample_s"], "gather_s": s["sampling_gather_s"]},
+        ),
+        ("GraphSAGE training epoch", "train_epoch_s", lambda s: s["train_breakdown_s"]),
+    )
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     colors = ("#4c72b0", "#dd8452", "#55a868")
     for ax, (title, key, parts) in zip(axes, panels):
@@ -49,15 +55,18 @@ def plot(result: dict, path):
         ax.set_ylim(0, 1.3 * top or 1.0)
         ax.legend(fontsize=8, loc="upper left")
     d, c = result["dataset"], result["config"]
-    fig.suptitle(f"{d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, dim {d['dim']}; "
-                 f"fanouts {c['fanouts']}, batch {c['batch_size']}, median of {c['reps']} runs", fontsize=10)
+    fig.suptitle(
+        f"{d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, dim {d['dim']}; "
+        f"fanouts {c['fanouts']}, batch {c['batch_size']}, median of {c['reps']} runs",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def main(argv=None) -> int:
-    for name in (argv if argv is not None else sys.argv[1:]):
+    for name in argv if argv is not None else sys.argv[1:]:
         path = Path(name)
         plot(json.loads(path.read_text()), path.with_name(path.stem + ".png"))
     return 0

@@ -1,4 +1,5 @@
 """What the benchmarks share for their plots: writing a figure atomically."""
+
 from __future__ import annotations
 
 import io

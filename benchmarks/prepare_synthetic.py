@@ -15,6 +15,7 @@ arxiv-1.0, products-1.0, papers-S) for the training benchmarks. Writes
 
     python benchmarks/prepare_synthetic.py [--root DIR] [--only arxiv|products|papers] [--scale S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,20 @@ import numba
 import numpy as np
 import psutil
 import torch
+from peaks import Peaks, disk_used
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.datasets.host_memory import anonymous_bytes
-from peaks import Peaks, disk_used
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prepare_synthetic.json"
 CASES = {
     "arxiv": {"like": "ogbn-arxiv", "dir": "arxiv-1.0", "options": ["--to-undirected"]},
     "products": {"like": "ogbn-products", "dir": "products-1.0", "options": []},
-    "papers": {"like": "ogbn-papers100M", "dir": "papers-{scale:g}", "options": ["--dtype", "float16", "--align", "512"]},
+    "papers": {
+        "like": "ogbn-papers100M",
+        "dir": "papers-{scale:g}",
+        "options": ["--dtype", "float16", "--align", "512"],
+    },
 }
 
 
@@ -49,19 +54,26 @@ def machine() -> dict:
     """CPU, memory, load and versions of the machine running the benchmark."""
     from importlib.metadata import version
 
-    return {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-            "ram_gib": round(psutil.virtual_memory().total / 2**30, 1), "load_avg_at_start": os.getloadavg(),
-            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
-            "torch": torch.__version__, "gnnsys": version("gnnsys"),
-            "note": "shared machine: other jobs ran at the same time, so times are noisy"}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "torch": torch.__version__,
+        "gnnsys": version("gnnsys"),
+        "note": "shared machine: other jobs ran at the same time, so times are noisy",
+    }
 
 
 def run_child(argv: list[str], disk: Path) -> dict:
     """Run one child process; its wall time, peak RSS, peak added disk use and exit status."""
     start, used = time.perf_counter(), disk_used(disk)
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = Peaks({"disk": lambda: disk_used(disk) - used, "rss_anon": lambda: anonymous_bytes(child.pid)},
-                 period=0.5)
+    peak = Peaks({"disk": lambda: disk_used(disk) - used, "rss_anon": lambda: anonymous_bytes(child.pid)}, period=0.5)
     output = child.stdout.read()
     peaks = peak.stop()  # before wait4 reaps the child, while its /proc entry is there
     _, status, usage = os.wait4(child.pid, 0)
@@ -69,10 +81,15 @@ def run_child(argv: list[str], disk: Path) -> dict:
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; keep Popen consistent
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed with status {child.returncode}:\n{output}")
-    return {"wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "peak_disk_bytes": peaks["disk"],
-            "peak_rss_anon_mib": round(peaks["rss_anon"] / 2**20, 1),
-            "loadavg_end": os.getloadavg()}
+    return {
+        "wall_s": round(wall, 2),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "user_s": round(usage.ru_utime, 2),
+        "sys_s": round(usage.ru_stime, 2),
+        "peak_disk_bytes": peaks["disk"],
+        "peak_rss_anon_mib": round(peaks["rss_anon"] / 2**20, 1),
+        "loadavg_end": os.getloadavg(),
+    }
 
 
 def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.0, extra=()) -> dict:
@@ -80,8 +97,25 @@ def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.
     case = CASES[name]
     scale = scale if name == "papers" else 1.0
     out = root / case["dir"].format(scale=scale)
-    argv = [sys.executable, "-m", "gnnsys", "prepare", "synthetic", "--like", case["like"], "--scale", str(scale),
-            "--seed", str(seed), *case["options"], *extra, "--overwrite", "--no-progress", "--out", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "gnnsys",
+        "prepare",
+        "synthetic",
+        "--like",
+        case["like"],
+        "--scale",
+        str(scale),
+        "--seed",
+        str(seed),
+        *case["options"],
+        *extra,
+        "--overwrite",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     runs = []
     for i in range(repeats):
         if out.exists():  # a previous repeat's output: its space is not this run's scratch
@@ -92,17 +126,27 @@ def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.
     synth = meta["source"]["synthetic"]
     wall = statistics.median(r["wall_s"] for r in runs)
     size = sum(f.stat().st_size for f in out.iterdir())
-    return {"command": " ".join(argv[1:]), "path": str(out), "repeats": repeats,
-            "runs": runs, "median_wall_s": wall,
-            "max_peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-            "max_peak_rss_anon_mib": max(r["peak_rss_anon_mib"] for r in runs),
-            "peak_disk_over_dataset": max(r["peak_disk_bytes"] for r in runs) / size,
-            "graph_build": meta["source"].get("graph_build"),
-            "num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"],
-            "edges_per_s": round(meta["num_edges"] / wall), "dataset_bytes": size,
-            "feature_dim": meta["features"]["dim"], "num_classes": meta["labels"]["num_classes"],
-            "attainable_accuracy": synth["attainable_accuracy"], "bayes_accuracy": synth["bayes_accuracy"],
-            "label_ceiling": synth["label_ceiling"], "homophily": synth["homophily"]}
+    return {
+        "command": " ".join(argv[1:]),
+        "path": str(out),
+        "repeats": repeats,
+        "runs": runs,
+        "median_wall_s": wall,
+        "max_peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "max_peak_rss_anon_mib": max(r["peak_rss_anon_mib"] for r in runs),
+        "peak_disk_over_dataset": max(r["peak_disk_bytes"] for r in runs) / size,
+        "graph_build": meta["source"].get("graph_build"),
+        "num_nodes": meta["num_nodes"],
+        "num_edges": meta["num_edges"],
+        "edges_per_s": round(meta["num_edges"] / wall),
+        "dataset_bytes": size,
+        "feature_dim": meta["features"]["dim"],
+        "num_classes": meta["labels"]["num_classes"],
+        "attainable_accuracy": synth["attainable_accuracy"],
+        "bayes_accuracy": synth["bayes_accuracy"],
+        "label_ceiling": synth["label_ceiling"],
+        "homophily": synth["homophily"],
+    }
 
 
 def main(argv=None) -> int:
@@ -114,18 +158,25 @@ def main(argv=None) -> int:
     p.add_argument("--products-repeats", type=int, default=1, help="1 by default: one run takes minutes")
     p.add_argument("--papers-repeats", type=int, default=1, help="1 by default: one run takes minutes")
     p.add_argument("--scale", type=float, default=1.0, help="scale of the papers case")
-    p.add_argument("--prepare-options", nargs=argparse.REMAINDER, default=[],
-                   help="further `gnnsys prepare` options for every case (e.g. --mem-limit 8)")
+    p.add_argument(
+        "--prepare-options",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="further `gnnsys prepare` options for every case (e.g. --mem-limit 8)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     repeats = {"arxiv": args.arxiv_repeats, "products": args.products_repeats, "papers": args.papers_repeats}
-    result = {"benchmark": "prepare_synthetic", "machine": machine(), "cases": {},
-              "repeats_note": "median over repeats; products is prepared once by default because one run "
-                              "takes minutes on this machine"}
+    result = {
+        "benchmark": "prepare_synthetic",
+        "machine": machine(),
+        "cases": {},
+        "repeats_note": "median over repeats; products is prepared once by default because one run "
+        "takes minutes on this machine",
+    }
     for name in args.only or list(CASES):
-        result["cases"][name] = bench_case(name, args.root, repeats[name], args.seed, args.scale,
-                                           args.prepare_options)
+        result["cases"][name] = bench_case(name, args.root, repeats[name], args.seed, args.scale, args.prepare_options)
         print(f"{name}: {result['cases'][name]['path']}", flush=True)
     atomic_write_bytes(args.results, (json.dumps(result, indent=2) + "\n").encode())
     print(f"results in {args.results}")

@@ -1,5 +1,6 @@
 """gnnsys.datasets: the on-disk dataset format, its readers and writer (the
 bottom layer: imports nothing from samplers/, storage/ or the trainers)."""
+
 from gnnsys.errors import DatasetError
 
 from .arrays import read_arrays
@@ -12,6 +13,22 @@ from .prepare import prepare_arrays, prepare_npz, prepare_ogb, prepare_planetoid
 from .source import GraphSource
 from .writer import PrepareOptions, write_dataset
 
-__all__ = ["Dataset", "DatasetError", "GraphSource", "PrepareOptions", "RowTable", "as_dataset", "load_dataset",
-           "prepare_arrays", "prepare_npz", "prepare_ogb", "prepare_planetoid", "prepare_synthetic", "read_arrays",
-           "read_npz", "read_ogb", "read_planetoid", "write_dataset"]
+__all__ = [
+    "Dataset",
+    "DatasetError",
+    "GraphSource",
+    "PrepareOptions",
+    "RowTable",
+    "as_dataset",
+    "load_dataset",
+    "prepare_arrays",
+    "prepare_npz",
+    "prepare_ogb",
+    "prepare_planetoid",
+    "prepare_synthetic",
+    "read_arrays",
+    "read_npz",
+    "read_ogb",
+    "read_planetoid",
+    "write_dataset",
+]

@@ -7,15 +7,16 @@ valid and test (.npy or text, one id a line), a .npz of boolean masks (keys
 train, valid or val, test), or a random split of the labelled nodes by
 fractions. From Python every input may also be an in-memory array.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
-from .csv_reader import csv_chunks, has_header, read_csv
 from gnnsys.errors import DatasetError
 
+from .csv_reader import csv_chunks, has_header, read_csv
 from .meta import SPLITS
 from .npy import NpyArray, integer_labels, mask_ids, npz_keys, pair_layout
 from .random_split import parse_fractions, split_randomly
@@ -45,8 +46,7 @@ def _edges(edges):
         layout = arr.pair_layout()
         return (lambda: arr.pair_chunks(layout)), arr.label
     header = has_header(path)
-    return (lambda: ((c[:, 0], c[:, 1]) for c in csv_chunks(path, columns=2, dtype=np.int64, header=header))), \
-        str(path)
+    return (lambda: ((c[:, 0], c[:, 1]) for c in csv_chunks(path, columns=2, dtype=np.int64, header=header))), str(path)
 
 
 def _features(features):
@@ -100,11 +100,16 @@ def _masks(masks, num_nodes: int):
 
 
 def _splits(labels, num_nodes, train, valid, test, masks, random_fractions, seed):
-    given = [train is not None or valid is not None or test is not None, masks is not None,
-             random_fractions is not None]
+    given = [
+        train is not None or valid is not None or test is not None,
+        masks is not None,
+        random_fractions is not None,
+    ]
     if sum(given) != 1:
-        raise DatasetError("--train/--masks/--random-split", "give exactly one way to split: index files "
-                           "(--train, --valid, --test), --masks, or --random-split")
+        raise DatasetError(
+            "--train/--masks/--random-split",
+            "give exactly one way to split: index files (--train, --valid, --test), --masks, or --random-split",
+        )
     if masks is not None:
         return _masks(masks, num_nodes)
     if random_fractions is not None:
@@ -117,8 +122,19 @@ def _splits(labels, num_nodes, train, valid, test, masks, random_fractions, seed
     return splits, files
 
 
-def read_arrays(edges, features, labels, *, train=None, valid=None, test=None, masks=None,
-                random_split=None, seed: int = 0, name: str | None = None) -> GraphSource:
+def read_arrays(
+    edges,
+    features,
+    labels,
+    *,
+    train=None,
+    valid=None,
+    test=None,
+    masks=None,
+    random_split=None,
+    seed: int = 0,
+    name: str | None = None,
+) -> GraphSource:
     """A GraphSource over user arrays (paths or in-memory arrays), split by
     index files (train/valid/test), `masks`, or `random_split` fractions."""
     feature_chunks, n, dim, feature_file = _features(features)
@@ -129,10 +145,22 @@ def read_arrays(edges, features, labels, *, train=None, valid=None, test=None, m
         name = Path(features).stem if not _is_array(features) else "arrays"
     inputs = [v for v in (edges, features, labels, train, valid, test, masks) if isinstance(v, (str, Path))]
     extra = {} if random_split is None else {"random_split": list(parse_fractions(random_split)), "seed": seed}
-    return GraphSource(name=name, kind="arrays", num_nodes=n, feature_dim=dim, edge_chunks=edge_chunks,
-                       feature_chunks=feature_chunks, labels=label_ids, splits=splits, edge_file=edge_file,
-                       feature_file=feature_file, label_file=label_file, split_files=split_files,
-                       inputs=inputs, extra=extra)
+    return GraphSource(
+        name=name,
+        kind="arrays",
+        num_nodes=n,
+        feature_dim=dim,
+        edge_chunks=edge_chunks,
+        feature_chunks=feature_chunks,
+        labels=label_ids,
+        splits=splits,
+        edge_file=edge_file,
+        feature_file=feature_file,
+        label_file=label_file,
+        split_files=split_files,
+        inputs=inputs,
+        extra=extra,
+    )
 
 
 def add_arguments(parser):
@@ -144,14 +172,26 @@ def add_arguments(parser):
     parser.add_argument("--valid", help="validation node ids")
     parser.add_argument("--test", help="test node ids")
     parser.add_argument("--masks", help=".npz with boolean train, valid (or val) and test masks")
-    parser.add_argument("--random-split", metavar="TRAIN,VALID,TEST",
-                        help="random split of the labelled nodes by fractions, e.g. 0.6,0.2,0.2")
+    parser.add_argument(
+        "--random-split",
+        metavar="TRAIN,VALID,TEST",
+        help="random split of the labelled nodes by fractions, e.g. 0.6,0.2,0.2",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
     parser.add_argument("--name", help="dataset name (default: the features file's stem)")
 
 
 def source_from_args(args) -> GraphSource:
     """read_arrays from parsed arguments."""
-    return read_arrays(args.edges, args.features, args.labels, train=args.train, valid=args.valid,
-                       test=args.test, masks=args.masks, random_split=args.random_split, seed=args.seed,
-                       name=args.name)
+    return read_arrays(
+        args.edges,
+        args.features,
+        args.labels,
+        train=args.train,
+        valid=args.valid,
+        test=args.test,
+        masks=args.masks,
+        random_split=args.random_split,
+        seed=args.seed,
+        name=args.name,
+    )

@@ -1,4 +1,5 @@
 """Write outputs to a temporary place and rename them into place when complete."""
+
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,7 @@ second scatters sources into place, and each node's list is then sorted.
 writes it to disk within a memory budget, spilling the edges to per-bucket
 files when the lists do not fit at once.
 """
+
 from __future__ import annotations
 
 import numba
@@ -42,9 +43,17 @@ class EdgeStream:
     added (`to_undirected`) and ids renamed by `inverse` (new id of each old
     one) when set. `in_degrees()` is the checking, counting pass."""
 
-    def __init__(self, edge_chunks: EdgeChunks, num_nodes: int, *, file: str = "edges",
-                 to_undirected: bool = False, drop_self_loops: bool = False, progress=None,
-                 expected: int | None = None):
+    def __init__(
+        self,
+        edge_chunks: EdgeChunks,
+        num_nodes: int,
+        *,
+        file: str = "edges",
+        to_undirected: bool = False,
+        drop_self_loops: bool = False,
+        progress=None,
+        expected: int | None = None,
+    ):
         self.edge_chunks, self.num_nodes, self.file = edge_chunks, num_nodes, file
         self.expected = expected  # edges the source says it holds (for progress bars), if it knows
         self.to_undirected, self.drop_self_loops = to_undirected, drop_self_loops
@@ -117,7 +126,7 @@ def scatter_edges(src, dst, lo, cursor, end, lists):
 def sort_lists(indptr, indices):
     """Sort each node's list indices[indptr[v]:indptr[v + 1]] in place."""
     for v in numba.prange(indptr.shape[0] - 1):
-        indices[indptr[v]:indptr[v + 1]].sort()
+        indices[indptr[v] : indptr[v + 1]].sort()
 
 
 @numba.njit(nogil=True, cache=True)
@@ -136,16 +145,28 @@ def dedup_lists(indptr, indices, counts):
     return q
 
 
-def build_csc(edge_chunks: EdgeChunks, num_nodes: int, *, file: str = "edges",
-              to_undirected: bool = False, drop_self_loops: bool = False,
-              progress=None):
+def build_csc(
+    edge_chunks: EdgeChunks,
+    num_nodes: int,
+    *,
+    file: str = "edges",
+    to_undirected: bool = False,
+    drop_self_loops: bool = False,
+    progress=None,
+):
     """CSC (indptr int64, indices int32/int64, sorted per node) of the edges, in memory.
 
     Raises DatasetError naming `file` and the row of the first id out of range.
     `progress(n_edges)` is called after each chunk of each pass.
     """
-    edges = EdgeStream(edge_chunks, num_nodes, file=file, to_undirected=to_undirected,
-                       drop_self_loops=drop_self_loops, progress=progress)
+    edges = EdgeStream(
+        edge_chunks,
+        num_nodes,
+        file=file,
+        to_undirected=to_undirected,
+        drop_self_loops=drop_self_loops,
+        progress=progress,
+    )
     indptr = np.zeros(num_nodes + 1, np.int64)
     np.cumsum(edges.in_degrees(), out=indptr[1:])
     indices = np.empty(int(indptr[-1]), index_dtype(num_nodes))

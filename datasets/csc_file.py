@@ -9,6 +9,7 @@ only); then each bucket's file is read back, scattered into its lists, sorted,
 deduplicated when asked, appended to indices.npy and deleted. indices.npy is
 written front to back and hashed as it is written.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,9 +56,12 @@ def plan_buckets(indptr: np.ndarray, itemsize: int, budget: int) -> list[tuple[i
     buckets, a = [], 0
     while a < n:
         if cost(a, a + 1) > budget:
-            raise DatasetError("--mem-limit", f"too small to build the graph: node {a}'s "
-                               f"{int(indptr[a + 1] - indptr[a])} in-edges alone need {cost(a, a + 1)} bytes "
-                               f"beyond what the process holds, and {budget} bytes are left")
+            raise DatasetError(
+                "--mem-limit",
+                f"too small to build the graph: node {a}'s "
+                f"{int(indptr[a + 1] - indptr[a])} in-edges alone need {cost(a, a + 1)} bytes "
+                f"beyond what the process holds, and {budget} bytes are left",
+            )
         lo, hi = a + 1, n  # largest b in [lo, hi] with cost(a, b) <= budget
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -107,7 +111,7 @@ class _Spill:
         out = np.empty(2 * src.shape[0], self.dtype)
         starts = _group_by_bucket(src, dst, self.bounds, out)
         for k, f in enumerate(self.files):
-            part = out[2 * starts[k]:2 * starts[k + 1]]
+            part = out[2 * starts[k] : 2 * starts[k + 1]]
             if part.size:
                 try:
                     f.write(part.data)
@@ -142,8 +146,16 @@ def _degree_order(degree: np.ndarray) -> np.ndarray:
     return np.argsort(-degree, kind="stable")
 
 
-def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: bool = False,
-              mem_limit: int | None = None, check_space=None, bar=None) -> CSCFiles:
+def write_csc(
+    edges: EdgeStream,
+    directory,
+    *,
+    dedup: bool = False,
+    reorder: bool = False,
+    mem_limit: int | None = None,
+    check_space=None,
+    bar=None,
+) -> CSCFiles:
     """Write the CSC of `edges` to directory/indptr.npy and indices.npy.
 
     `mem_limit` bytes bound the process's anonymous memory (what it holds
@@ -175,9 +187,12 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
     else:
         held = anonymous_bytes() + CHUNK_MARGIN + (8 * n if dedup else 0)  # dedup: the new degrees
         if held >= mem_limit:
-            raise DatasetError("--mem-limit", f"{mem_limit / 1e9:.2f} GB is too small: the process already holds "
-                               f"{held / 1e9:.2f} GB (the input's arrays, the in-degrees and one chunk of edges "
-                               "in flight) before any neighbour list")
+            raise DatasetError(
+                "--mem-limit",
+                f"{mem_limit / 1e9:.2f} GB is too small: the process already holds "
+                f"{held / 1e9:.2f} GB (the input's arrays, the in-degrees and one chunk of edges "
+                "in flight) before any neighbour list",
+            )
         buckets = plan_buckets(indptr, dtype.itemsize, mem_limit - held)
     spill_bytes = 2 * total * dtype.itemsize if len(buckets) > 1 else 0
     header = npy_header(dtype, total)
@@ -218,7 +233,7 @@ def write_csc(edges: EdgeStream, directory, *, dedup: bool = False, reorder: boo
 def _emit(out: OutputFile, indptr, lo: int, hi: int, pieces, counts, edges: EdgeStream):
     """Scatter the edges of nodes [lo, hi) into their lists, sort them (and
     deduplicate into counts[lo:hi]) and append them to `out`."""
-    local = indptr[lo:hi + 1] - indptr[lo]
+    local = indptr[lo : hi + 1] - indptr[lo]
     lists = np.empty(int(local[-1]), index_dtype(edges.num_nodes))
     cursor = local[:-1].copy()
     for src, dst in pieces:

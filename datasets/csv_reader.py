@@ -7,12 +7,13 @@ the data row (0-based, header excluded) and the problem: a missing file, a
 .gz that is not gzip or is truncated, a row with the wrong number of fields,
 an empty or non-numeric field, a non-integer where an integer is needed.
 """
+
 from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -51,9 +52,18 @@ def _io_problem(err: BaseException) -> str:
 def _reader(path: Path, header: bool, chunk_rows: int, nrows=None):
     import pandas as pd
 
-    return pd.read_csv(path, header=None, skiprows=1 if header else 0, chunksize=chunk_rows, nrows=nrows,
-                       engine="c", keep_default_na=False, na_values=_NAN_TEXT, skip_blank_lines=False,
-                       compression="infer")
+    return pd.read_csv(
+        path,
+        header=None,
+        skiprows=1 if header else 0,
+        chunksize=chunk_rows,
+        nrows=nrows,
+        engine="c",
+        keep_default_na=False,
+        na_values=_NAN_TEXT,
+        skip_blank_lines=False,
+        compression="infer",
+    )
 
 
 def _guarded(path: Path, header: bool, chunk_rows: int, nrows=None) -> Iterator:
@@ -116,13 +126,17 @@ def _numeric(frame, path: Path, first_row: int, dtype) -> np.ndarray:
         if integer and values.dtype.kind == "f":
             bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2**62))
             if bad.size:
-                raise DatasetError(path, f"column {c + 1} holds {float(values[bad[0]]):g}, expected an integer",
-                                   row=first_row + int(bad[0]))
+                raise DatasetError(
+                    path,
+                    f"column {c + 1} holds {float(values[bad[0]]):g}, expected an integer",
+                    row=first_row + int(bad[0]),
+                )
     return frame.to_numpy(dtype=dtype)
 
 
-def csv_chunks(path, *, columns: int, dtype, header: bool = False, chunk_rows: int | None = None
-               ) -> Iterator[np.ndarray]:
+def csv_chunks(
+    path, *, columns: int, dtype, header: bool = False, chunk_rows: int | None = None
+) -> Iterator[np.ndarray]:
     """Yield [rows, columns] arrays of `dtype` covering `path` in order.
 
     `header` skips the first line; `chunk_rows` defaults to a chunk of about

@@ -1,4 +1,5 @@
 """`Dataset`: a prepared dataset loaded for training, and `load_dataset`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,9 @@ class Dataset:
     made: DatasetError names the array, or its file when loaded from `path`.
     """
 
-    def __init__(self, *, name, indptr, indices, features, labels, splits, num_classes,
-                 meta=None, path=None, order=None):
+    def __init__(
+        self, *, name, indptr, indices, features, labels, splits, num_classes, meta=None, path=None, order=None
+    ):
         self.name = name
         self.indptr = indptr
         self.indices = indices
@@ -65,11 +67,13 @@ class Dataset:
         return torch.stack([self.indices.long(), dst])
 
     def __repr__(self):
-        return (f"Dataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
-                f"features={self.num_features}, classes={self.num_classes})")
+        return (
+            f"Dataset({self.name!r}, nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
+            f"features={self.num_features}, classes={self.num_classes})"
+        )
 
     @classmethod
-    def from_pyg(cls, data, name: str = "pyg") -> "Dataset":
+    def from_pyg(cls, data, name: str = "pyg") -> Dataset:
         """An in-memory Dataset from a torch_geometric `Data` with x, y,
         edge_index and train/val/test masks (or *_idx tensors)."""
         from .csc import build_csc
@@ -89,9 +93,15 @@ class Dataset:
                 splits[ours] = idx.cpu().long().view(-1)
             else:
                 raise ValueError(f"data has neither {theirs}_mask nor {theirs}_idx")
-        return cls(name=name, indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
-                   features=RowTable.from_tensor(data.x.float()), labels=y, splits=splits,
-                   num_classes=int(y.max()) + 1)
+        return cls(
+            name=name,
+            indptr=torch.from_numpy(indptr),
+            indices=torch.from_numpy(indices),
+            features=RowTable.from_tensor(data.x.float()),
+            labels=y,
+            splits=splits,
+            num_classes=int(y.max()) + 1,
+        )
 
 
 def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
@@ -106,7 +116,7 @@ def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
     except OSError as e:
         raise PathError(path / name, e, "read") from None
     except (ValueError, EOFError) as e:
-        raise DatasetError(path / name, f"cannot read ({e})")
+        raise DatasetError(path / name, f"cannot read ({e})") from None
     if not isinstance(arr, np.ndarray):
         arr.close()
         raise DatasetError(path / name, "expected a .npy array, got an npz archive")
@@ -146,9 +156,15 @@ def load_dataset(path) -> Dataset:
     path = Path(path)
     meta = read_meta(path)
     tensor = lambda name, mmap=False: torch.from_numpy(_load_array(path, name, mmap))  # noqa: E731
-    return Dataset(name=meta["name"], indptr=tensor(meta["graph"]["indptr"], True),
-                   indices=tensor(meta["graph"]["indices"], True), features=open_features(path, meta),
-                   labels=tensor(meta["labels"]["file"]),
-                   splits={name: tensor(meta["splits"][name]) for name in SPLITS},
-                   order=tensor(meta["order"]) if meta.get("order") else None,
-                   num_classes=meta["labels"]["num_classes"], meta=meta, path=path)
+    return Dataset(
+        name=meta["name"],
+        indptr=tensor(meta["graph"]["indptr"], True),
+        indices=tensor(meta["graph"]["indices"], True),
+        features=open_features(path, meta),
+        labels=tensor(meta["labels"]["file"]),
+        splits={name: tensor(meta["splits"][name]) for name in SPLITS},
+        order=tensor(meta["order"]) if meta.get("order") else None,
+        num_classes=meta["labels"]["num_classes"],
+        meta=meta,
+        path=path,
+    )

@@ -1,6 +1,7 @@
 """`RowTable`: feature rows in memory or memory-mapped from the aligned
 `features.bin`, read with a parallel numba gather. It is the bottom of every
 stack of feature sources (gnnsys.storage) and what `Dataset.features` is."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,7 +38,7 @@ class RowTable(FeatureSource):
         self._words = word_view(self.table, self.row_bytes)
 
     @classmethod
-    def from_tensor(cls, x: torch.Tensor) -> "RowTable":
+    def from_tensor(cls, x: torch.Tensor) -> RowTable:
         """An in-memory table holding a copy of the 2-D tensor `x`."""
         x = x.detach().contiguous().cpu()
         raw = x.view(torch.uint8).reshape(x.shape[0], -1).numpy()

@@ -1,4 +1,5 @@
 """The aligned row layout of `features.bin` (docs/architecture.md, "On-disk dataset format")."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,5 +44,5 @@ def encode_rows(chunk: np.ndarray, dtype: str) -> np.ndarray:
 def decode_rows(raw: np.ndarray, dim: int, dtype: str) -> torch.Tensor:
     """[rows, stride] uint8 rows -> a [rows, dim] tensor of `dtype` (exact values)."""
     torch_dtype = DTYPES[dtype]
-    body = np.ascontiguousarray(raw[:, :dim * torch_dtype.itemsize])
+    body = np.ascontiguousarray(raw[:, : dim * torch_dtype.itemsize])
     return torch.from_numpy(body).view(torch_dtype).reshape(raw.shape[0], dim)

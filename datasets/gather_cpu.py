@@ -5,6 +5,7 @@ the row stride (8 bytes for aligned float tables), which runs at about the
 speed of a plain memory copy, unlike byte-wise copies (benchmarks/README.md,
 "Measurements behind design choices").
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,12 @@ def copy_rows(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor, at: np.nda
     if not rows.shape[0]:
         return
     if src.device.type == out.device.type == "cpu" and src.is_contiguous() and out.is_contiguous():
-        gather_rows_to(tensor_words(src), np.ascontiguousarray(rows, np.int64), tensor_words(out),
-                       np.ascontiguousarray(at, np.int64))
+        gather_rows_to(
+            tensor_words(src),
+            np.ascontiguousarray(rows, np.int64),
+            tensor_words(out),
+            np.ascontiguousarray(at, np.int64),
+        )
     else:
         out[torch.from_numpy(at).to(out.device)] = src[torch.from_numpy(rows).to(src.device)].to(out.device)
 

@@ -1,4 +1,5 @@
 """What the host has and what this process holds, from /proc (Linux)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """`gnnsys info`: the summary of a prepared dataset, and `--verify`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,15 +25,20 @@ def summarize(path) -> dict:
     counts = np.bincount(labels[labels >= 0], minlength=n_cls)
     splits = {s: int(ds.split(s).shape[0]) for s in SPLITS}
     return {
-        "name": meta["name"], "num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"],
-        "in_degree": {"mean": float(degree.mean()) if degree.size else 0.0,
-                      "median": float(np.median(degree)) if degree.size else 0.0,
-                      "max": int(degree.max()) if degree.size else 0,
-                      "zero": int((degree == 0).sum())},
-        "features": meta["features"], "splits": splits,
-        "classes": {"num_classes": n_cls, "counts": counts.tolist(),
-                    "unlabelled": int((labels < 0).sum())},
-        "reordered": bool(meta.get("order")), "source": meta.get("source", {}),
+        "name": meta["name"],
+        "num_nodes": meta["num_nodes"],
+        "num_edges": meta["num_edges"],
+        "in_degree": {
+            "mean": float(degree.mean()) if degree.size else 0.0,
+            "median": float(np.median(degree)) if degree.size else 0.0,
+            "max": int(degree.max()) if degree.size else 0,
+            "zero": int((degree == 0).sum()),
+        },
+        "features": meta["features"],
+        "splits": splits,
+        "classes": {"num_classes": n_cls, "counts": counts.tolist(), "unlabelled": int((labels < 0).sum())},
+        "reordered": bool(meta.get("order")),
+        "source": meta.get("source", {}),
     }
 
 
@@ -59,8 +65,13 @@ def format_summary(s: dict) -> str:
 
 def _data_files(meta: dict) -> set:
     """The names of every file meta.json describes (checksummed when prepared)."""
-    names = {meta["graph"]["indptr"], meta["graph"]["indices"], meta["features"]["file"], meta["labels"]["file"],
-             *meta["splits"].values()}
+    names = {
+        meta["graph"]["indptr"],
+        meta["graph"]["indices"],
+        meta["features"]["file"],
+        meta["labels"]["file"],
+        *meta["splits"].values(),
+    }
     return names | ({meta["order"]} if meta.get("order") else set())
 
 
@@ -73,10 +84,16 @@ def _padding_problem(path: Path, meta: dict) -> str | None:
     rows = open_rows(path / f["file"], meta["num_nodes"], f["row_stride"])
     step = max(1, (64 << 20) // max(f["row_stride"], 1))
     for lo in range(0, meta["num_nodes"], step):
-        bad = np.flatnonzero(rows[lo:lo + step, body:].any(axis=1))
+        bad = np.flatnonzero(rows[lo : lo + step, body:].any(axis=1))
         if bad.size:
-            return str(DatasetError(path / f["file"], f"non-zero bytes after the {body} of {f['dim']} x {f['dtype']}: "
-                                    "meta.json's dtype or dim does not describe the rows", row=lo + int(bad[0])))
+            return str(
+                DatasetError(
+                    path / f["file"],
+                    f"non-zero bytes after the {body} of {f['dim']} x {f['dtype']}: "
+                    "meta.json's dtype or dim does not describe the rows",
+                    row=lo + int(bad[0]),
+                )
+            )
     return None
 
 

@@ -4,6 +4,7 @@ labels and the splits, no checksum. What they guarantee is what the kernels
 that index with these arrays rely on: every node id is in range, every
 neighbour list lies inside `indices`, every label fits the class count.
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,9 +43,13 @@ def files_of(meta: dict, path) -> dict:
     if path is None or not meta:
         names = {k: f"Dataset.{k}" for k in ("indptr", "indices", "labels", "features")}
         return {**names, **{s: f"Dataset.splits[{s!r}]" for s in ("train", "valid", "test")}}
-    return {"indptr": path / meta["graph"]["indptr"], "indices": path / meta["graph"]["indices"],
-            "labels": path / meta["labels"]["file"], "features": path / meta["features"]["file"],
-            **{s: path / f for s, f in meta["splits"].items()}}
+    return {
+        "indptr": path / meta["graph"]["indptr"],
+        "indices": path / meta["graph"]["indices"],
+        "labels": path / meta["labels"]["file"],
+        "features": path / meta["features"]["file"],
+        **{s: path / f for s, f in meta["splits"].items()},
+    }
 
 
 def check_dataset(ds) -> None:
@@ -69,8 +74,9 @@ def check_dataset(ds) -> None:
     if int(indptr[-1]) != indices.shape[0]:
         raise DatasetError(file["indptr"], f"ends at {int(indptr[-1])}, but indices holds {indices.shape[0]} ids")
     if ds.meta and indices.shape[0] != ds.meta["num_edges"]:
-        raise DatasetError(file["indices"], f"holds {indices.shape[0]} ids, meta.json says "
-                           f"{ds.meta['num_edges']} edges")
+        raise DatasetError(
+            file["indices"], f"holds {indices.shape[0]} ids, meta.json says {ds.meta['num_edges']} edges"
+        )
     _in_range(indices, 0, n, file["indices"], "node id")
     labels = _vector(ds.labels, file["labels"])
     if labels.shape[0] != n:
@@ -93,5 +99,8 @@ def check_finite_rows(x: torch.Tensor, ds) -> None:
     rows gathered from them, holds NaN or inf: one cheap check (training
     runs it on its first batch) instead of a loss that is NaN from then on."""
     if not bool(torch.isfinite(x).all()):
-        raise DatasetError(files_of(ds.meta, ds.path)["features"], "the features training read first hold NaN or "
-                           "inf; prepare the dataset again with --nan-to-zero (or fix the values)")
+        raise DatasetError(
+            files_of(ds.meta, ds.path)["features"],
+            "the features training read first hold NaN or "
+            "inf; prepare the dataset again with --nan-to-zero (or fix the values)",
+        )

@@ -4,6 +4,7 @@
 that breaks it gets one DatasetError naming meta.json and the field, before
 any other file is opened (docs/architecture.md, "On-disk dataset format").
 """
+
 from __future__ import annotations
 
 import errno
@@ -55,8 +56,11 @@ SCHEMA = (
     ("splits", *_OBJECT),
     *((f"splits.{s}", *_FILE) for s in SPLITS),
     ("order?", "null or a file name inside the dataset directory", lambda v: v is None or _file_name(v)),
-    ("checksums?", "an object mapping file names to sha256 hex digests",
-     lambda v: isinstance(v, dict) and all(_file_name(k) and isinstance(d, str) for k, d in v.items())),
+    (
+        "checksums?",
+        "an object mapping file names to sha256 hex digests",
+        lambda v: isinstance(v, dict) and all(_file_name(k) and isinstance(d, str) for k, d in v.items()),
+    ),
     ("source?", *_OBJECT),
 )
 
@@ -88,16 +92,24 @@ def check_meta(meta, file) -> dict:
     f = meta["features"]
     body = f["dim"] * DTYPES[f["dtype"]].itemsize
     if f["row_stride"] < body:
-        raise DatasetError(file, f"field 'features.row_stride' is {f['row_stride']} bytes, less than the "
-                           f"{body} bytes of {f['dim']} x {f['dtype']}")
+        raise DatasetError(
+            file,
+            f"field 'features.row_stride' is {f['row_stride']} bytes, less than the "
+            f"{body} bytes of {f['dim']} x {f['dtype']}",
+        )
     strides = strides_written(f["dim"], f["dtype"], f["align"])
     if f["row_stride"] not in strides:
-        raise DatasetError(file, f"field 'features.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
-                           f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
-                           f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong")
+        raise DatasetError(
+            file,
+            f"field 'features.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
+            f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
+            f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong",
+        )
     if meta["labels"]["num_classes"] > max(meta["num_nodes"], 1):
-        raise DatasetError(file, f"field 'labels.num_classes' is {meta['labels']['num_classes']}, more than "
-                           f"the {meta['num_nodes']} nodes")
+        raise DatasetError(
+            file,
+            f"field 'labels.num_classes' is {meta['labels']['num_classes']}, more than the {meta['num_nodes']} nodes",
+        )
     return meta
 
 
@@ -115,18 +127,23 @@ def read_meta(path) -> dict:
     try:
         meta = json.loads(meta_file.read_text())
     except json.JSONDecodeError as e:
-        raise DatasetError(meta_file, f"not valid JSON ({e.msg})", row=e.lineno)
+        raise DatasetError(meta_file, f"not valid JSON ({e.msg})", row=e.lineno) from None
     except RecursionError:
         raise DatasetError(meta_file, "nested too deeply to be a dataset's meta.json") from None
     except OSError as e:
         raise PathError(meta_file, e, "read") from None
     except UnicodeDecodeError as e:
-        raise DatasetError(meta_file, f"cannot read ({e})")
+        raise DatasetError(meta_file, f"cannot read ({e})") from None
     return check_meta(meta, meta_file)
 
 
-_KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-          (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"))
+_KINDS = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "device"),
+    (stat.S_ISBLK, "device"),
+)
 
 
 def regular_file_size(file) -> int:

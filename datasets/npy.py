@@ -6,13 +6,14 @@ file or zip member handle, so memory is bounded by the slice and not by the
 array; it never unpickles (an array of Python objects is refused).
 `integer_labels` and `mask_ids` turn what they read into labels and node ids.
 """
+
 from __future__ import annotations
 
 import contextlib
 import zipfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -78,8 +79,10 @@ class NpyArray:
                 zf = stack.enter_context(zipfile.ZipFile(self.path))
                 f = stack.enter_context(zf.open(self.key + ".npy"))
             version = np.lib.format.read_magic(f)
-            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            read_header = {
+                (1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0,
+            }.get(version)
             if read_header is None:
                 raise DatasetError(self.label, f"unsupported .npy format version {version}")
             self.shape, self.fortran_order, self.dtype = read_header(f)
@@ -106,8 +109,10 @@ class NpyArray:
         """Slices [k, *shape[1:]] along the first axis, in order."""
         row_items = int(np.prod(self.shape[1:]))
         if self.fortran_order and len(self.shape) > 1 and row_items > 1:
-            raise DatasetError(self.label, "is stored in Fortran order; save it in C order "
-                               "(numpy.ascontiguousarray) to read it in row slices")
+            raise DatasetError(
+                self.label,
+                "is stored in Fortran order; save it in C order (numpy.ascontiguousarray) to read it in row slices",
+            )
         rows = rows or max(1, CHUNK_BYTES // max(1, row_items * self.dtype.itemsize))
         with self._open() as f:
             for start in range(0, len(self), rows):
@@ -138,7 +143,7 @@ class NpyArray:
 
 
 def pair_layout(shape, label: str, prefer: str = "rows") -> str:
-    """"rows" for an [E, 2] edge array, "columns" for [2, E]; `prefer` settles [2, 2]."""
+    """ "rows" for an [E, 2] edge array, "columns" for [2, E]; `prefer` settles [2, 2]."""
     if len(shape) != 2 or 2 not in shape:
         raise DatasetError(label, f"shape {tuple(shape)}, expected [E, 2] or [2, E]")
     if shape[0] == shape[1] == 2:

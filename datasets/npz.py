@@ -15,6 +15,7 @@ often pickled Python objects) is never read, so never unpickled. A file
 without features gets one-hot identity features, with a note. Feature values
 are kept as stored (PyG's loader sets every non-zero to 1).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,20 +43,24 @@ def _split_mask(arr: NpyArray, split_index: int, num_nodes: int) -> np.ndarray:
     return mask_ids(masks[split_index], arr.label, num_nodes)
 
 
-def read_npz(path, *, split_index: int | None = None, random_split=None, seed: int = 0,
-             name: str | None = None) -> GraphSource:
+def read_npz(
+    path, *, split_index: int | None = None, random_split=None, seed: int = 0, name: str | None = None
+) -> GraphSource:
     """A GraphSource over an .npz in the heterophilous layout (`split_index`
     picks a stored split, default 0) or the gnn-benchmark CSR layout (split
     at random by `random_split` fractions with `seed`), whichever it holds."""
     path = Path(path)
     if "adj_indptr" in npz_keys(path):
         if split_index is not None:
-            raise DatasetError("--split-index", f"{path} holds the gnn-benchmark CSR layout, which stores no "
-                               "split; give --random-split")
+            raise DatasetError(
+                "--split-index",
+                f"{path} holds the gnn-benchmark CSR layout, which stores no split; give --random-split",
+            )
         return _read_csr_layout(path, random_split, seed, name or path.stem)
     if random_split is not None:
-        raise DatasetError("--random-split", f"{path} holds the heterophilous layout with its own splits; "
-                           "give --split-index")
+        raise DatasetError(
+            "--random-split", f"{path} holds the heterophilous layout with its own splits; give --split-index"
+        )
     return _read_heterophilous(path, split_index or 0, name or path.stem)
 
 
@@ -69,14 +74,22 @@ def _read_heterophilous(path: Path, split_index: int, name: str) -> GraphSource:
     labels = integer_labels(arrays["node_labels"].read(), arrays["node_labels"].label, n)
     splits = {s: _split_mask(arrays[key], split_index, n) for s, key in _SPLIT_KEYS.items()}
     return GraphSource(
-        name=name, kind="npz", num_nodes=n, feature_dim=feats.shape[1],
+        name=name,
+        kind="npz",
+        num_nodes=n,
+        feature_dim=feats.shape[1],
         edge_chunks=lambda: edges.pair_chunks(layout),
         feature_chunks=lambda: (c.astype(np.float32, copy=False) for c in feats.row_chunks()),
-        labels=labels, splits=splits,
-        edge_file=edges.label, feature_file=feats.label, label_file=arrays["node_labels"].label,
+        labels=labels,
+        splits=splits,
+        edge_file=edges.label,
+        feature_file=feats.label,
+        label_file=arrays["node_labels"].label,
         split_files={s: arrays[key].label for s, key in _SPLIT_KEYS.items()},
-        inputs=[path], extra={"layout": "heterophilous", "split_index": split_index},
-        expected_num_edges=edges.shape[0] if layout == "rows" else edges.shape[1])
+        inputs=[path],
+        extra={"layout": "heterophilous", "split_index": split_index},
+        expected_num_edges=edges.shape[0] if layout == "rows" else edges.shape[1],
+    )
 
 
 def _csr(path: Path, prefix: str, rows: int | None = None):
@@ -102,8 +115,9 @@ def _csr_data(path: Path, prefix: str, entries: int) -> np.ndarray:
     """<prefix>_data after checking it holds one value per entry of <prefix>_indices."""
     data = NpyArray(path, f"{prefix}_data").read().reshape(-1)
     if data.shape[0] != entries:
-        raise DatasetError(f"{path}[{prefix}_data]", f"holds {data.shape[0]} values for the {entries} entries of "
-                           f"{prefix}_indices")
+        raise DatasetError(
+            f"{path}[{prefix}_data]", f"holds {data.shape[0]} values for the {entries} entries of {prefix}_indices"
+        )
     return data
 
 
@@ -115,8 +129,7 @@ def _features(path: Path, keys, n: int):
         dense = NpyArray(path, "attr_matrix")
         if dense.shape[:1] != (n,) or len(dense.shape) != 2 or dense.dtype.kind not in "fiub":
             raise DatasetError(dense.label, f"shape {dense.shape} of {dense.dtype}, expected a numeric [{n}, F] array")
-        return (lambda: (c.astype(np.float32, copy=False) for c in dense.row_chunks())), dense.shape[1], \
-            dense.label, []
+        return (lambda: (c.astype(np.float32, copy=False) for c in dense.row_chunks())), dense.shape[1], dense.label, []
     if "attr_indptr" in keys:
         indptr, indices, shape = _csr(path, "attr", rows=n)
         data = _csr_data(path, "attr", len(indices))
@@ -127,11 +140,18 @@ def _features(path: Path, keys, n: int):
             matrix.check_format(full_check=True)
         except ValueError as e:
             raise DatasetError(f"{path}[attr_indices]", f"not a valid CSR matrix ({e})") from None
-        return (lambda: (matrix[a:a + 4096].toarray().astype(np.float32, copy=False)
-                         for a in range(0, n, 4096))), shape[1], f"{path}[attr_data]", []
+        return (
+            (lambda: (matrix[a : a + 4096].toarray().astype(np.float32, copy=False) for a in range(0, n, 4096))),
+            shape[1],
+            f"{path}[attr_data]",
+            [],
+        )
     if n * n * 4 > 4 << 30:
-        raise DatasetError(path, f"holds no attribute arrays (attr_matrix or attr_data/attr_indices/attr_indptr/"
-                           f"attr_shape), and one-hot features for {n} nodes would take {n * n * 4 / 2**30:.0f} GiB")
+        raise DatasetError(
+            path,
+            f"holds no attribute arrays (attr_matrix or attr_data/attr_indices/attr_indptr/"
+            f"attr_shape), and one-hot features for {n} nodes would take {n * n * 4 / 2**30:.0f} GiB",
+        )
 
     def one_hot():
         for a in range(0, n, 4096):
@@ -139,22 +159,32 @@ def _features(path: Path, keys, n: int):
             rows[np.arange(rows.shape[0]), a + np.arange(rows.shape[0])] = 1
             yield rows
 
-    return one_hot, n, f"{path} (one-hot)", [f"{path.name} holds no attribute arrays: features are one-hot "
-                                             f"node ids ({n} x {n})"]
+    return (
+        one_hot,
+        n,
+        f"{path} (one-hot)",
+        [f"{path.name} holds no attribute arrays: features are one-hot node ids ({n} x {n})"],
+    )
 
 
 def _read_csr_layout(path: Path, random_split, seed: int, name: str) -> GraphSource:
     if random_split is None:
-        raise DatasetError("--random-split", f"{path} holds the gnn-benchmark CSR layout, which stores no split: "
-                           "give --random-split TRAIN,VALID,TEST (and --seed)")
+        raise DatasetError(
+            "--random-split",
+            f"{path} holds the gnn-benchmark CSR layout, which stores no split: "
+            "give --random-split TRAIN,VALID,TEST (and --seed)",
+        )
     indptr, dst, (n, m) = _csr(path, "adj")
     if n != m:
         raise DatasetError(f"{path}[adj_shape]", f"holds [{n}, {m}], expected a square adjacency matrix")
     keys = npz_keys(path)
     feature_chunks, dim, feature_file, notes = _features(path, keys, n)
     if "adj_data" in keys and not (_csr_data(path, "adj", len(dst)) == 1).all():
-        notes = [*notes, f"{path.name}'s adj_data holds values other than 1 (edge weights): gnnsys graphs are "
-                         "unweighted, so each stored entry is one edge and its value is dropped"]
+        notes = [
+            *notes,
+            f"{path.name}'s adj_data holds values other than 1 (edge weights): gnnsys graphs are "
+            "unweighted, so each stored entry is one edge and its value is dropped",
+        ]
     label_arr = NpyArray(path, "labels")
     labels = integer_labels(label_arr.read(), label_arr.label, n)
 
@@ -166,29 +196,48 @@ def _read_csr_layout(path: Path, random_split, seed: int, name: str) -> GraphSou
             yield sources, targets
 
     return GraphSource(
-        name=name, kind="npz", num_nodes=n, feature_dim=dim, edge_chunks=edge_chunks,
-        feature_chunks=feature_chunks, labels=labels, splits=split_randomly(labels, random_split, seed),
-        edge_file=dst.label, feature_file=feature_file, label_file=label_arr.label,
-        split_files={s: "--random-split" for s in _SPLIT_KEYS}, inputs=[path], notes=notes,
+        name=name,
+        kind="npz",
+        num_nodes=n,
+        feature_dim=dim,
+        edge_chunks=edge_chunks,
+        feature_chunks=feature_chunks,
+        labels=labels,
+        splits=split_randomly(labels, random_split, seed),
+        edge_file=dst.label,
+        feature_file=feature_file,
+        label_file=label_arr.label,
+        split_files={s: "--random-split" for s in _SPLIT_KEYS},
+        inputs=[path],
+        notes=notes,
         extra={"layout": "gnn-benchmark", "random_split": list(parse_fractions(random_split)), "seed": seed},
-        expected_num_edges=len(dst))
+        expected_num_edges=len(dst),
+    )
 
 
 def add_arguments(parser):
     """The npz kind's arguments."""
-    parser.add_argument("path", help=".npz in the heterophilous layout (node_features, node_labels, edges, "
-                        "train/val/test_masks) or the gnn-benchmark CSR layout (adj_*, attr_* or attr_matrix, "
-                        "labels), told apart by its keys")
-    parser.add_argument("--split-index", type=int,
-                        help="heterophilous layout: which of the stored splits to use (default 0)")
-    parser.add_argument("--random-split", metavar="TRAIN,VALID,TEST",
-                        help="gnn-benchmark layout (no stored split): random split of the labelled nodes by "
-                             "fractions, e.g. 0.6,0.2,0.2")
+    parser.add_argument(
+        "path",
+        help=".npz in the heterophilous layout (node_features, node_labels, edges, "
+        "train/val/test_masks) or the gnn-benchmark CSR layout (adj_*, attr_* or attr_matrix, "
+        "labels), told apart by its keys",
+    )
+    parser.add_argument(
+        "--split-index", type=int, help="heterophilous layout: which of the stored splits to use (default 0)"
+    )
+    parser.add_argument(
+        "--random-split",
+        metavar="TRAIN,VALID,TEST",
+        help="gnn-benchmark layout (no stored split): random split of the labelled nodes by "
+        "fractions, e.g. 0.6,0.2,0.2",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
     parser.add_argument("--name", help="dataset name (default: the file's stem)")
 
 
 def source_from_args(args) -> GraphSource:
     """read_npz from parsed arguments."""
-    return read_npz(args.path, split_index=args.split_index, random_split=args.random_split, seed=args.seed,
-                    name=args.name)
+    return read_npz(
+        args.path, split_index=args.split_index, random_split=args.random_split, seed=args.seed, name=args.name
+    )

@@ -15,16 +15,17 @@ ogbn-products stores each undirected edge once and OGB adds the inverse edges
 when loading (master.csv: add_inverse_edge); `add_inverse_edges="auto"` does
 the same for a directory whose name contains "products".
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
-from .csc import check_edge_ids
-from .csv_reader import count_columns, csv_chunks, read_count, read_csv
 from gnnsys.errors import DatasetError
 
+from .csc import check_edge_ids
+from .csv_reader import count_columns, csv_chunks, read_count, read_csv
 from .npy import NpyArray, integer_labels
 from .source import GraphSource
 
@@ -90,12 +91,18 @@ def _csv_layout(raw: Path, inverse: bool) -> dict:
         raise DatasetError(label_file, f"{labels.shape[0]} rows, but {n_file.name} says {n} nodes")
     dim = count_columns(feat_file)
     pairs = lambda: ((c[:, 0], c[:, 1]) for c in csv_chunks(edge_file, columns=2, dtype=np.int64))  # noqa: E731
-    return dict(num_nodes=n, feature_dim=dim, expected_num_edges=e * (2 if inverse else 1),
-                labels=integer_labels(labels, str(label_file), n),
-                edge_chunks=_edge_chunks(pairs, str(edge_file), n, inverse, e, str(e_file)),
-                feature_chunks=lambda: csv_chunks(feat_file, columns=dim, dtype=np.float32),
-                edge_file=str(edge_file), feature_file=str(feat_file), label_file=str(label_file),
-                inputs=[edge_file, feat_file, label_file, n_file, e_file])
+    return dict(
+        num_nodes=n,
+        feature_dim=dim,
+        expected_num_edges=e * (2 if inverse else 1),
+        labels=integer_labels(labels, str(label_file), n),
+        edge_chunks=_edge_chunks(pairs, str(edge_file), n, inverse, e, str(e_file)),
+        feature_chunks=lambda: csv_chunks(feat_file, columns=dim, dtype=np.float32),
+        edge_file=str(edge_file),
+        feature_file=str(feat_file),
+        label_file=str(label_file),
+        inputs=[edge_file, feat_file, label_file, n_file, e_file],
+    )
 
 
 def _npz_layout(raw: Path, inverse: bool) -> dict:
@@ -110,13 +117,20 @@ def _npz_layout(raw: Path, inverse: bool) -> dict:
     if edges.shape[1] != e:
         raise DatasetError(counts["num_edges_list"].label, f"says {e} edges, but {edges.label} holds {edges.shape[1]}")
     label_arr = NpyArray(label_npz, "node_label")
-    return dict(num_nodes=n, feature_dim=feats.shape[1], expected_num_edges=e * (2 if inverse else 1),
-                labels=integer_labels(label_arr.read(), label_arr.label, n),
-                edge_chunks=_edge_chunks(lambda: edges.pair_chunks("columns"), edges.label, n, inverse, e,
-                                         counts["num_edges_list"].label),
-                feature_chunks=lambda: (c.astype(np.float32, copy=False) for c in feats.row_chunks()),
-                edge_file=edges.label, feature_file=feats.label, label_file=label_arr.label,
-                inputs=[data, label_npz])
+    return dict(
+        num_nodes=n,
+        feature_dim=feats.shape[1],
+        expected_num_edges=e * (2 if inverse else 1),
+        labels=integer_labels(label_arr.read(), label_arr.label, n),
+        edge_chunks=_edge_chunks(
+            lambda: edges.pair_chunks("columns"), edges.label, n, inverse, e, counts["num_edges_list"].label
+        ),
+        feature_chunks=lambda: (c.astype(np.float32, copy=False) for c in feats.row_chunks()),
+        edge_file=edges.label,
+        feature_file=feats.label,
+        label_file=label_arr.label,
+        inputs=[data, label_npz],
+    )
 
 
 def read_ogb(root, *, split: str | None = None, add_inverse_edges="auto", name: str | None = None) -> GraphSource:
@@ -138,18 +152,26 @@ def read_ogb(root, *, split: str | None = None, add_inverse_edges="auto", name: 
         raise DatasetError(raw, "holds neither edge.csv.gz (CSV layout) nor data.npz (binary layout)")
     split_name, split_files = _choose_split(root, split)
     splits = {s: read_csv(f) for s, f in split_files.items()}
-    return GraphSource(name=name or root.resolve().name, kind="ogb", splits=splits,
-                       split_files={s: str(f) for s, f in split_files.items()},
-                       extra={"split": split_name, "add_inverse_edges": inverse}, **parts)
+    return GraphSource(
+        name=name or root.resolve().name,
+        kind="ogb",
+        splits=splits,
+        split_files={s: str(f) for s, f in split_files.items()},
+        extra={"split": split_name, "add_inverse_edges": inverse},
+        **parts,
+    )
 
 
 def add_arguments(parser):
     """The ogb kind's arguments."""
     parser.add_argument("root", help="OGB dataset directory holding raw/ and split/ (e.g. dataset/ogbn_arxiv)")
     parser.add_argument("--split", help="split folder under split/ (default: the only one, e.g. time)")
-    parser.add_argument("--add-inverse-edges", choices=INVERSE_CHOICES, default="auto",
-                        help="add the reverse of each stored edge as OGB does on loading "
-                             "(auto: yes for ogbn-products, no otherwise)")
+    parser.add_argument(
+        "--add-inverse-edges",
+        choices=INVERSE_CHOICES,
+        default="auto",
+        help="add the reverse of each stored edge as OGB does on loading (auto: yes for ogbn-products, no otherwise)",
+    )
     parser.add_argument("--name", help="dataset name (default: the directory's name)")
 
 

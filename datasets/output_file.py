@@ -4,6 +4,7 @@ dataset's checksums cost no second read). Writes are ordinary `write` calls,
 never stores through a memory map: a full disk is an error naming the file,
 not a SIGBUS.
 """
+
 from __future__ import annotations
 
 import errno
@@ -29,8 +30,9 @@ def write_error(path, err: OSError) -> PathError:
 def npy_header(dtype, count: int) -> bytes:
     """The .npy (version 1.0) header of a 1-D array of `count` `dtype` values."""
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                              "fortran_order": False, "shape": (int(count),)})
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (int(count),)}
+    )
     return buf.getvalue()
 
 
@@ -71,8 +73,9 @@ class OutputFile:
             if e.errno not in _NO_RESERVE:
                 self.abandon()
                 free = shutil.disk_usage(os.path.dirname(self.path)).free
-                raise DatasetError(self.path, f"cannot reserve {size / 1e9:.2f} GB: {os_reason(e)}, "
-                                   f"{free / 1e9:.2f} GB free")
+                raise DatasetError(
+                    self.path, f"cannot reserve {size / 1e9:.2f} GB: {os_reason(e)}, {free / 1e9:.2f} GB free"
+                ) from None
 
     def write(self, data) -> None:
         """Append `data` (bytes or a C-contiguous array) and hash it."""

@@ -15,6 +15,7 @@ Only Cora is embedded in the package (gnnsys/data/cora); other datasets are
 read from `root`. The pickles are loaded with an unpickler that admits only
 the numpy, scipy.sparse and container types these files use.
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -33,13 +34,23 @@ EMBEDDED = ("cora",)
 NUM_VALID = 500
 _PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph")
 _ALLOWED = {
-    ("__builtin__", "list"), ("builtins", "list"), ("__builtin__", "set"), ("builtins", "set"),
-    ("collections", "defaultdict"), ("collections", "OrderedDict"),
-    ("copy_reg", "_reconstructor"), ("copyreg", "_reconstructor"),
-    ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
+    ("__builtin__", "list"),
+    ("builtins", "list"),
+    ("__builtin__", "set"),
+    ("builtins", "set"),
+    ("collections", "defaultdict"),
+    ("collections", "OrderedDict"),
+    ("copy_reg", "_reconstructor"),
+    ("copyreg", "_reconstructor"),
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("_codecs", "encode"),
 }
 _SPARSE = ("csr_matrix", "csc_matrix", "coo_matrix", "lil_matrix", "dok_matrix")
 
@@ -56,8 +67,7 @@ class _PlanetoidUnpickler(pickle.Unpickler):
 
 def _default_root(name: str):
     if name not in EMBEDDED:
-        raise DatasetError("--root", f"only {', '.join(EMBEDDED)} is embedded; give --root with the "
-                           f"ind.{name}.* files")
+        raise DatasetError("--root", f"only {', '.join(EMBEDDED)} is embedded; give --root with the ind.{name}.* files")
     return importlib.resources.files("gnnsys") / "data" / name
 
 
@@ -68,8 +78,17 @@ def _load_pickle(file):
             return _PlanetoidUnpickler(f, encoding="latin1").load()
     except FileNotFoundError:
         raise DatasetError(file, "file not found") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError,
-            IndexError, KeyError, OSError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        KeyError,
+        OSError,
+    ) as e:
         raise DatasetError(file, f"not a readable Planetoid pickle ({type(e).__name__}: {e})") from None
 
 
@@ -151,8 +170,10 @@ def read_planetoid(name: str = "cora", root=None, raw_edges: bool = False) -> Gr
     # PyG's layout: tx/ty rows span min..max of the test ids, right after allx/ally.
     lo, sorted_ids = int(test_index.min()), np.sort(test_index)
     if lo != allx.shape[0]:
-        raise DatasetError(files["test.index"], f"smallest test id is {lo}, expected {allx.shape[0]} "
-                           "(the first id after the allx rows)")
+        raise DatasetError(
+            files["test.index"],
+            f"smallest test id is {lo}, expected {allx.shape[0]} (the first id after the allx rows)",
+        )
     span = int(test_index.max()) - lo + 1
     slot = sorted_ids - lo
     tx_full = sp.csr_matrix((tx.data, tx.indices, tx.indptr), shape=tx.shape)
@@ -176,26 +197,42 @@ def read_planetoid(name: str = "cora", root=None, raw_edges: bool = False) -> Gr
 
     def feature_chunks():
         for start in range(0, n, chunk):
-            yield features[start:start + chunk].toarray()
+            yield features[start : start + chunk].toarray()
 
     return GraphSource(
-        name=name, kind="planetoid", num_nodes=n, feature_dim=allx.shape[1],
-        edge_chunks=array_edge_chunks(src, dst), feature_chunks=feature_chunks,
-        labels=labels, num_classes=int(ally.shape[1]),
-        splits={"train": np.arange(y.shape[0]), "valid": np.arange(y.shape[0], y.shape[0] + NUM_VALID),
-                "test": np.sort(test_index)},
-        edge_file=str(files["graph"]), feature_file=str(files["allx"]), label_file=str(files["ally"]),
+        name=name,
+        kind="planetoid",
+        num_nodes=n,
+        feature_dim=allx.shape[1],
+        edge_chunks=array_edge_chunks(src, dst),
+        feature_chunks=feature_chunks,
+        labels=labels,
+        num_classes=int(ally.shape[1]),
+        splits={
+            "train": np.arange(y.shape[0]),
+            "valid": np.arange(y.shape[0], y.shape[0] + NUM_VALID),
+            "test": np.sort(test_index),
+        },
+        edge_file=str(files["graph"]),
+        feature_file=str(files["allx"]),
+        label_file=str(files["ally"]),
         split_files={"train": str(files["y"]), "valid": str(files["ally"]), "test": str(files["test.index"])},
-        inputs=list(files.values()), extra={"raw_edges": raw_edges}, expected_num_edges=int(src.shape[0]))
+        inputs=list(files.values()),
+        extra={"raw_edges": raw_edges},
+        expected_num_edges=int(src.shape[0]),
+    )
 
 
 def add_arguments(parser):
     """The planetoid kind's arguments."""
     parser.add_argument("--name", default="cora", help="dataset name in the file names ind.<name>.* (default cora)")
     parser.add_argument("--root", help="folder with the ind.<name>.* files (default: the embedded Cora)")
-    parser.add_argument("--raw-edges", action="store_true",
-                        help="keep the duplicate edges and self-loops the files list (by default they are "
-                             "removed, giving PyG's Planetoid graph)")
+    parser.add_argument(
+        "--raw-edges",
+        action="store_true",
+        help="keep the duplicate edges and self-loops the files list (by default they are "
+        "removed, giving PyG's Planetoid graph)",
+    )
 
 
 def source_from_args(args) -> GraphSource:

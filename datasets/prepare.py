@@ -12,6 +12,7 @@ are either the reader's or PrepareOptions fields (to_undirected, self_loops,
 dedup, reorder, align, dtype, overwrite, nan_to_zero, normalize_features,
 remap_labels, progress). Readers are imported on first use.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,8 +32,9 @@ def _signature(reader) -> inspect.Signature:
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     required = [p for p in params if p.kind in positional and p.default is inspect.Parameter.empty]
     rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params if p not in required]
-    options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-               for f in fields(PrepareOptions)]
+    options = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default) for f in fields(PrepareOptions)
+    ]
     out = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return inspect.Signature(required + [out] + rest + options)
 
@@ -51,9 +53,11 @@ def _preparer(kind: str):
         return write_dataset(reader(**values), out, options)
 
     prepare.__name__ = prepare.__qualname__ = f"prepare_{kind}"
-    prepare.__doc__ = (f"Read a `{kind}` input with gnnsys.datasets.{kind}.read_{kind} and write it to `out` "
-                       f"as a gnnsys dataset; returns the path. Arguments: the reader's required ones, then "
-                       f"`out`, then keywords of read_{kind} or PrepareOptions.")
+    prepare.__doc__ = (
+        f"Read a `{kind}` input with gnnsys.datasets.{kind}.read_{kind} and write it to `out` "
+        f"as a gnnsys dataset; returns the path. Arguments: the reader's required ones, then "
+        f"`out`, then keywords of read_{kind} or PrepareOptions."
+    )
     return prepare
 
 

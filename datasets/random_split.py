@@ -1,5 +1,6 @@
 """`--random-split TRAIN,VALID,TEST`: a seeded random split of the labelled
 nodes, for inputs that carry no split of their own (arrays, gnn-benchmark npz)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from .meta import SPLITS
 
 
 def parse_fractions(text) -> tuple[float, float, float]:
-    """"0.6,0.2,0.2" (or a 3-sequence) -> three fractions >= 0 summing to at most 1."""
+    """ "0.6,0.2,0.2" (or a 3-sequence) -> three fractions >= 0 summing to at most 1."""
     try:
         parts = tuple(float(p) for p in (text.split(",") if isinstance(text, str) else text))
     except (TypeError, ValueError):

@@ -5,10 +5,11 @@ synthetic) into a `GraphSource`: counts, labels and splits in memory, and the
 two big parts, edges and feature rows, as re-iterable streams of chunks so that
 memory is bounded by the chunk size and not by the input.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def array_edge_chunks(src: np.ndarray, dst: np.ndarray, chunk: int = 1 << 22) ->
 
     def chunks():
         for start in range(0, len(src), chunk):
-            yield src[start:start + chunk], dst[start:start + chunk]
+            yield src[start : start + chunk], dst[start : start + chunk]
 
     return chunks
 
@@ -63,6 +64,6 @@ def array_feature_chunks(x: np.ndarray, chunk: int = 1 << 16) -> FeatureChunks:
 
     def chunks():
         for start in range(0, x.shape[0], chunk):
-            yield np.asarray(x[start:start + chunk])
+            yield np.asarray(x[start : start + chunk])
 
     return chunks

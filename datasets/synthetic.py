@@ -30,6 +30,7 @@ perfect knowledge of the latent class is "label_ceiling" = 1 - noise + noise / C
 Deeper GNNs may slightly exceed the 1-hop figures, never the ceiling. These and
 the generator parameters land in `GraphSource.extra["synthetic"]`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,10 +73,8 @@ class Shape:
 
 SHAPES = {
     "ogbn-arxiv": Shape(169_343, 1_166_243, 128, 40, (90_941, 29_799, 48_603), "time", True, 0.65),
-    "ogbn-products": Shape(2_449_029, 61_859_140, 100, 47, (196_615, 39_323, 2_213_091), "popularity",
-                           True, 0.8),
-    "ogbn-papers100M": Shape(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338), "time",
-                             False, 0.6),
+    "ogbn-products": Shape(2_449_029, 61_859_140, 100, 47, (196_615, 39_323, 2_213_091), "popularity", True, 0.8),
+    "ogbn-papers100M": Shape(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338), "time", False, 0.6),
 }
 ALIASES = {name.removeprefix("ogbn-"): name for name in SHAPES}
 DEFAULTS = {"feature_signal": 2.0, "label_noise": 0.1, "degree_exponent": 2.5, "max_degree_factor": 1000.0}
@@ -90,7 +89,7 @@ def _power_law(rng, n: int, exponent: float, max_factor: float) -> np.ndarray:
     max_factor x the untruncated mean (inverse-CDF draw)."""
     a = exponent - 1.0
     cap = max(1.0, max_factor * a / (a - 1.0))
-    low = cap ** -a
+    low = cap**-a
     return (low + (1.0 - low) * rng.random(n)) ** (-1.0 / a)
 
 
@@ -156,15 +155,24 @@ def _alias_tables(weights, nodes, starts, prob, alias, small, large):
 class _Model:
     """The drawn global state (classes, degrees, popularity) and the chunk generators."""
 
-    def __init__(self, shape: Shape, scale: float, seed: int, homophily: float, feature_signal: float,
-                 label_noise: float, degree_exponent: float, max_degree_factor: float):
+    def __init__(
+        self,
+        shape: Shape,
+        scale: float,
+        seed: int,
+        homophily: float,
+        feature_signal: float,
+        label_noise: float,
+        degree_exponent: float,
+        max_degree_factor: float,
+    ):
         self.shape, self.seed = shape, seed
         self.signal, self.label_noise = feature_signal, label_noise
         n = max(2, round(shape.num_nodes * scale))
         self.num_nodes, self.target_edges = n, round(shape.num_edges * scale)
         c = shape.num_classes
         rng = _rng(seed, _GLOBAL)
-        prior = (np.arange(1, c + 1) ** -CLASS_PRIOR_EXPONENT)
+        prior = np.arange(1, c + 1) ** -CLASS_PRIOR_EXPONENT
         self.z = rng.choice(c, size=n, p=prior / prior.sum()).astype(np.int16)
         mu = rng.standard_normal((c, shape.feature_dim))
         self.centroids = (mu / np.linalg.norm(mu, axis=1, keepdims=True)).astype(np.float32)
@@ -177,8 +185,11 @@ class _Model:
         self.class_share = np.bincount(self.z, minlength=c) / n
         self.baseline = float(self.class_share @ self.source_share)
         if homophily < self.baseline:
-            raise DatasetError("--homophily", f"must be >= the class baseline {self.baseline:.3f} (the share "
-                               f"of same-class edges when sources ignore classes), got {homophily}")
+            raise DatasetError(
+                "--homophily",
+                f"must be >= the class baseline {self.baseline:.3f} (the share "
+                f"of same-class edges when sources ignore classes), got {homophily}",
+            )
         self.homophily = homophily
         self.p_same = (homophily - self.baseline) / (1.0 - self.baseline) if self.baseline < 1 else 1.0
         self.labels = self._noisy_labels(rng)
@@ -205,8 +216,15 @@ class _Model:
         starts = np.concatenate([class_start, [2 * n]])
         self.segment_start, self.segment_size = starts[:-1], np.diff(starts)
         self.prob, self.alias = np.empty(2 * n, np.float32), np.empty(2 * n, positions)
-        _alias_tables(self.popularity, self.by_class, starts, self.prob, self.alias, np.empty(n, positions),
-                      np.empty(n, positions))
+        _alias_tables(
+            self.popularity,
+            self.by_class,
+            starts,
+            self.prob,
+            self.alias,
+            np.empty(n, positions),
+            np.empty(n, positions),
+        )
 
     def _degrees(self, rng, exponent, max_factor):
         w = _power_law(rng, self.num_nodes, exponent, max_factor)
@@ -233,15 +251,16 @@ class _Model:
         else:
             candidates = np.sort(rng.choice(n, size=sum(counts), replace=False))
         cut = np.cumsum(counts)
-        return {name: np.sort(candidates[a:b]).astype(np.int64)
-                for name, a, b in zip(("train", "valid", "test"), [0, *cut[:2]], cut)}
+        return {
+            name: np.sort(candidates[a:b]).astype(np.int64)
+            for name, a, b in zip(("train", "valid", "test"), [0, *cut[:2]], cut)
+        }
 
     def sources(self, rng, classes):
         """One popularity-weighted source per entry of `classes` (-1 = any class)."""
         segment = np.where(classes >= 0, classes, self.shape.num_classes)
         size = self.segment_size[segment]
-        at = self.segment_start[segment] + np.minimum((rng.random(classes.shape[0]) * size).astype(np.int64),
-                                                      size - 1)
+        at = self.segment_start[segment] + np.minimum((rng.random(classes.shape[0]) * size).astype(np.int64), size - 1)
         keep = rng.random(classes.shape[0]) < self.prob[at]
         return self.by_class[np.where(keep, at, self.alias[at]) % self.num_nodes].astype(np.int64)
 
@@ -293,7 +312,7 @@ class _Model:
 
         def loglik(classes):
             x = self.signal * mu[classes] + rng.standard_normal((classes.shape[0], d))
-            return self.signal * x @ mu.T - 0.5 * self.signal ** 2
+            return self.signal * x @ mu.T - 0.5 * self.signal**2
 
         def neighbour_terms(degree, mixing):
             owner = np.repeat(np.arange(nodes.shape[0]), degree)
@@ -311,17 +330,23 @@ class _Model:
         out_degree = rng.poisson(self.popularity[nodes] * rate[z])
         with_all = with_in + neighbour_terms(out_degree, out)
         noise = self.label_noise
-        scores = {"features_only": own, "features_and_in_neighbours": with_in,
-                  "features_and_all_neighbours": with_all}
-        return {name: float((1 - noise) * np.mean(score.argmax(axis=1) == z) + noise / c)
-                for name, score in scores.items()}
+        scores = {"features_only": own, "features_and_in_neighbours": with_in, "features_and_all_neighbours": with_all}
+        return {
+            name: float((1 - noise) * np.mean(score.argmax(axis=1) == z) + noise / c) for name, score in scores.items()
+        }
 
 
-def read_synthetic(like: str, scale: float = 1.0, seed: int = 0, *, homophily: float | None = None,
-                   feature_signal: float = DEFAULTS["feature_signal"],
-                   label_noise: float = DEFAULTS["label_noise"],
-                   degree_exponent: float = DEFAULTS["degree_exponent"],
-                   max_degree_factor: float = DEFAULTS["max_degree_factor"]) -> GraphSource:
+def read_synthetic(
+    like: str,
+    scale: float = 1.0,
+    seed: int = 0,
+    *,
+    homophily: float | None = None,
+    feature_signal: float = DEFAULTS["feature_signal"],
+    label_noise: float = DEFAULTS["label_noise"],
+    degree_exponent: float = DEFAULTS["degree_exponent"],
+    max_degree_factor: float = DEFAULTS["max_degree_factor"],
+) -> GraphSource:
     """A GraphSource of a synthetic graph shaped like OGB graph `like` x `scale`.
 
     like is "ogbn-arxiv", "ogbn-products" or "ogbn-papers100M" (or without "ogbn-");
@@ -332,8 +357,16 @@ def read_synthetic(like: str, scale: float = 1.0, seed: int = 0, *, homophily: f
     like = ALIASES.get(like, like)
     _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor)
     shape = SHAPES[like]
-    model = _Model(shape, scale, seed, shape.homophily if homophily is None else homophily, feature_signal,
-                   label_noise, degree_exponent, max_degree_factor)
+    model = _Model(
+        shape,
+        scale,
+        seed,
+        shape.homophily if homophily is None else homophily,
+        feature_signal,
+        label_noise,
+        degree_exponent,
+        max_degree_factor,
+    )
     return _source(like, scale, model, degree_exponent, max_degree_factor)
 
 
@@ -348,43 +381,91 @@ def _source(like, scale, model: _Model, degree_exponent, max_degree_factor) -> G
 
     bayes = model.bayes
     c = model.shape.num_classes
-    extra = {"like": like, "scale": scale, "seed": model.seed, "num_nodes": model.num_nodes,
-             "generated_edges": model.num_edges, "directed": True, "homophily": model.homophily,
-             "class_baseline_homophily": model.baseline, "same_class_draw_probability": model.p_same,
-             "feature_signal": model.signal, "label_noise": model.label_noise,
-             "degree_exponent": degree_exponent, "max_degree_factor": max_degree_factor,
-             "class_prior_exponent": CLASS_PRIOR_EXPONENT, "split_order": model.shape.split_order,
-             "label_ceiling": (1 - model.label_noise) + model.label_noise / c,
-             "bayes_accuracy": bayes, "attainable_accuracy": bayes["features_and_in_neighbours"],
-             "attainable_accuracy_undirected": bayes["features_and_all_neighbours"]}
-    return GraphSource(name=f"synthetic-{like}-x{scale:g}", kind="synthetic", num_nodes=model.num_nodes,
-                       feature_dim=model.shape.feature_dim, edge_chunks=edge_chunks,
-                       feature_chunks=feature_chunks, labels=model.labels, splits=model.splits,
-                       num_classes=c, edge_file=f"synthetic {like} edges",
-                       feature_file=f"synthetic {like} features", label_file=f"synthetic {like} labels",
-                       extra={"synthetic": extra}, expected_num_edges=model.num_edges)
+    extra = {
+        "like": like,
+        "scale": scale,
+        "seed": model.seed,
+        "num_nodes": model.num_nodes,
+        "generated_edges": model.num_edges,
+        "directed": True,
+        "homophily": model.homophily,
+        "class_baseline_homophily": model.baseline,
+        "same_class_draw_probability": model.p_same,
+        "feature_signal": model.signal,
+        "label_noise": model.label_noise,
+        "degree_exponent": degree_exponent,
+        "max_degree_factor": max_degree_factor,
+        "class_prior_exponent": CLASS_PRIOR_EXPONENT,
+        "split_order": model.shape.split_order,
+        "label_ceiling": (1 - model.label_noise) + model.label_noise / c,
+        "bayes_accuracy": bayes,
+        "attainable_accuracy": bayes["features_and_in_neighbours"],
+        "attainable_accuracy_undirected": bayes["features_and_all_neighbours"],
+    }
+    return GraphSource(
+        name=f"synthetic-{like}-x{scale:g}",
+        kind="synthetic",
+        num_nodes=model.num_nodes,
+        feature_dim=model.shape.feature_dim,
+        edge_chunks=edge_chunks,
+        feature_chunks=feature_chunks,
+        labels=model.labels,
+        splits=model.splits,
+        num_classes=c,
+        edge_file=f"synthetic {like} edges",
+        feature_file=f"synthetic {like} features",
+        label_file=f"synthetic {like} labels",
+        extra={"synthetic": extra},
+        expected_num_edges=model.num_edges,
+    )
 
 
 def add_arguments(parser):
     """Register --like, --scale, --seed and the generator knobs."""
-    parser.add_argument("--like", required=True, choices=[*SHAPES, *ALIASES],
-                        help="the OGB graph to imitate")
+    parser.add_argument("--like", required=True, choices=[*SHAPES, *ALIASES], help="the OGB graph to imitate")
     parser.add_argument("--scale", type=float, default=1.0, help="node and edge count multiplier (default 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--homophily", type=float, default=None,
-                        help="expected share of same-class edges (default: the shape's, about the real graph's)")
-    parser.add_argument("--feature-signal", type=float, default=DEFAULTS["feature_signal"],
-                        help="distance of a class's feature mean from the origin, in noise std units")
-    parser.add_argument("--label-noise", type=float, default=DEFAULTS["label_noise"],
-                        help="probability that a label is replaced by a uniform random class")
-    parser.add_argument("--degree-exponent", type=float, default=DEFAULTS["degree_exponent"],
-                        help="power-law tail exponent of in-degree and source popularity (> 2)")
-    parser.add_argument("--max-degree-factor", type=float, default=DEFAULTS["max_degree_factor"],
-                        help="truncate the power law at about this many times the mean degree")
+    parser.add_argument(
+        "--homophily",
+        type=float,
+        default=None,
+        help="expected share of same-class edges (default: the shape's, about the real graph's)",
+    )
+    parser.add_argument(
+        "--feature-signal",
+        type=float,
+        default=DEFAULTS["feature_signal"],
+        help="distance of a class's feature mean from the origin, in noise std units",
+    )
+    parser.add_argument(
+        "--label-noise",
+        type=float,
+        default=DEFAULTS["label_noise"],
+        help="probability that a label is replaced by a uniform random class",
+    )
+    parser.add_argument(
+        "--degree-exponent",
+        type=float,
+        default=DEFAULTS["degree_exponent"],
+        help="power-law tail exponent of in-degree and source popularity (> 2)",
+    )
+    parser.add_argument(
+        "--max-degree-factor",
+        type=float,
+        default=DEFAULTS["max_degree_factor"],
+        help="truncate the power law at about this many times the mean degree",
+    )
 
 
 def source_from_args(args) -> GraphSource:
     """The GraphSource described by parsed arguments."""
-    return read_synthetic(args.like, args.scale, args.seed, homophily=args.homophily,
-                          feature_signal=args.feature_signal, label_noise=args.label_noise,
-                          degree_exponent=args.degree_exponent, max_degree_factor=args.max_degree_factor)
+    return read_synthetic(
+        args.like,
+        args.scale,
+        args.seed,
+        homophily=args.homophily,
+        feature_signal=args.feature_signal,
+        label_noise=args.label_noise,
+        degree_exponent=args.degree_exponent,
+        max_degree_factor=args.max_degree_factor,
+    )

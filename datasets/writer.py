@@ -1,4 +1,5 @@
 """Write a `GraphSource` in the gnnsys on-disk format, atomically."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,15 @@ class PrepareOptions:
 
 def _bar(opts, total, desc, unit):
     # disable=None: bars only on a terminal, so logs and captured stderr keep just the messages
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=None if opts.progress else True,
-                dynamic_ncols=True, leave=False)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        disable=None if opts.progress else True,
+        dynamic_ncols=True,
+        leave=False,
+    )
 
 
 class _Phases:
@@ -104,8 +112,11 @@ def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int
     labels = labels.astype(np.int64, copy=remap)  # only --remap-labels writes to it
     below = np.flatnonzero(labels < -1)
     if below.size:
-        raise DatasetError(src.label_file, f"label {labels[below[0]]} out of range (classes are >= 0; -1 marks "
-                           "an unlabelled node)", row=int(below[0]))
+        raise DatasetError(
+            src.label_file,
+            f"label {labels[below[0]]} out of range (classes are >= 0; -1 marks an unlabelled node)",
+            row=int(below[0]),
+        )
     known = labels >= 0
     if remap:
         original, labels[known] = np.unique(labels[known], return_inverse=True)
@@ -114,15 +125,20 @@ def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int
     num_classes = (int(labels.max()) + 1 if known.any() else 0) if inferred else src.num_classes
     bad = np.flatnonzero(labels >= num_classes)
     if bad.size:
-        raise DatasetError(src.label_file, f"label {labels[bad[0]]} out of range [0, {num_classes})",
-                           row=int(bad[0]))
+        raise DatasetError(src.label_file, f"label {labels[bad[0]]} out of range [0, {num_classes})", row=int(bad[0]))
     if num_classes > max(src.num_nodes, 1):
-        raise DatasetError(src.label_file, f"{num_classes} classes (labels up to {num_classes - 1}) for "
-                           f"{src.num_nodes} nodes; use --remap-labels to number the distinct labels 0..C-1")
+        raise DatasetError(
+            src.label_file,
+            f"{num_classes} classes (labels up to {num_classes - 1}) for "
+            f"{src.num_nodes} nodes; use --remap-labels to number the distinct labels 0..C-1",
+        )
     used = int(np.count_nonzero(np.bincount(labels[known], minlength=num_classes))) if inferred else num_classes
     if 2 * used < num_classes:
-        raise DatasetError(src.label_file, f"only {used} of the {num_classes} classes 0..{num_classes - 1} "
-                           f"occur; use --remap-labels to number them 0..{used - 1}")
+        raise DatasetError(
+            src.label_file,
+            f"only {used} of the {num_classes} classes 0..{num_classes - 1} "
+            f"occur; use --remap-labels to number them 0..{used - 1}",
+        )
     return labels, num_classes, None
 
 
@@ -154,8 +170,9 @@ def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
             raise DatasetError(file, f"split {name!r} repeats a node id")
         unlabelled = np.flatnonzero(labels[ids] < 0)
         if unlabelled.size:
-            raise DatasetError(file, f"split {name!r} holds unlabelled node {ids[unlabelled[0]]}",
-                               row=int(unlabelled[0]))
+            raise DatasetError(
+                file, f"split {name!r} holds unlabelled node {ids[unlabelled[0]]}", row=int(unlabelled[0])
+            )
         seen[ids] = i
         out[name] = ids
     return out
@@ -168,16 +185,18 @@ def _feature_rows(src: GraphSource, opts: PrepareOptions, stride: int):
     for chunk in src.feature_chunks():
         chunk = np.asarray(chunk)
         if chunk.ndim != 2 or chunk.shape[1] != src.feature_dim:
-            raise DatasetError(src.feature_file, f"expected {src.feature_dim} feature columns, "
-                               f"got shape {chunk.shape}", row=start)
+            raise DatasetError(
+                src.feature_file, f"expected {src.feature_dim} feature columns, got shape {chunk.shape}", row=start
+            )
         if start + chunk.shape[0] > src.num_nodes:
             raise DatasetError(src.feature_file, f"more feature rows than the {src.num_nodes} nodes")
         finite = np.isfinite(chunk)
         if not finite.all():
             if not opts.nan_to_zero:
                 r = int(np.flatnonzero(~finite.all(axis=1))[0])
-                raise DatasetError(src.feature_file, "NaN or inf in features (use --nan-to-zero to "
-                                   "replace them with 0)", row=start + r)
+                raise DatasetError(
+                    src.feature_file, "NaN or inf in features (use --nan-to-zero to replace them with 0)", row=start + r
+                )
             chunk = np.where(finite, chunk, 0)
         if opts.normalize_features == "row":
             chunk = normalize_rows(chunk)
@@ -219,7 +238,7 @@ def _write_features(src: GraphSource, path: Path, opts: PrepareOptions, order) -
     def permuted():
         rows = open_rows(target, src.num_nodes, stride)
         for v in range(0, src.num_nodes, step):
-            wanted = order[v:v + step]
+            wanted = order[v : v + step]
             by_position = np.argsort(wanted)
             block = np.empty((wanted.shape[0], stride), np.uint8)
             block[by_position] = rows[wanted[by_position]]
@@ -250,13 +269,16 @@ def check_output(out_dir, overwrite: bool):
     if not overwrite:
         raise DatasetError(out_dir, "output already exists (use --overwrite to replace it)")
     if not out_dir.is_dir():
-        raise DatasetError(out_dir, "exists and is not a directory; --overwrite replaces only a gnnsys dataset "
-                           "or an empty directory")
+        raise DatasetError(
+            out_dir, "exists and is not a directory; --overwrite replaces only a gnnsys dataset or an empty directory"
+        )
     if Path.cwd().resolve().is_relative_to(out_dir.resolve()):
         raise DatasetError(out_dir, "is the current directory or holds it; give an --out elsewhere")
     if not is_dataset_dir(out_dir) and any(out_dir.iterdir()):
-        raise DatasetError(out_dir, "is neither a gnnsys dataset nor empty; --overwrite replaces only those, "
-                           "so its files are left alone")
+        raise DatasetError(
+            out_dir,
+            "is neither a gnnsys dataset nor empty; --overwrite replaces only those, so its files are left alone",
+        )
 
 
 def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None) -> Path:
@@ -274,14 +296,25 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
     stride = row_stride(src.feature_dim, opts.dtype, opts.align)
     mem_limit = opts.mem_limit_bytes()
     with atomic_directory(out_dir, overwrite=opts.overwrite) as tmp:
-        edges = csc.EdgeStream(src.edge_chunks, src.num_nodes, file=src.edge_file,
-                               to_undirected=opts.to_undirected, drop_self_loops=opts.self_loops == "drop",
-                               expected=src.expected_num_edges)
+        edges = csc.EdgeStream(
+            src.edge_chunks,
+            src.num_nodes,
+            file=src.edge_file,
+            to_undirected=opts.to_undirected,
+            drop_self_loops=opts.self_loops == "drop",
+            expected=src.expected_num_edges,
+        )
         phases = _Phases(opts)
         try:
-            graph = write_csc(edges, tmp, dedup=opts.dedup, reorder=opts.reorder == "degree",
-                              mem_limit=mem_limit,
-                              check_space=_space_check(out_dir, tmp, src.num_nodes, stride, opts), bar=phases)
+            graph = write_csc(
+                edges,
+                tmp,
+                dedup=opts.dedup,
+                reorder=opts.reorder == "degree",
+                mem_limit=mem_limit,
+                check_space=_space_check(out_dir, tmp, src.num_nodes, stride, opts),
+                bar=phases,
+            )
         finally:
             phases.close()
         indptr, order, checksums = graph.indptr, graph.order, dict(graph.checksums)
@@ -300,22 +333,40 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
             checksums[f"{name}_idx.npy"] = write_npy(tmp / f"{name}_idx.npy", ids)
         checksums = dict(sorted(checksums.items()))
         meta = {
-            "format": FORMAT, "version": VERSION, "name": src.name,
-            "num_nodes": int(src.num_nodes), "num_edges": num_edges,
+            "format": FORMAT,
+            "version": VERSION,
+            "name": src.name,
+            "num_nodes": int(src.num_nodes),
+            "num_edges": num_edges,
             "graph": {"layout": "csc", "indptr": "indptr.npy", "indices": "indices.npy"},
-            "features": {"file": "features.bin", "dtype": opts.dtype, "dim": int(src.feature_dim),
-                         "row_stride": int(stride), "align": int(opts.align)},
-            "labels": {"file": "labels.npy", "num_classes": int(num_classes),
-                       **({"original_labels": original_labels} if original_labels is not None else {})},
+            "features": {
+                "file": "features.bin",
+                "dtype": opts.dtype,
+                "dim": int(src.feature_dim),
+                "row_stride": int(stride),
+                "align": int(opts.align),
+            },
+            "labels": {
+                "file": "labels.npy",
+                "num_classes": int(num_classes),
+                **({"original_labels": original_labels} if original_labels is not None else {}),
+            },
             "splits": {name: f"{name}_idx.npy" for name in SPLITS},
             "order": "order.npy" if order is not None else None,
             "checksums": checksums,
-            "source": {"kind": src.kind, "inputs": [Path(p).name for p in src.inputs],
-                       "options": {k: v for k, v in asdict(opts).items() if k != "progress"},
-                       "tool": f"gnnsys {tool_version()}", **({"notes": src.notes} if src.notes else {}),
-                       "graph_build": {"buckets": graph.buckets, "spill_bytes": graph.spill_bytes,
-                                       "mem_limit_bytes": mem_limit},
-                       **src.extra},
+            "source": {
+                "kind": src.kind,
+                "inputs": [Path(p).name for p in src.inputs],
+                "options": {k: v for k, v in asdict(opts).items() if k != "progress"},
+                "tool": f"gnnsys {tool_version()}",
+                **({"notes": src.notes} if src.notes else {}),
+                "graph_build": {
+                    "buckets": graph.buckets,
+                    "spill_bytes": graph.spill_bytes,
+                    "mem_limit_bytes": mem_limit,
+                },
+                **src.extra,
+            },
         }
         try:
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -337,8 +388,11 @@ def _space_check(out_dir: Path, tmp: Path, num_nodes: int, stride: int, opts: Pr
         need = max(scratch_bytes + indices_bytes, final + (features if opts.reorder == "degree" else 0))
         free = shutil.disk_usage(tmp).free
         if need > free:
-            raise DatasetError(out_dir, f"needs {need / 1e9:.2f} GB of free space while it is written "
-                               f"({final / 1e9:.2f} GB when done), and {free / 1e9:.2f} GB are free")
+            raise DatasetError(
+                out_dir,
+                f"needs {need / 1e9:.2f} GB of free space while it is written "
+                f"({final / 1e9:.2f} GB when done), and {free / 1e9:.2f} GB are free",
+            )
 
     return check
 
@@ -346,6 +400,7 @@ def _space_check(out_dir: Path, tmp: Path, num_nodes: int, stride: int, opts: Pr
 def tool_version() -> str:
     """The installed gnnsys version ("unknown" when not installed)."""
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("gnnsys")
     except PackageNotFoundError:

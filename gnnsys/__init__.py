@@ -5,6 +5,7 @@ The public API is loaded lazily (PEP 562): `import gnnsys` or
 `gnnsys.train` and the other names below import their module on first use.
 docs/architecture.md maps the layers.
 """
+
 import importlib
 import os
 
@@ -14,15 +15,23 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _API = {  # public name -> the module that defines it
-    "ConfigError": "gnnsys.errors", "DatasetError": "gnnsys.errors", "GnnsysError": "gnnsys.errors",
+    "ConfigError": "gnnsys.errors",
+    "DatasetError": "gnnsys.errors",
+    "GnnsysError": "gnnsys.errors",
     "GPUUnavailableError": "gnnsys.errors",
-    "Dataset": "gnnsys.datasets", "load_dataset": "gnnsys.datasets", "prepare_arrays": "gnnsys.datasets",
-    "prepare_npz": "gnnsys.datasets", "prepare_ogb": "gnnsys.datasets", "prepare_planetoid": "gnnsys.datasets",
+    "Dataset": "gnnsys.datasets",
+    "load_dataset": "gnnsys.datasets",
+    "prepare_arrays": "gnnsys.datasets",
+    "prepare_npz": "gnnsys.datasets",
+    "prepare_ogb": "gnnsys.datasets",
+    "prepare_planetoid": "gnnsys.datasets",
     "prepare_synthetic": "gnnsys.datasets",
     "MinibatchLoader": "gnnsys.loader",
-    "FullGraphOptions": "gnnsys.training.options", "MinibatchOptions": "gnnsys.training.options",
+    "FullGraphOptions": "gnnsys.training.options",
+    "MinibatchOptions": "gnnsys.training.options",
     "TrainResult": "gnnsys.training.result",
-    "train": "gnnsys.minibatch", "train_fullgraph": "gnnsys.fullgraph",
+    "train": "gnnsys.minibatch",
+    "train_fullgraph": "gnnsys.fullgraph",
     "predict": "gnnsys.prediction",
 }
 

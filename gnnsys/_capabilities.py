@@ -8,6 +8,7 @@ first imported. Importing triton early (before a test sets TRITON_INTERPRET=1)
 would fix the mode for the whole process, so the kernel modules are imported
 only when a kernel is about to run.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -47,8 +48,11 @@ def require_triton(what: str, device: torch.device) -> None:
         require_cuda(what)  # compiled, or interpreted with copies to the host and back
         return
     if not triton_interpreting():
-        raise GPUUnavailableError(what, f"runs Triton kernels on a CUDA device, got device {device} "
-                                 "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)")
+        raise GPUUnavailableError(
+            what,
+            f"runs Triton kernels on a CUDA device, got device {device} "
+            "(set TRITON_INTERPRET=1 before importing triton to run them on the CPU)",
+        )
 
 
 def normalize_device(device) -> torch.device:

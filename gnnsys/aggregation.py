@@ -15,6 +15,7 @@ The kernel needs no bf16 instructions (`gnnsys.bf16` widens and rounds with
 integer shifts), so it runs as fast on an AVX2-only CPU as on one with
 AVX512-BF16, in bf16 as in fp32 (benchmarks/README.md, "Mixed precision").
 """
+
 from __future__ import annotations
 
 import warnings
@@ -79,12 +80,12 @@ class Adjacency:
         self._csr = {}
 
     @classmethod
-    def from_csr(cls, csr: torch.Tensor) -> "Adjacency":
+    def from_csr(cls, csr: torch.Tensor) -> Adjacency:
         """The Adjacency of a torch sparse CSR tensor (its values as weights)."""
         return cls(csr.crow_indices(), csr.col_indices(), csr.values(), csr.shape[1])
 
     @classmethod
-    def mean(cls, indptr: torch.Tensor, indices: torch.Tensor, num_src: int) -> "Adjacency":
+    def mean(cls, indptr: torch.Tensor, indices: torch.Tensor, num_src: int) -> Adjacency:
         """Mean over each row's entries (a row without any gives zeros, as PyG's mean)."""
         if indptr.device.type == "cpu":
             weights = torch.empty(indices.shape[0])
@@ -98,15 +99,21 @@ class Adjacency:
     def num_dst(self) -> int:
         return self.indptr.shape[0] - 1
 
-    def transposed(self) -> "Adjacency":
+    def transposed(self) -> Adjacency:
         """The transpose [num_src, num_dst] (what the backward sums over); built once."""
         if self._transposed is None:
             device = self.indptr.device
             indptr = torch.zeros(self.num_src + 1, dtype=torch.long, device=device)
             if device.type == "cpu":
                 rows, weights = torch.empty_like(self.indices), torch.empty_like(self.weights)
-                _transpose(self.indptr.numpy(), self.indices.numpy(), self.weights.numpy(), indptr.numpy(),
-                           rows.numpy(), weights.numpy())
+                _transpose(
+                    self.indptr.numpy(),
+                    self.indices.numpy(),
+                    self.weights.numpy(),
+                    indptr.numpy(),
+                    rows.numpy(),
+                    weights.numpy(),
+                )
             else:
                 indptr[1:] = torch.cumsum(torch.bincount(self.indices, minlength=self.num_src), 0)
                 order = torch.argsort(self.indices, stable=True)
@@ -120,11 +127,12 @@ class Adjacency:
         if dtype not in self._csr:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
-                self._csr[dtype] = torch.sparse_csr_tensor(self.indptr, self.indices, self.weights.to(dtype),
-                                                           size=(self.num_dst, self.num_src))
+                self._csr[dtype] = torch.sparse_csr_tensor(
+                    self.indptr, self.indices, self.weights.to(dtype), size=(self.num_dst, self.num_src)
+                )
         return self._csr[dtype]
 
-    def to(self, device, non_blocking: bool = False) -> "Adjacency":
+    def to(self, device, non_blocking: bool = False) -> Adjacency:
         """This adjacency on `device` (self when it is there already), as `Block.to` moves its cache."""
         if self.indptr.device == torch.device(device):
             return self
@@ -139,8 +147,7 @@ def _run_kernel(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype) -> torch.Te
     if x.shape[0] != adj.num_src:
         raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
     out = torch.empty(adj.num_dst, x.shape[1], dtype=dtype)
-    _weighted_sum(adj.indptr.numpy(), adj.indices.numpy(), adj.weights.numpy(), as_numpy(x.contiguous()),
-                  as_numpy(out))
+    _weighted_sum(adj.indptr.numpy(), adj.indices.numpy(), adj.weights.numpy(), as_numpy(x.contiguous()), as_numpy(out))
     return out
 
 
@@ -157,7 +164,7 @@ class _Aggregate(torch.autograd.Function):
             return None, None, None, None
         grad_x = _run_kernel(ctx.adj.transposed(), grad, ctx.x_dtype)
         if grad_root is not None:
-            grad_x[:ctx.root] += grad_root
+            grad_x[: ctx.root] += grad_root
         return grad_x, None, None, None
 
 
@@ -177,4 +184,4 @@ def aggregate_with_root(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = to
     instead of through a zero-filled full-size slice gradient and an add."""
     if x.device.type == "cpu":
         return _Aggregate.apply(x, adj, dtype, adj.num_dst)
-    return aggregate(adj, x, dtype), x[:adj.num_dst]
+    return aggregate(adj, x, dtype), x[: adj.num_dst]

@@ -10,6 +10,7 @@ trimming the heap below 1 GiB of free space, so the next step reuses the same
 pages (PyTorch's CPU tuning guide gets the same effect by preloading jemalloc
 or tcmalloc). The cost: the process keeps its peak heap instead of shrinking.
 """
+
 from __future__ import annotations
 
 import ctypes

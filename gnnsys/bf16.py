@@ -12,6 +12,7 @@ wrong values inside a conditional expression.) numba's on-disk cache of a kernel
 notice edits to this module: after changing it, delete the `*.nbi`/`*.nbc`
 files of `gnnsys/__pycache__`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +26,7 @@ from numba.extending import intrinsic, overload
 def _f32_from_bits(typingctx, bits):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.FloatType())
+
     return types.float32(types.uint32), codegen
 
 
@@ -32,6 +34,7 @@ def _f32_from_bits(typingctx, bits):
 def _bits_from_f32(typingctx, value):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(32))
+
     return types.uint32(types.float32), codegen
 
 
@@ -70,12 +73,15 @@ def _load(v):
 @overload(store)
 def _store(a, i, v):
     if a.dtype == types.uint16:
+
         def put_bf16(a, i, v):
             a[i] = narrow(v)
+
         return put_bf16
 
     def put(a, i, v):
         a[i] = v
+
     return put
 
 

@@ -16,6 +16,7 @@ GNNSYS_CPU_BF16=1 or 0 in the environment overrides the verdict (for a CPU
 whose flags mislead, or a test suite that must run the same precision on
 every machine, its subprocesses included).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,8 +83,12 @@ class CPUFeatures:
 
     def to_dict(self) -> dict:
         """The JSON-serialisable record, with native_bf16 and native_fp16."""
-        return {**dataclasses.asdict(self), "flags": None if self.flags is None else list(self.flags),
-                "native_bf16": self.native_bf16, "native_fp16": self.native_fp16}
+        return {
+            **dataclasses.asdict(self),
+            "flags": None if self.flags is None else list(self.flags),
+            "native_bf16": self.native_bf16,
+            "native_fp16": self.native_fp16,
+        }
 
 
 def read_cpuinfo(text: str | None) -> tuple[str, tuple | None]:
@@ -117,8 +122,9 @@ def gemm_gflops(shape: tuple = GEMM_SHAPE, repeats: int = 3) -> dict:
     return rates
 
 
-def probe(cpuinfo: str | None, capability: str, env: dict, onednn: bool, benchmark=gemm_gflops,
-          cache: Path | None = None) -> CPUFeatures:
+def probe(
+    cpuinfo: str | None, capability: str, env: dict, onednn: bool, benchmark=gemm_gflops, cache: Path | None = None
+) -> CPUFeatures:
     """The CPUFeatures of a CPU whose /proc/cpuinfo reads `cpuinfo` (None: none),
     with torch `capability`, environment `env` and oneDNN available or not:
     decided by the flags when they tell, else by `benchmark()` (GEMM rates as
@@ -174,9 +180,20 @@ def detect() -> CPUFeatures:
         raise ConfigError(FORCE_ENV, f"must be 0 or 1, got {forced!r}")
     if key not in _detected and forced:
         model, flags = read_cpuinfo(_cpuinfo())
-        _detected[key] = CPUFeatures(model, flags, torch.backends.cpu.get_cpu_capability(),
-                                     {k: v for k, v in env.items() if v}, forced == "1", FORCE_ENV)
+        _detected[key] = CPUFeatures(
+            model,
+            flags,
+            torch.backends.cpu.get_cpu_capability(),
+            {k: v for k, v in env.items() if v},
+            forced == "1",
+            FORCE_ENV,
+        )
     if key not in _detected:
-        _detected[key] = probe(_cpuinfo(), torch.backends.cpu.get_cpu_capability(), env,
-                               torch.backends.mkldnn.is_available(), cache=cache_dir() / CACHE_FILE)
+        _detected[key] = probe(
+            _cpuinfo(),
+            torch.backends.cpu.get_cpu_capability(),
+            env,
+            torch.backends.mkldnn.is_available(),
+            cache=cache_dir() / CACHE_FILE,
+        )
     return _detected[key]

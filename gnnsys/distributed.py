@@ -30,6 +30,7 @@ which its worker left in the store under `TRACEBACK_KEY` + rank. Under
 torchrun, which has no such parent, each worker prints its traceback and
 why it stopped.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -73,7 +74,7 @@ class WorkerContext:
 
 
 def choose_backend(device: str | torch.device = "cpu") -> str:
-    """"nccl" for CUDA devices, else "gloo"."""
+    """ "nccl" for CUDA devices, else "gloo"."""
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
@@ -126,8 +127,13 @@ def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, tim
     # at exit); a worker shares no bar with another process, so a thread lock does.
     tqdm.set_lock(threading.RLock())
     try:
-        dist.init_process_group(backend, store=dist.PrefixStore("pg", pg_store), rank=rank,
-                                world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend,
+            store=dist.PrefixStore("pg", pg_store),
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
         watchdog = _Watchdog(watch_store, rank, poll_s, quiet)
         fn(WorkerContext(rank, world_size, backend, device), *args)
         dist.barrier()
@@ -169,8 +175,17 @@ def _spawned(rank, fn, args, world_size, device, host, port, timeout_s, poll_s):
     _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=True)
 
 
-def launch(fn, world_size: int, args: tuple = (), *, device: str = "cpu", timeout_s: float = 120.0,
-           deadline_s: float | None = None, poll_s: float = 0.2, grace_s: float = 5.0) -> None:
+def launch(
+    fn,
+    world_size: int,
+    args: tuple = (),
+    *,
+    device: str = "cpu",
+    timeout_s: float = 120.0,
+    deadline_s: float | None = None,
+    poll_s: float = 0.2,
+    grace_s: float = 5.0,
+) -> None:
     """Run `fn(ctx, *args)` in `world_size` spawned processes and wait.
 
     Raises WorkerError (rank and cause) as soon as one worker fails, after
@@ -179,12 +194,19 @@ def launch(fn, world_size: int, args: tuple = (), *, device: str = "cpu", timeou
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     host, port = "127.0.0.1", _free_port()
-    store = dist.TCPStore(host, port, world_size, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout_s))
+    store = dist.TCPStore(
+        host, port, world_size, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout_s)
+    )
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_spawned, name=f"gnnsys-worker-{r}", daemon=False,
-                         args=(r, fn, args, world_size, device, host, port, timeout_s, poll_s))
-             for r in range(world_size)]
+    procs = [
+        ctx.Process(
+            target=_spawned,
+            name=f"gnnsys-worker-{r}",
+            daemon=False,
+            args=(r, fn, args, world_size, device, host, port, timeout_s, poll_s),
+        )
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     try:
@@ -283,8 +305,9 @@ def _env_int(name: str, low: int, high: int | None = None, default: int | None =
     if text is None:
         if default is not None:
             return default
-        raise ConfigError(name, "is not set, but TORCHELASTIC_RUN_ID is: start the workers with torchrun, "
-                                "which sets both")
+        raise ConfigError(
+            name, "is not set, but TORCHELASTIC_RUN_ID is: start the workers with torchrun, which sets both"
+        )
     try:
         value = int(text)
     except ValueError:
@@ -313,7 +336,10 @@ def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_
         store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
         watch = dist.TCPStore(env.master_addr, env.master_port, world_size, is_master=False, timeout=timeout)
     except (RuntimeError, OSError) as e:  # DistStoreError and DistNetworkError are RuntimeErrors
-        raise WorkerError(rank, f"rendezvous of {world_size} workers at {env.master_addr}:{env.master_port} failed "
-                                f"within {timeout_s:g} s ({_describe(e)}): is every worker started, and rank 0 "
-                                "reachable there?") from None
+        raise WorkerError(
+            rank,
+            f"rendezvous of {world_size} workers at {env.master_addr}:{env.master_port} failed "
+            f"within {timeout_s:g} s ({_describe(e)}): is every worker started, and rank 0 "
+            "reachable there?",
+        ) from None
     _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=False)

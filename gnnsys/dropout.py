@@ -17,6 +17,7 @@ kernels take float32, float64 and bfloat16 (as its bits, `gnnsys.bf16`; the
 product is rounded once to bf16); CUDA tensors and other dtypes use torch's
 own ops.
 """
+
 from __future__ import annotations
 
 import numba

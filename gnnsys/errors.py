@@ -6,6 +6,7 @@ with status 2. `DatasetError` names a file (bad input data, a failed check),
 `GPUUnavailableError` a request that needs CUDA or Triton where neither runs,
 and `PathError` (a DatasetError) an operating-system error on a user's path.
 """
+
 import contextlib
 import errno
 

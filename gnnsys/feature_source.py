@@ -23,6 +23,7 @@ tier has no use for, so that code above never probes a tier with hasattr:
 It lives in a leaf module, below `datasets`, because the dataset's own
 `RowTable` is the bottom tier of every stack; `gnnsys.storage` exports it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,7 +41,7 @@ class FeatureSource:
     """
 
     name = "rows"
-    base: "FeatureSource | None" = None
+    base: FeatureSource | None = None
     shape: tuple
     dtype: torch.dtype
     device = torch.device("cpu")

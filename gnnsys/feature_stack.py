@@ -14,6 +14,7 @@ skipped for lack of room), and a budget that cannot hold the rest is refused
 with one line naming each part and its size. `tier_stats` reads every tier's
 counters, keyed by tier name, for the progress bar and the epoch records.
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,10 +73,21 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cache_gb: float | None = None,
-                     cache_policy: str = "static", lookahead: int = 0, victim_rows: int | None = None,
-                     host_mem_budget: float | None = None, min_staging: int = 0, engine_bytes: int = 0,
-                     batch_rows: int = 0, cache_on_host: bool = True) -> HostMemoryPlan:
+def plan_host_memory(
+    num_nodes: int,
+    row_bytes: int,
+    *,
+    cache_rows: int = 0,
+    cache_gb: float | None = None,
+    cache_policy: str = "static",
+    lookahead: int = 0,
+    victim_rows: int | None = None,
+    host_mem_budget: float | None = None,
+    min_staging: int = 0,
+    engine_bytes: int = 0,
+    batch_rows: int = 0,
+    cache_on_host: bool = True,
+) -> HostMemoryPlan:
     """The sizes of the host-memory parts of a stack (see HostMemoryPlan).
 
     cache_gb (GB = 10^9 bytes) converts to rows (at least one: ConfigError
@@ -96,8 +108,11 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
     if cache_gb is not None:
         cache_rows = int(cache_gb * GB // row_bytes)
         if cache_rows == 0:
-            raise ConfigError("cache_gb", f"{cache_gb:g} GB holds no feature row ({row_bytes} bytes each); give "
-                                          f"at least {row_bytes / GB:.3g} GB, or no cache")
+            raise ConfigError(
+                "cache_gb",
+                f"{cache_gb:g} GB holds no feature row ({row_bytes} bytes each); give "
+                f"at least {row_bytes / GB:.3g} GB, or no cache",
+            )
     cache_rows = min(int(cache_rows), num_nodes)
     if victim_rows is None:
         victim_rows = cache_rows // 4 if lookahead > 0 else 0
@@ -107,7 +122,8 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
     if cache_rows:
         parts["cache.rows"] = cache_rows * row_bytes if cache_on_host else 0
         parts["cache.policy"] = POLICIES[storage_policy(cache_policy)].planned_bytes(
-            cache_rows, num_nodes, scored=True, window_ids=window)
+            cache_rows, num_nodes, scored=True, window_ids=window
+        )
     if victim_rows:
         parts["victim"] = VictimBuffer.planned_bytes(victim_rows, num_nodes, row_bytes)
     if engine_bytes:
@@ -119,22 +135,30 @@ def plan_host_memory(num_nodes: int, row_bytes: int, *, cache_rows: int = 0, cac
     left = budget - sum(parts.values())
     if left < min_staging:
         needed = dict(parts, **{"ssd.staging (at least)": min_staging})
-        raise ConfigError("host_mem_budget", f"{host_mem_budget:g} GB cannot hold "
-                          f"{', '.join(f'{k} {_mib(v)}' for k, v in needed.items())}: "
-                          f"{_mib(sum(needed.values()))} in all; raise it or shrink the cache")
+        raise ConfigError(
+            "host_mem_budget",
+            f"{host_mem_budget:g} GB cannot hold "
+            f"{', '.join(f'{k} {_mib(v)}' for k, v in needed.items())}: "
+            f"{_mib(sum(needed.values()))} in all; raise it or shrink the cache",
+        )
     staging = min(left, max(FIRST_STAGING, min_staging))
     prefetch_rows = min((left - staging) // row_bytes, window) if lookahead and cache_rows else 0
     parts["ssd.staging"] = staging = min(left - prefetch_rows * row_bytes, MAX_STAGING)
     if lookahead and cache_rows:
         parts["cache.prefetch"] = prefetch_rows * row_bytes
         if prefetch_rows < window:
-            log.info("reading ahead is limited to %s rows of the %s a %d-batch window may need by the "
-                     "host-memory budget", f"{prefetch_rows:,}", f"{window:,}", lookahead)
+            log.info(
+                "reading ahead is limited to %s rows of the %s a %d-batch window may need by the host-memory budget",
+                f"{prefetch_rows:,}",
+                f"{window:,}",
+                lookahead,
+            )
     return HostMemoryPlan(staging_bytes=staging, prefetch_rows=prefetch_rows, parts=parts, budget=budget, **sizes)
 
 
-def estimate_batch_rows(dataset, fanouts, batch_size: int, seed: int, batches: int = 3,
-                        sampling: str = "uniform") -> int:
+def estimate_batch_rows(
+    dataset, fanouts, batch_size: int, seed: int, batches: int = 3, sampling: str = "uniform"
+) -> int:
     """The distinct input rows a training batch needs, measured: 1.25 x the
     largest of the first `batches` sampled batches of epoch 0 (the sampler
     training uses, so the estimate follows the graph, fanouts and sampling)."""
@@ -144,11 +168,23 @@ def estimate_batch_rows(dataset, fanouts, batch_size: int, seed: int, batches: i
     return min(dataset.num_nodes, largest + largest // 4)
 
 
-def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_rows: int = 0,
-                        cache_gb: float | None = None, cache_policy: str = "static", lookahead: int = 0,
-                        victim_rows: int | None = None, host_mem_budget: float | None = None,
-                        presample=None, progress: bool = True, world_size: int = 1, replicate_frac: float = 0.0,
-                        batch_rows: int = 0):
+def build_feature_stack(
+    dataset,
+    *,
+    features: str = "auto",
+    device="cpu",
+    cache_rows: int = 0,
+    cache_gb: float | None = None,
+    cache_policy: str = "static",
+    lookahead: int = 0,
+    victim_rows: int | None = None,
+    host_mem_budget: float | None = None,
+    presample=None,
+    progress: bool = True,
+    world_size: int = 1,
+    replicate_frac: float = 0.0,
+    batch_rows: int = 0,
+):
     """The FeatureSource stack for `dataset` (see the module docstring).
 
     features: a placement of storage.placement ("auto", "gpu", "pinned",
@@ -172,8 +208,15 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
             raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
         victim_rows = 0
     on_gpu = torch.device(device).type == "cuda"  # hot rows in GPU memory, gathered rows arrive there
-    sizes = dict(cache_rows=cache_rows, cache_gb=cache_gb, cache_policy=cache_policy, lookahead=lookahead,
-                 victim_rows=victim_rows, batch_rows=batch_rows, cache_on_host=not on_gpu)
+    sizes = dict(
+        cache_rows=cache_rows,
+        cache_gb=cache_gb,
+        cache_policy=cache_policy,
+        lookahead=lookahead,
+        victim_rows=victim_rows,
+        batch_rows=batch_rows,
+        cache_on_host=not on_gpu,
+    )
     source, plan = _bottom(dataset, features, device, host_mem_budget, progress, sizes)
     if plan.cache_rows == 0:
         return check_stack(source), plan
@@ -193,10 +236,18 @@ def build_feature_stack(dataset, *, features: str = "auto", device="cpu", cache_
     if world_size > 1:
         source = SharedCachedFeatures(source, plan.cache_rows, policy, score=score, replicate_frac=replicate_frac)
     else:
-        source = CachedFeatures(source, plan.cache_rows, policy, score=score, prefetch=lookahead > 0,
-                                prefetch_rows=plan.prefetch_rows, device=device if on_gpu else None)
-    log.info("feature tiers: %s; host memory planned: %s", " over ".join(repr(t) for t in tiers_of(source)),
-             plan.describe())
+        source = CachedFeatures(
+            source,
+            plan.cache_rows,
+            policy,
+            score=score,
+            prefetch=lookahead > 0,
+            prefetch_rows=plan.prefetch_rows,
+            device=device if on_gpu else None,
+        )
+    log.info(
+        "feature tiers: %s; host memory planned: %s", " over ".join(repr(t) for t in tiers_of(source)), plan.describe()
+    )
     return check_stack(source), plan
 
 
@@ -213,8 +264,14 @@ def _bottom(dataset, features, device, host_mem_budget, progress, sizes):
         raise ConfigError("features", "'ssd' reads a prepared dataset's features.bin; got an in-memory dataset")
     from gnnsys.storage.ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
 
-    plan = plan_host_memory(num_nodes, row_bytes, host_mem_budget=host_mem_budget,
-                            min_staging=DEFAULT_THREADS * DEFAULT_MAX_READ, engine_bytes=SSD_ENGINE_BYTES, **sizes)
+    plan = plan_host_memory(
+        num_nodes,
+        row_bytes,
+        host_mem_budget=host_mem_budget,
+        min_staging=DEFAULT_THREADS * DEFAULT_MAX_READ,
+        engine_bytes=SSD_ENGINE_BYTES,
+        **sizes,
+    )
     return SSDFeatures(dataset.path, host_mem_budget=plan.staging_bytes), plan
 
 
@@ -271,8 +328,9 @@ def _training_batches(dataset, fanouts, batch_size: int, seed: int, sampling: st
     return sampler, SeedBatches(dataset.split("train"), batch_size, shuffle=True, seed=seed)
 
 
-def presample_score(dataset, fanouts, batch_size: int, seed: int, epochs: int = PRESAMPLE_EPOCHS,
-                    sampling: str = "uniform") -> np.ndarray:
+def presample_score(
+    dataset, fanouts, batch_size: int, seed: int, epochs: int = PRESAMPLE_EPOCHS, sampling: str = "uniform"
+) -> np.ndarray:
     """GNNLab's hotness: in how many batches of `epochs` pre-sampled epochs of
     the training seeds (numbered from PRESAMPLE_FROM, never trained on) each
     node's features are needed, with the CPU sampler of `sampling`."""
@@ -282,40 +340,52 @@ def presample_score(dataset, fanouts, batch_size: int, seed: int, epochs: int = 
     return presample_hotness(sampler, seeds, range(PRESAMPLE_FROM, PRESAMPLE_FROM + epochs))
 
 
-def placement_advice(num_nodes: int, row_stride: int, row_bytes: int, device="cpu",
-                     host_mem_budget: float | None = None) -> dict:
+def placement_advice(
+    num_nodes: int, row_stride: int, row_bytes: int, device="cpu", host_mem_budget: float | None = None
+) -> dict:
     """What `gnnsys info` says about placing a table of `num_nodes` rows
     (`row_stride` bytes each on disk, `row_bytes` of data): its size, the
     host memory available, what placement "auto" would pick for `device`,
     and, given a budget (GB), whether the table fits it and the largest cache
     (rows) an SSD stack can keep within it."""
-    from gnnsys.storage.cache import StaticPolicy
     from gnnsys.datasets.host_memory import available_host_bytes
+    from gnnsys.storage.cache import StaticPolicy
     from gnnsys.storage.placement import choose_placement
     from gnnsys.storage.ssd import DEFAULT_MAX_READ, DEFAULT_THREADS
 
     table = num_nodes * row_stride
     available = available_host_bytes()
     auto = choose_placement(table, device)
-    advice = {"table_bytes": table, "available_host_bytes": available, "auto": auto.kind,
-              "auto_reason": auto.reason, "fits_host_memory": table <= available}
+    advice = {
+        "table_bytes": table,
+        "available_host_bytes": available,
+        "auto": auto.kind,
+        "auto_reason": auto.reason,
+        "fits_host_memory": table <= available,
+    }
     if host_mem_budget is not None:
         budget = int(host_mem_budget * GB)
         min_staging = DEFAULT_THREADS * DEFAULT_MAX_READ
         staging = min(MAX_STAGING, max(budget - table, min_staging))
         policy = StaticPolicy.planned_bytes(0, num_nodes, scored=True)  # a static cache's per-node state
         per_row = row_bytes + 8 + StaticPolicy.slot_bytes  # a row and its slot's state
-        advice.update(host_mem_budget_bytes=budget, fits_budget=table <= budget, min_staging_bytes=min_staging,
-                      max_cache_rows=max(0, min(num_nodes, (budget - staging - policy) // per_row)))
+        advice.update(
+            host_mem_budget_bytes=budget,
+            fits_budget=table <= budget,
+            min_staging_bytes=min_staging,
+            max_cache_rows=max(0, min(num_nodes, (budget - staging - policy) // per_row)),
+        )
     return advice
 
 
 def format_advice(a: dict) -> list[str]:
     """`placement_advice` as the lines of `gnnsys info`."""
     gib = lambda n: f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"  # noqa: E731
-    lines = [f"table        {gib(a['table_bytes'])} on disk; {gib(a['available_host_bytes'])} of host memory "
-             f"available ({'fits' if a['fits_host_memory'] else 'does not fit'})",
-             f"placement    auto -> {a['auto']} ({a['auto_reason']})"]
+    lines = [
+        f"table        {gib(a['table_bytes'])} on disk; {gib(a['available_host_bytes'])} of host memory "
+        f"available ({'fits' if a['fits_host_memory'] else 'does not fit'})",
+        f"placement    auto -> {a['auto']} ({a['auto_reason']})",
+    ]
     if "fits_budget" in a:
         budget = gib(a["host_mem_budget_bytes"])
         if a["fits_budget"]:
@@ -323,7 +393,9 @@ def format_advice(a: dict) -> list[str]:
         elif a["host_mem_budget_bytes"] < a["min_staging_bytes"]:
             verdict = f"too small even for the SSD tier's read staging ({gib(a['min_staging_bytes'])})"
         else:
-            verdict = (f"the table does not fit; train with --features ssd and a cache of up to "
-                       f"{a['max_cache_rows']:,} rows (--cache-rows)")
+            verdict = (
+                f"the table does not fit; train with --features ssd and a cache of up to "
+                f"{a['max_cache_rows']:,} rows (--cache-rows)"
+            )
         lines.append(f"budget       {budget}: {verdict}")
     return lines

@@ -6,6 +6,7 @@ optimiser step. With `workers > 1` (or `chunks > 1`) it runs GNNPipe
 (`gnnsys.gnnpipe`): the units (`gnnsys.units`) are split into one stage per
 worker and the graph into chunks. Both return a TrainResult.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,9 @@ from gnnsys.training.result import TrainResult, make_result
 from gnnsys.units import full_forward, units_for
 
 
-def train_fullgraph(dataset, options: FullGraphOptions | None = None, *, on_epoch_end=None,
-                    **keywords) -> TrainResult | None:
+def train_fullgraph(
+    dataset, options: FullGraphOptions | None = None, *, on_epoch_end=None, **keywords
+) -> TrainResult | None:
     """Train a GNN ("gcn", "sage" or "gat") on the whole graph.
 
     dataset: a Dataset or the path of a prepared dataset (never modified).
@@ -78,14 +80,14 @@ class ReferenceTrainer:
         start = 0
         if o.resume:
             start, self.history = resume_training(o, self.units, self.opt, self.precision)
-        run_epochs(o, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end,
-                   bar="full-graph")
+        run_epochs(o, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end, bar="full-graph")
         return make_result(o, self.history, self.units)
 
     def _save(self, epochs_done: int):
-        save_checkpoint(self.options.checkpoint_dir,
-                        training_state(self.options, epochs_done, self.history, self.units, self.opt,
-                                       self.precision))
+        save_checkpoint(
+            self.options.checkpoint_dir,
+            training_state(self.options, epochs_done, self.history, self.units, self.opt, self.precision),
+        )
 
     def _epoch(self, epoch: int) -> dict:
         t = time.perf_counter()

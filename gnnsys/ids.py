@@ -1,4 +1,5 @@
 """Checks of node-id tensors shared by samplers and feature sources (a leaf)."""
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,7 @@ def gather_output(out, rows: int, dim: int, dtype: torch.dtype, device="cpu") ->
     `device`, or a new one there when `out` is None (a gather's destination)."""
     if out is None:
         return torch.empty((rows, dim), dtype=dtype, device=device)
-    if out.shape != (rows, dim) or out.dtype != dtype or out.device != torch.device(device) \
-            or not out.is_contiguous():
+    if out.shape != (rows, dim) or out.dtype != dtype or out.device != torch.device(device) or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {dtype} tensor of shape {(rows, dim)} on {device}")
     return out
 

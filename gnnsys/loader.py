@@ -22,6 +22,7 @@ batch i overlap the sampling and gathers of the next batches. The ordering is
 tested on the CPU with stand-in stream objects (tests/gnnsys/
 test_loader_streams.py); the overlap has not been measured on a GPU yet.
 """
+
 from __future__ import annotations
 
 import collections
@@ -50,8 +51,9 @@ class MinibatchLoader:
     tensor of node ids; fanouts: per layer, output layer first (PyG order), -1
     for all neighbours. Each MiniBatch has `x` (features of input_nodes in
     `x_dtype`, default float32; bf16-mixed training passes bfloat16 for
-    bf16-stored rows, which then arrive without a conversion copy), `y` (labels of seeds), both on `device` (normalised: "cuda"
-    is "cuda:<current>") like every other tensor of the batch, and `timings`
+    bf16-stored rows, which then arrive without a conversion copy), `y` (labels
+    of seeds), both on `device` (normalised: "cuda" is "cuda:<current>")
+    like every other tensor of the batch, and `timings`
     {"sample_s", "gather_s", "wait_s"} (plus "transfer_s" off the CPU; on a GPU
     these are host times, the device work runs behind them in stream order).
     `prefetch` batches are prepared ahead (0: everything runs in the caller's
@@ -76,11 +78,29 @@ class MinibatchLoader:
     which a cache uses for eviction, its victim buffer and reading ahead.
     """
 
-    def __init__(self, dataset, split, fanouts=None, batch_size: int = 1024, shuffle: bool = True,
-                 drop_last: bool = False, seed: int = 0, replace: bool = False, prefetch: int = 4,
-                 num_workers: int = 1, device="cpu", epoch: int = 0, sampler="cpu", features=None,
-                 streams: CudaStreams | None = None, rank: int = 0, world_size: int = 1, lookahead: int = 0,
-                 x_dtype: torch.dtype = torch.float32, sampling: str = "uniform"):
+    def __init__(
+        self,
+        dataset,
+        split,
+        fanouts=None,
+        batch_size: int = 1024,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+        replace: bool = False,
+        prefetch: int = 4,
+        num_workers: int = 1,
+        device="cpu",
+        epoch: int = 0,
+        sampler="cpu",
+        features=None,
+        streams: CudaStreams | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        lookahead: int = 0,
+        x_dtype: torch.dtype = torch.float32,
+        sampling: str = "uniform",
+    ):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if lookahead < 0:
@@ -89,22 +109,23 @@ class MinibatchLoader:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
         self.dataset = dataset
-        self.seeds = SeedBatches(ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank,
-                                 world_size=world_size)
+        self.seeds = SeedBatches(
+            ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank, world_size=world_size
+        )
         self.device = normalize_device(device)
         self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace, sampling)
         self.features = dataset.features if features is None else features
         self.prefetch = int(prefetch)
         self.lookahead = int(lookahead)
         if self.lookahead and not has_tier(self.features, "cache"):
-            raise ValueError(f"lookahead needs a feature stack with a cache, which takes the window; "
-                             f"got {self.features!r}")
+            raise ValueError(
+                f"lookahead needs a feature stack with a cache, which takes the window; got {self.features!r}"
+            )
         self.num_workers = int(num_workers)
         self.set_epoch(epoch)
         source, self.x_dtype = self.features, x_dtype
         self._x_buffers = _BufferPool(source.shape[1], x_dtype, capacity=self.prefetch + 3)
-        self._raw_buffers = (None if source.dtype == x_dtype else
-                             _BufferPool(source.shape[1], source.dtype, capacity=2))
+        self._raw_buffers = None if source.dtype == x_dtype else _BufferPool(source.shape[1], source.dtype, capacity=2)
         self._streams = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
         self._sample_streams = [None] * self.num_workers
         self._gather_stream = None
@@ -122,8 +143,10 @@ class MinibatchLoader:
         self.epoch = int(epoch)
 
     def __repr__(self):
-        return (f"MinibatchLoader({self.dataset.name!r}, batches={len(self)}, sampler={self.sampler}, "
-                f"prefetch={self.prefetch}, num_workers={self.num_workers}, device={self.device})")
+        return (
+            f"MinibatchLoader({self.dataset.name!r}, batches={len(self)}, sampler={self.sampler}, "
+            f"prefetch={self.prefetch}, num_workers={self.num_workers}, device={self.device})"
+        )
 
     def __iter__(self):
         batches = self.seeds.epoch(self.epoch)
@@ -155,7 +178,7 @@ class MinibatchLoader:
         event.record(stream)
         return event
 
-    def _sample(self, epoch: int, index: int, seeds: torch.Tensor, worker: int = 0) -> "_InFlight":
+    def _sample(self, epoch: int, index: int, seeds: torch.Tensor, worker: int = 0) -> _InFlight:
         """Stage 1: the sampled MiniBatch of batch `index`, on worker `worker`'s stream."""
         began = time.perf_counter()
         stream = self._sample_streams[worker]
@@ -165,7 +188,7 @@ class MinibatchLoader:
         mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
         return _InFlight(mb, seeds, ready)
 
-    def _gather(self, item: "_InFlight", window=()) -> "_InFlight":
+    def _gather(self, item: _InFlight, window=()) -> _InFlight:
         """Stage 2: features (x_dtype) and labels, and the whole batch on the
         device, queued on the gather stream after the sampling; no host wait
         (except that a window of GPU-sampled ids is copied to the host)."""
@@ -198,7 +221,7 @@ class MinibatchLoader:
             item.mb.timings["transfer_s"] = time.perf_counter() - gathered
         return item
 
-    def _hand_out(self, item: "_InFlight") -> MiniBatch:
+    def _hand_out(self, item: _InFlight) -> MiniBatch:
         """The batch, usable on the consumer's current stream: that stream waits
         on the batch's event and every tensor is recorded as used by it; then the
         feature source's deferred id check (IndexError; it waits for this
@@ -231,8 +254,9 @@ def _sampler(sampler, dataset, fanouts, device, seed, replace, sampling):
         return sampler
     if fanouts is None:
         raise ValueError(f"sampler {sampler!r} needs fanouts")
-    return make_sampler(sampler, dataset.indptr, dataset.indices, fanouts, device=device, seed=seed,
-                        replace=replace, sampling=sampling)
+    return make_sampler(
+        sampler, dataset.indptr, dataset.indices, fanouts, device=device, seed=seed, replace=replace, sampling=sampling
+    )
 
 
 @dataclass
@@ -310,8 +334,10 @@ class _Pipeline:
         workers = loader.num_workers
         self.sampled = [queue.Queue() for _ in range(workers)]
         self.ready = queue.Queue()
-        self.threads = [threading.Thread(target=self._sample_loop, args=(w,), daemon=True,
-                                         name=f"gnnsys-sample-{w}") for w in range(workers)]
+        self.threads = [
+            threading.Thread(target=self._sample_loop, args=(w,), daemon=True, name=f"gnnsys-sample-{w}")
+            for w in range(workers)
+        ]
         self.threads.append(threading.Thread(target=self._gather_loop, daemon=True, name="gnnsys-gather"))
 
     def run(self):
@@ -356,8 +382,9 @@ class _Pipeline:
         step = self.loader.num_workers
         for index in range(worker, len(self.batches), step):
             with self.gate:
-                while index >= self.handed_out + self.loader.prefetch + self.loader.lookahead \
-                        and not self.stop.is_set():
+                while (
+                    index >= self.handed_out + self.loader.prefetch + self.loader.lookahead and not self.stop.is_set()
+                ):
                     self.gate.wait(_POLL_S)
             if self.stop.is_set():
                 return

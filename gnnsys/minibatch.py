@@ -11,6 +11,7 @@ and `resume=True` continues from the last complete one: sampling is a
 function of (seed, epoch, batch) and the RNG states are saved, so a resumed
 run ends with exactly the result of an uninterrupted one.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,13 +22,24 @@ import torch.nn.functional as F
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.feature_stack import GB
+from gnnsys.precision import make_precision
 from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
-from gnnsys.training.data_parallel import (mean_across_ranks, rank_options, rank_slice, resume_ranks, run_ranks,
-                                           save_rank_checkpoint, seed_rank, split_inference, torchrun_options,
-                                           under_torchrun, wrap_model, write_rank_result)
+from gnnsys.training.data_parallel import (
+    mean_across_ranks,
+    rank_options,
+    rank_slice,
+    resume_ranks,
+    run_ranks,
+    save_rank_checkpoint,
+    seed_rank,
+    split_inference,
+    torchrun_options,
+    under_torchrun,
+    wrap_model,
+    write_rank_result,
+)
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
-from gnnsys.precision import make_precision
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
 
@@ -70,8 +82,18 @@ def build_model(dataset, options: MinibatchOptions) -> torch.nn.Module:
 
     o = options
     torch.manual_seed(o.seed)
-    return GNN(o.model, dataset.num_features, o.hidden, dataset.num_classes, o.layers, dropout=o.dropout,
-               norm=o.norm, residual=o.residual, heads=o.heads, input_dropout=o.input_dropout)
+    return GNN(
+        o.model,
+        dataset.num_features,
+        o.hidden,
+        dataset.num_classes,
+        o.layers,
+        dropout=o.dropout,
+        norm=o.norm,
+        residual=o.residual,
+        heads=o.heads,
+        input_dropout=o.input_dropout,
+    )
 
 
 def _retain_memory(options: MinibatchOptions):
@@ -100,8 +122,13 @@ def data_parallel_worker(ctx, dataset, options: MinibatchOptions, result_path, t
     a Dataset or a prepared directory."""
     torch.set_num_threads(threads)
     _retain_memory(options)
-    trainer = MinibatchTrainer(as_dataset(dataset), rank_options(options, ctx.device, ctx.rank), on_epoch_end,
-                               rank=ctx.rank, world_size=ctx.world_size)
+    trainer = MinibatchTrainer(
+        as_dataset(dataset),
+        rank_options(options, ctx.device, ctx.rank),
+        on_epoch_end,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+    )
     seed_rank(options.seed, ctx.rank)
     result = trainer.run()
     if result is not None:
@@ -134,14 +161,27 @@ class MinibatchTrainer:
         from gnnsys.feature_stack import build_feature_stack, estimate_batch_rows, presample_score, tiers_of
 
         o = self.options
-        batch_rows = (estimate_batch_rows(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling)
-                      if o.lookahead else 0)
+        batch_rows = (
+            estimate_batch_rows(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling)
+            if o.lookahead
+            else 0
+        )
         stack, _ = build_feature_stack(
-            self.dataset, features=o.features, device=self.device, cache_rows=o.cache_rows, cache_gb=o.cache_gb,
-            cache_policy=o.cache_policy, lookahead=o.lookahead, victim_rows=o.victim_rows,
-            host_mem_budget=o.host_mem_budget, progress=o.progress, world_size=self.world_size,
-            replicate_frac=o.replicate_frac, batch_rows=batch_rows,
-            presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling))
+            self.dataset,
+            features=o.features,
+            device=self.device,
+            cache_rows=o.cache_rows,
+            cache_gb=o.cache_gb,
+            cache_policy=o.cache_policy,
+            lookahead=o.lookahead,
+            victim_rows=o.victim_rows,
+            host_mem_budget=o.host_mem_budget,
+            progress=o.progress,
+            world_size=self.world_size,
+            replicate_frac=o.replicate_frac,
+            batch_rows=batch_rows,
+            presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling),
+        )
         return stack, tiers_of(stack)[-1]
 
     def run(self) -> TrainResult | None:
@@ -158,8 +198,15 @@ class MinibatchTrainer:
             elif o.resume:
                 start, self.history = resume_training(o, self.model, self.optimizer, self.precision)
             loader = self._loader() if start < o.epochs else None
-            run_epochs(o, start, self.history, lambda epoch: self._train_epoch(loader, epoch), self._evaluate,
-                       self._save, self.on_epoch_end)
+            run_epochs(
+                o,
+                start,
+                self.history,
+                lambda epoch: self._train_epoch(loader, epoch),
+                self._evaluate,
+                self._save,
+                self.on_epoch_end,
+            )
         except BaseException:
             if self.world_size == 1:
                 self.features.close()
@@ -179,10 +226,23 @@ class MinibatchTrainer:
         from gnnsys.loader import MinibatchLoader
 
         o = self.options
-        return MinibatchLoader(self.dataset, "train", list(o.fanouts), batch_size=o.batch_size, shuffle=True,
-                               seed=o.seed, prefetch=o.prefetch, device=self.device, sampler=o.sampler,
-                               sampling=o.sampling, features=self.features, lookahead=o.lookahead, rank=self.rank,
-                               world_size=self.world_size, x_dtype=self.precision.input_dtype(self.features.dtype))
+        return MinibatchLoader(
+            self.dataset,
+            "train",
+            list(o.fanouts),
+            batch_size=o.batch_size,
+            shuffle=True,
+            seed=o.seed,
+            prefetch=o.prefetch,
+            device=self.device,
+            sampler=o.sampler,
+            sampling=o.sampling,
+            features=self.features,
+            lookahead=o.lookahead,
+            rank=self.rank,
+            world_size=self.world_size,
+            x_dtype=self.precision.input_dtype(self.features.dtype),
+        )
 
     def _epoch(self, loader, epoch: int) -> dict:
         """One pass over the training seeds; the epoch's record without metrics
@@ -208,8 +268,11 @@ class MinibatchTrainer:
                 seen += n
                 bar.update()
                 elapsed = time.perf_counter() - began
-                bar.set_postfix(loss=f"{total_loss / seen:.4f}", seeds_s=f"{seen / elapsed:,.0f}",
-                                **tier_postfix(self.features, elapsed))
+                bar.set_postfix(
+                    loss=f"{total_loss / seen:.4f}",
+                    seeds_s=f"{seen / elapsed:,.0f}",
+                    **tier_postfix(self.features, elapsed),
+                )
         elapsed = time.perf_counter() - began
         return epoch_record(epoch, total_loss / max(seen, 1), elapsed, times, **tier_record(self.features))
 
@@ -245,13 +308,26 @@ class MinibatchTrainer:
         from gnnsys.training.inference import layerwise_inference
 
         o = self.options
-        streaming = dict(host_mem_budget=None if o.host_mem_budget is None else int(o.host_mem_budget * GB),
-                         scratch_dir=o.scratch_dir, dtype=o.inference_dtype)
+        streaming = dict(
+            host_mem_budget=None if o.host_mem_budget is None else int(o.host_mem_budget * GB),
+            scratch_dir=o.scratch_dir,
+            dtype=o.inference_dtype,
+        )
         if self.world_size > 1:
-            return split_inference(self.model, self.dataset, nodes, o.eval_batch_size, self.device, self.rows,
-                                   self.rank, self.world_size, **streaming)
-        return layerwise_inference(self.model, self.dataset, nodes, o.eval_batch_size, self.device,
-                                   features=self.rows, **streaming)
+            return split_inference(
+                self.model,
+                self.dataset,
+                nodes,
+                o.eval_batch_size,
+                self.device,
+                self.rows,
+                self.rank,
+                self.world_size,
+                **streaming,
+            )
+        return layerwise_inference(
+            self.model, self.dataset, nodes, o.eval_batch_size, self.device, features=self.rows, **streaming
+        )
 
     def _sampled_logits(self, nodes):
         """Logits of `nodes` on minibatches of batch_size seeds (the working set
@@ -262,24 +338,38 @@ class MinibatchTrainer:
 
         o = self.options
         mine = rank_slice(nodes, self.rank, self.world_size)
-        loader = MinibatchLoader(self.dataset, mine, list(o.fanouts), batch_size=o.batch_size, shuffle=False,
-                                 seed=o.seed, prefetch=o.prefetch, device=self.device, sampler=o.sampler,
-                                 sampling=o.sampling, features=self.features, lookahead=o.lookahead, epoch=EVAL_EPOCH,
-                                 x_dtype=self.precision.input_dtype(self.features.dtype))
+        loader = MinibatchLoader(
+            self.dataset,
+            mine,
+            list(o.fanouts),
+            batch_size=o.batch_size,
+            shuffle=False,
+            seed=o.seed,
+            prefetch=o.prefetch,
+            device=self.device,
+            sampler=o.sampler,
+            sampling=o.sampling,
+            features=self.features,
+            lookahead=o.lookahead,
+            epoch=EVAL_EPOCH,
+            x_dtype=self.precision.input_dtype(self.features.dtype),
+        )
         logits = sampled_logits(self.model, loader, self.degree, self.precision.autocast)
         if self.world_size == 1:
             return logits
         rows = logits.to(self.device)
         out = torch.empty(rows.shape[0] * self.world_size, rows.shape[1], device=self.device)
         torch.distributed.all_gather_into_tensor(out, rows)
-        return out[:nodes.shape[0]].cpu()
+        return out[: nodes.shape[0]].cpu()
 
     def _save(self, epochs_done: int):
         """Checkpoint after `epochs_done` epochs (data-parallel: rank 0 writes, with every rank's RNG state)."""
         if self.world_size > 1:
-            save_rank_checkpoint(self.options, epochs_done, self.history, self.model, self.optimizer, self.rank,
-                                 self.precision)
+            save_rank_checkpoint(
+                self.options, epochs_done, self.history, self.model, self.optimizer, self.rank, self.precision
+            )
             return
-        save_checkpoint(self.options.checkpoint_dir,
-                        training_state(self.options, epochs_done, self.history, self.model, self.optimizer,
-                                       self.precision))
+        save_checkpoint(
+            self.options.checkpoint_dir,
+            training_state(self.options, epochs_done, self.history, self.model, self.optimizer, self.precision),
+        )

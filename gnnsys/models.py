@@ -16,6 +16,7 @@ types them).
 `GNNLayer` is the reusable unit (the full-graph pipelined trainer stacks
 layers itself); `GNN` stacks them for minibatch training.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -49,9 +50,11 @@ def gcn_adj_t(block) -> torch.Tensor:
     nodes share it. Cached on the block like its other adjacencies.
     """
     if block.full_degree is None:
-        raise ValueError("gcn needs the whole graph's degrees of the block's source nodes (Block.full_degree): "
-                         "build the block with Block.full_graph, or call "
-                         "minibatch.attach_degree(gcn_degree(indptr, indices)) on a sampled one")
+        raise ValueError(
+            "gcn needs the whole graph's degrees of the block's source nodes (Block.full_degree): "
+            "build the block with Block.full_graph, or call "
+            "minibatch.attach_degree(gcn_degree(indptr, indices)) on a sampled one"
+        )
     cache = block.cache
     if _GCN_KEY not in cache:
         cache[_GCN_KEY] = _gcn_adj_t(block.indptr, block.indices, block.full_degree, block.num_dst)
@@ -107,8 +110,19 @@ class GNNLayer(nn.Module):
     forward(x_src, block) -> [block.num_dst, out_dim].
     """
 
-    def __init__(self, conv: str, in_dim: int, out_dim: int, *, heads: int = 1, norm: str | None = None,
-                 residual: bool = False, dropout: float = 0.0, activation: bool = True, input_dropout: float = 0.0):
+    def __init__(
+        self,
+        conv: str,
+        in_dim: int,
+        out_dim: int,
+        *,
+        heads: int = 1,
+        norm: str | None = None,
+        residual: bool = False,
+        dropout: float = 0.0,
+        activation: bool = True,
+        input_dropout: float = 0.0,
+    ):
         super().__init__()
         if conv not in CONVS:
             raise ValueError(f"conv must be one of {CONVS}, got {conv!r}")
@@ -195,21 +209,37 @@ class GNN(nn.Module):
     (`needs_degree`).
     """
 
-    def __init__(self, conv: str, in_dim: int, hidden: int, out_dim: int, num_layers: int,
-                 dropout: float = 0.5, norm: str | None = None, residual: bool = False, heads: int = 4,
-                 input_dropout: float = 0.0):
+    def __init__(
+        self,
+        conv: str,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        num_layers: int,
+        dropout: float = 0.5,
+        norm: str | None = None,
+        residual: bool = False,
+        heads: int = 4,
+        input_dropout: float = 0.0,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         self.layers = nn.ModuleList(
-            GNNLayer(conv, dims[i], dims[i + 1], heads=heads if conv == "gat" else 1,
-                     norm=norm if i < num_layers - 1 else None,
-                     residual=residual and i < num_layers - 1,
-                     dropout=dropout if i < num_layers - 1 else 0.0,
-                     activation=i < num_layers - 1,
-                     input_dropout=input_dropout if i == 0 else 0.0)
-            for i in range(num_layers))
+            GNNLayer(
+                conv,
+                dims[i],
+                dims[i + 1],
+                heads=heads if conv == "gat" else 1,
+                norm=norm if i < num_layers - 1 else None,
+                residual=residual and i < num_layers - 1,
+                dropout=dropout if i < num_layers - 1 else 0.0,
+                activation=i < num_layers - 1,
+                input_dropout=input_dropout if i == 0 else 0.0,
+            )
+            for i in range(num_layers)
+        )
 
     @property
     def num_layers(self) -> int:
@@ -228,4 +258,3 @@ class GNN(nn.Module):
         for layer, block in zip(self.layers, blocks):
             h = layer(h, block)
         return h
-

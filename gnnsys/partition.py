@@ -11,6 +11,7 @@ ids chunk_ptr[c]:chunk_ptr[c+1]). `relabel_csc` applies the permutation to a
 CSC graph, and `halo_sizes` counts the out-of-chunk in-neighbours of every
 chunk (graph-parallel communication per layer, locality of the chunking).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,8 +55,9 @@ def metis_available() -> bool:
     return True
 
 
-def chunk_graph(indptr: torch.Tensor, indices: torch.Tensor, num_chunks: int, method: str = "auto",
-                seed: int = 0) -> Partition:
+def chunk_graph(
+    indptr: torch.Tensor, indices: torch.Tensor, num_chunks: int, method: str = "auto", seed: int = 0
+) -> Partition:
     """Split the N nodes of a CSC graph into `num_chunks` contiguous ranges of
     a locality-preserving order. method: "metis", "rcm", "range" (identity
     order, for tests and baselines) or "auto" (metis if installed, else rcm)."""
@@ -118,8 +120,9 @@ def _from_labels(parts: np.ndarray, c: int, method: str) -> Partition:
 def relabel_csc(indptr: torch.Tensor, indices: torch.Tensor, perm: torch.Tensor):
     """The CSC graph with node `perm[i]` renamed i; neighbour lists sorted."""
     n = indptr.shape[0] - 1
-    a = sp.csr_matrix((np.ones(indices.shape[0], dtype=np.float32), indices.numpy(), indptr.numpy()),
-                      shape=(n, n), copy=False)  # row = dst, col = src
+    a = sp.csr_matrix(
+        (np.ones(indices.shape[0], dtype=np.float32), indices.numpy(), indptr.numpy()), shape=(n, n), copy=False
+    )  # row = dst, col = src
     p = perm.numpy()
     b = a[p][:, p].tocsr()
     b.sort_indices()

@@ -28,6 +28,7 @@ A trainer does, per step:
 
 and feeds features in `precision.input_dtype(stored_dtype)`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -131,8 +132,11 @@ def resolve_precision(name: str, device) -> str:
     if cpu.bf16_gemm:
         return "bf16-mixed"
     if name == "bf16-mixed":
-        log.warning("precision: bf16-mixed runs its matmuls in fp32 on this CPU, whose bf16 matmuls are not native "
-                    "(%s); bf16-stored features stay bf16", cpu.describe())
+        log.warning(
+            "precision: bf16-mixed runs its matmuls in fp32 on this CPU, whose bf16 matmuls are not native "
+            "(%s); bf16-stored features stay bf16",
+            cpu.describe(),
+        )
     return "32"
 
 
@@ -143,11 +147,13 @@ def check_precision(name: str, device) -> None:
     if name not in PRECISIONS:
         raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}, got {name!r}")
     if name == "16-mixed" and device.type != "cuda":
-        raise ConfigError("precision", f"16-mixed needs a CUDA device (fp16 has no fast CPU kernels), got {device}; "
-                                       "use bf16-mixed")
+        raise ConfigError(
+            "precision", f"16-mixed needs a CUDA device (fp16 has no fast CPU kernels), got {device}; use bf16-mixed"
+        )
     if name == "bf16-mixed" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError("precision", f"bf16-mixed needs a GPU with bfloat16 (Ampere or newer), {device} has none; "
-                                       "use 16-mixed")
+        raise ConfigError(
+            "precision", f"bf16-mixed needs a GPU with bfloat16 (Ampere or newer), {device} has none; use 16-mixed"
+        )
 
 
 def make_precision(name: str, device) -> Precision:

@@ -10,6 +10,7 @@ options describe on this dataset: the feature and class counts are what
 identify the data a model can run on (the dataset's recorded path is not
 compared, so a moved or copied dataset directory still works).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,9 +35,22 @@ OUTPUTS = ("scores", "labels", "embeddings")
 MODEL_OPTIONS = ("model", "hidden", "fanouts", "dropout", "input_dropout", "norm", "residual", "heads", "seed")
 
 
-def predict(dataset, checkpoint, out=None, *, nodes=None, output: str = "scores", layer: int | None = None,
-            scratch_dir=None, host_mem_budget: int | None = None, dtype: str = "float32", batch_size: int = 4096,
-            device="cpu", progress: bool = False, return_stats: bool = False):
+def predict(
+    dataset,
+    checkpoint,
+    out=None,
+    *,
+    nodes=None,
+    output: str = "scores",
+    layer: int | None = None,
+    scratch_dir=None,
+    host_mem_budget: int | None = None,
+    dtype: str = "float32",
+    batch_size: int = 4096,
+    device="cpu",
+    progress: bool = False,
+    return_stats: bool = False,
+):
     """The outputs of the model in `checkpoint` on `dataset` for `nodes` (ids;
     default every node), in the order given.
 
@@ -62,8 +76,15 @@ def predict(dataset, checkpoint, out=None, *, nodes=None, output: str = "scores"
     width = model.layers[layer - 1].out_dim
     shape, kind = ((nodes.shape[0],), np.int64) if output == "labels" else ((nodes.shape[0], width), np.float32)
     transform = (lambda rows: rows.argmax(1)) if output == "labels" else None
-    run = dict(num_layers=layer, batch_size=batch_size, device=device, progress=progress,
-               host_mem_budget=host_mem_budget, scratch_dir=scratch_dir, dtype=dtype)
+    run = dict(
+        num_layers=layer,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+        host_mem_budget=host_mem_budget,
+        scratch_dir=scratch_dir,
+        dtype=dtype,
+    )
     if out is None:
         array = np.empty(shape, kind)
         stats = stream_inference(model, dataset, nodes, ArraySink(array, transform), **run)
@@ -95,13 +116,18 @@ def load_model(checkpoint, dataset, device="cpu") -> torch.nn.Module:
     ours, theirs = model.state_dict(), state["model"]
     missing, unexpected = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
     if missing or unexpected:
-        raise DatasetError(file, f"its weights do not match its {options.model} model "
-                                 f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise DatasetError(
+            file,
+            f"its weights do not match its {options.model} model (missing {missing[:3]}, unexpected {unexpected[:3]})",
+        )
     for name, value in ours.items():
         if tuple(theirs[name].shape) != tuple(value.shape):
-            raise DatasetError(file, f"does not fit dataset {dataset.name!r} ({dataset.num_features} features, "
-                                     f"{dataset.num_classes} classes): {name} is {list(theirs[name].shape)}, "
-                                     f"this dataset needs {list(value.shape)}")
+            raise DatasetError(
+                file,
+                f"does not fit dataset {dataset.name!r} ({dataset.num_features} features, "
+                f"{dataset.num_classes} classes): {name} is {list(theirs[name].shape)}, "
+                f"this dataset needs {list(value.shape)}",
+            )
     model.load_state_dict(theirs)
     return model.to(device).eval()
 
@@ -161,4 +187,3 @@ def atomic_npy(path, shape: tuple, dtype):
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-

@@ -13,6 +13,7 @@ negative_slope, heads concatenated or averaged), and the rest of the layer
 (residual, norm, activation) is `GNNLayer.post_conv`, so the result equals
 `layer(x_src, block)` on a full-neighbour block within float rounding.
 """
+
 from __future__ import annotations
 
 import numba
@@ -66,7 +67,7 @@ def _runs(dst):
             starts[r] = e
             r += 1
     starts[r] = dst.shape[0]
-    return starts[:r + 1]
+    return starts[: r + 1]
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -200,13 +201,23 @@ class LayerStream:
             return
         if self.kind == "gat":
             xp, alpha = self._project(x)
-            softmax_merge(xp.numpy(), alpha.numpy(), src, dst, self.alpha_dst.numpy(), self.slope,
-                          self.run_max.numpy(), self.run_sum.numpy(), self.acc.numpy())
+            softmax_merge(
+                xp.numpy(),
+                alpha.numpy(),
+                src,
+                dst,
+                self.alpha_dst.numpy(),
+                self.slope,
+                self.run_max.numpy(),
+                self.run_sum.numpy(),
+                self.acc.numpy(),
+            )
             return
         x = self._dense(lambda t: F.linear(t, self.conv.lin_l.weight), x) if self.project else x.contiguous()
-        scale = (self.src_norm[lo:lo + x.shape[0]] if self.kind == "gcn" else torch.ones(x.shape[0]))
-        scatter_weighted(x.numpy(), src, dst, self.dst_scale.numpy(), scale.float().contiguous().numpy(),
-                         self.acc.numpy())
+        scale = self.src_norm[lo : lo + x.shape[0]] if self.kind == "gcn" else torch.ones(x.shape[0])
+        scatter_weighted(
+            x.numpy(), src, dst, self.dst_scale.numpy(), scale.float().contiguous().numpy(), self.acc.numpy()
+        )
 
     @torch.no_grad()
     def finish(self, x_dst: torch.Tensor, a: int, b: int) -> torch.Tensor:

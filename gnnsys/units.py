@@ -13,6 +13,7 @@ its rows and halo.
 The single-process full-graph trainer runs all units in order; GNNPipe splits
 them into contiguous stages, one per worker.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,9 +41,20 @@ class InputProjection(nn.Module):
         return self.dropout(torch.relu(self.lin(self.input_dropout(x_src[: block.num_dst]))))
 
 
-def build_units(conv: str, in_dim: int, hidden: int, num_classes: int, layers: int, *, heads: int = 4,
-                norm: str | None = None, residual: bool = False, dropout: float = 0.5,
-                input_proj: bool = False, input_dropout: float = 0.0) -> nn.ModuleList:
+def build_units(
+    conv: str,
+    in_dim: int,
+    hidden: int,
+    num_classes: int,
+    layers: int,
+    *,
+    heads: int = 4,
+    norm: str | None = None,
+    residual: bool = False,
+    dropout: float = 0.5,
+    input_proj: bool = False,
+    input_dropout: float = 0.0,
+) -> nn.ModuleList:
     """The model as a list of units (see the module docstring)."""
     if layers < 1:
         raise ValueError(f"layers must be >= 1, got {layers}")
@@ -54,19 +66,38 @@ def build_units(conv: str, in_dim: int, hidden: int, num_classes: int, layers: i
     dims = [width] + [hidden] * (layers - 1) + [num_classes]
     for i in range(layers):
         last = i == layers - 1
-        units.append(GNNLayer(conv, dims[i], dims[i + 1], heads=heads if conv == "gat" else 1,
-                              norm=None if last else norm, residual=residual and not last,
-                              dropout=0.0 if last else dropout, activation=not last,
-                              input_dropout=0.0 if units else input_dropout))
+        units.append(
+            GNNLayer(
+                conv,
+                dims[i],
+                dims[i + 1],
+                heads=heads if conv == "gat" else 1,
+                norm=None if last else norm,
+                residual=residual and not last,
+                dropout=0.0 if last else dropout,
+                activation=not last,
+                input_dropout=0.0 if units else input_dropout,
+            )
+        )
     return nn.ModuleList(units)
 
 
 def units_for(options, in_dim: int, num_classes: int) -> nn.ModuleList:
     """The units of a FullGraphOptions, initialised from its seed (the same on every worker)."""
     torch.manual_seed(options.seed)
-    return build_units(options.model, in_dim, options.hidden, num_classes, options.layers, heads=options.heads,
-                       norm=options.norm, residual=options.residual, dropout=options.dropout,
-                       input_proj=options.input_proj, input_dropout=options.input_dropout)
+    return build_units(
+        options.model,
+        in_dim,
+        options.hidden,
+        num_classes,
+        options.layers,
+        heads=options.heads,
+        norm=options.norm,
+        residual=options.residual,
+        dropout=options.dropout,
+        input_proj=options.input_proj,
+        input_dropout=options.input_dropout,
+    )
 
 
 def full_forward(units, x: torch.Tensor, block: Block) -> torch.Tensor:

@@ -4,6 +4,7 @@
 for uniform sampling, `LaborSampler` and `GPULaborSampler` for LABOR-0;
 `make_sampler` builds any of them from one call.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable

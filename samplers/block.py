@@ -11,6 +11,7 @@ a block made by `full_graph` counts it, a sampled one gets it from
 `MiniBatch.attach_degree`, since its source nodes are a prefix of
 `input_nodes`.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -61,7 +62,7 @@ class Block:
     full_degree: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def full_graph(cls, indptr: torch.Tensor, indices: torch.Tensor) -> "Block":
+    def full_graph(cls, indptr: torch.Tensor, indices: torch.Tensor) -> Block:
         """The whole graph (CSC of in-neighbours) as one square block, with its degrees."""
         n = indptr.shape[0] - 1
         return cls(indptr.long(), indices.long(), n, n, full_degree=gcn_degree(indptr, indices))
@@ -92,14 +93,21 @@ class Block:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
                 self.cache["ones"] = torch.sparse_csr_tensor(
-                    self.indptr, self.indices, values, size=(self.num_dst, self.num_src))
+                    self.indptr, self.indices, values, size=(self.num_dst, self.num_src)
+                )
         return self.cache["ones"]
 
-    def to(self, device, non_blocking: bool = False) -> "Block":
+    def to(self, device, non_blocking: bool = False) -> Block:
         """This block on `device`, its cached adjacencies and degrees moved with it."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return Block(move(self.indptr), move(self.indices), self.num_src, self.num_dst,
-                     {key: move(t) for key, t in self.cache.items()}, move(self.full_degree))
+        return Block(
+            move(self.indptr),
+            move(self.indices),
+            self.num_src,
+            self.num_dst,
+            {key: move(t) for key, t in self.cache.items()},
+            move(self.full_degree),
+        )
 
 
 @dataclass
@@ -120,18 +128,23 @@ class MiniBatch:
     y: torch.Tensor | None = None
     timings: dict = field(default_factory=dict)
 
-    def attach_degree(self, degree: torch.Tensor) -> "MiniBatch":
+    def attach_degree(self, degree: torch.Tensor) -> MiniBatch:
         """Give every block the `full_degree` of its source nodes, which are the
         first `num_src` of input_nodes. degree: `gcn_degree` of the whole
         graph, on this batch's device. Returns self."""
         mine = degree[self.input_nodes]
         for block in self.blocks:
-            block.full_degree = mine[:block.num_src]
+            block.full_degree = mine[: block.num_src]
         return self
 
-    def to(self, device, non_blocking: bool = False) -> "MiniBatch":
+    def to(self, device, non_blocking: bool = False) -> MiniBatch:
         """This minibatch (blocks with their caches and degrees, x, y) on `device`."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return MiniBatch(move(self.seeds), move(self.input_nodes),
-                         [b.to(device, non_blocking) for b in self.blocks], move(self.x), move(self.y),
-                         dict(self.timings))
+        return MiniBatch(
+            move(self.seeds),
+            move(self.input_nodes),
+            [b.to(device, non_blocking) for b in self.blocks],
+            move(self.x),
+            move(self.y),
+            dict(self.timings),
+        )

@@ -1,4 +1,5 @@
 """`make_sampler`: the CPU or the GPU neighbour sampler, uniform or LABOR, behind one call."""
+
 from __future__ import annotations
 
 import torch
@@ -9,8 +10,9 @@ SAMPLERS = ("cpu", "gpu", "gpu-pinned")
 SAMPLINGS = ("uniform", "labor")
 
 
-def make_sampler(kind: str, indptr, indices, fanouts, device="cpu", seed: int = 0, replace: bool = False,
-                 sampling: str = "uniform") -> Sampler:
+def make_sampler(
+    kind: str, indptr, indices, fanouts, device="cpu", seed: int = 0, replace: bool = False, sampling: str = "uniform"
+) -> Sampler:
     """A `Sampler`: `sample(seeds, epoch, batch) -> MiniBatch` on its `device`.
 
     kind "cpu": the numba sampler (MiniBatch on the CPU); "gpu": the Triton

@@ -29,6 +29,7 @@ compiles for sm_90 (tests/storage/test_gather_ptx.py); speed only on a GPU
 Import this module only when a kernel is about to run (see gnnsys._capabilities);
 `gnnsys.samplers.factory.make_sampler` does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,8 +69,19 @@ def _draw_below(key, counter, n):
 
 
 @triton.jit(do_not_specialize=["stream_key"])
-def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_key, out_ptr, counts_ptr, n_nodes, fanout,
-                   REPLACE: tl.constexpr, BLOCK_S: tl.constexpr, KP: tl.constexpr):
+def _sample_kernel(
+    indptr_ptr,
+    indices_ptr,
+    nodes_ptr,
+    stream_key,
+    out_ptr,
+    counts_ptr,
+    n_nodes,
+    fanout,
+    REPLACE: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    KP: tl.constexpr,
+):
     """out[i, m] = global source m of nodes[i] (m < counts[i]); counts[i] = its sample size.
     stream_key: the draw stream's 64-bit key as a signed integer (an argument, not a
     tensor, so the launch copies nothing to the device)."""
@@ -106,8 +118,9 @@ def _sample_kernel(indptr_ptr, indices_ptr, nodes_ptr, stream_key, out_ptr, coun
             sel = tl.where(k_ar[None, :] == m, t[:, None], sel)
         keep = live[:, None] & (k_ar[None, :] < k[:, None])
         src = tl.load(indices_ptr + start[:, None] + sel, mask=keep, other=0)
-        tl.store(out_ptr + pos[:, None] * fanout + k_ar[None, :], src.to(tl.int64),
-                 mask=keep & (k_ar[None, :] < fanout))
+        tl.store(
+            out_ptr + pos[:, None] * fanout + k_ar[None, :], src.to(tl.int64), mask=keep & (k_ar[None, :] < fanout)
+        )
         tl.store(counts_ptr + pos, k, mask=live)
 
 
@@ -134,8 +147,17 @@ class GPUNeighborSampler:
     (-1: all neighbours, without replacement only). `max_programs` caps the kernel's grid.
     """
 
-    def __init__(self, indptr, indices, fanouts, replace: bool = False, seed: int = 0, device="cuda",
-                 csc: str = "gpu", max_programs: int | None = None):
+    def __init__(
+        self,
+        indptr,
+        indices,
+        fanouts,
+        replace: bool = False,
+        seed: int = 0,
+        device="cuda",
+        csc: str = "gpu",
+        max_programs: int | None = None,
+    ):
         self.device = normalize_device(device)
         require_triton("the GPU sampler", self.device)
         indptr, indices = torch.as_tensor(indptr), torch.as_tensor(indices)
@@ -161,8 +183,10 @@ class GPUNeighborSampler:
         self.max_programs = max_programs
 
     def __repr__(self):
-        return (f"GPUNeighborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, replace={self.replace}, "
-                f"seed={self.seed}, device={self.device}, csc={self.csc!r})")
+        return (
+            f"GPUNeighborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, replace={self.replace}, "
+            f"seed={self.seed}, device={self.device}, csc={self.csc!r})"
+        )
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
         """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
@@ -178,8 +202,9 @@ class GPUNeighborSampler:
             frontier, local = _relabel(frontier, sources)
             indptr = torch.zeros(counts.shape[0] + 1, dtype=torch.int64, device=self.device)
             torch.cumsum(counts, 0, out=indptr[1:])
-            blocks.append(Block(indptr, _sort_rows(counts, local, frontier.shape[0]), frontier.shape[0],
-                                counts.shape[0]))
+            blocks.append(
+                Block(indptr, _sort_rows(counts, local, frontier.shape[0]), frontier.shape[0], counts.shape[0])
+            )
         blocks.reverse()
         return MiniBatch(seeds=seeds, input_nodes=frontier, blocks=blocks)
 
@@ -191,8 +216,17 @@ class GPUNeighborSampler:
         out = torch.empty((n, fanout), dtype=torch.int64, device=self.device)
         counts = torch.empty(n, dtype=torch.int64, device=self.device)
         if n and fanout:
-            grid, args, meta = sample_launch_args(self.indptr, self.indices, nodes, stream, out, counts, fanout,
-                                                  self.replace, self.max_programs or 4 * _sm_count(self.device))
+            grid, args, meta = sample_launch_args(
+                self.indptr,
+                self.indices,
+                nodes,
+                stream,
+                out,
+                counts,
+                fanout,
+                self.replace,
+                self.max_programs or 4 * _sm_count(self.device),
+            )
             _sample_kernel[grid](*args, **meta)
         else:
             counts.zero_()
@@ -204,8 +238,9 @@ class GPUNeighborSampler:
         counts = self.indptr[host(nodes) + 1].to(self.device) - starts
         first = torch.cumsum(counts, 0) - counts
         total = int(counts.sum())  # the layer's number of edges: a host sync
-        offsets = (torch.arange(total, device=self.device)
-                   + torch.repeat_interleave(starts - first, counts, output_size=total))
+        offsets = torch.arange(total, device=self.device) + torch.repeat_interleave(
+            starts - first, counts, output_size=total
+        )
         return counts, self.indices[host(offsets)].to(self.device, torch.int64)
 
 
@@ -223,8 +258,10 @@ class GPULaborSampler(GPUNeighborSampler):
         super().__init__(indptr, indices, fanouts, seed=seed, device=device, csc=csc)
 
     def __repr__(self):
-        return (f"GPULaborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, seed={self.seed}, "
-                f"device={self.device}, csc={self.csc!r})")
+        return (
+            f"GPULaborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, seed={self.seed}, "
+            f"device={self.device}, csc={self.csc!r})"
+        )
 
     def _sample_layer(self, nodes, fanout, stream):
         counts, sources = self._all_neighbours(nodes)
@@ -232,8 +269,9 @@ class GPULaborSampler(GPUNeighborSampler):
             return counts, sources
         total = sources.shape[0]
         keep = torch.empty(total, dtype=torch.int8, device=self.device)
-        grid, args, meta = labor_launch_args(sources, torch.repeat_interleave(counts, counts, output_size=total),
-                                             stream, keep, fanout)
+        grid, args, meta = labor_launch_args(
+            sources, torch.repeat_interleave(counts, counts, output_size=total), stream, keep, fanout
+        )
         _labor_kernel[grid](*args, **meta)
         row = torch.repeat_interleave(torch.arange(counts.shape[0], device=self.device), counts, output_size=total)
         return torch.zeros_like(counts).index_add_(0, row, keep.long()), sources[keep.bool()]
@@ -247,8 +285,7 @@ def labor_launch_args(sources, degrees, stream: int, keep, fanout: int):
     return grid, (sources, degrees, key, keep, sources.shape[0], fanout), dict(BLOCK=_BLOCK_E)
 
 
-def sample_launch_args(indptr, indices, nodes, stream: int, out, counts, fanout: int, replace: bool,
-                       max_programs: int):
+def sample_launch_args(indptr, indices, nodes, stream: int, out, counts, fanout: int, replace: bool, max_programs: int):
     """(grid, positional arguments, constexpr keywords) of one layer's sampling
     kernel: the one place a launch is described (the PTX test compiles exactly
     what would be launched). stream: the layer's unsigned 64-bit stream key."""
@@ -268,13 +305,14 @@ def _relabel(frontier: torch.Tensor, sources: torch.Tensor):
     order = torch.argsort(first)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.shape[0], device=seq.device)
-    return uniq[order], rank[inverse[frontier.shape[0]:]]
+    return uniq[order], rank[inverse[frontier.shape[0] :]]
 
 
 def _sort_rows(counts: torch.Tensor, local: torch.Tensor, num_src: int) -> torch.Tensor:
     """Local source ids sorted within each destination row."""
-    row = torch.repeat_interleave(torch.arange(counts.shape[0], device=local.device), counts,
-                                  output_size=local.shape[0])  # the size is known: no host sync
+    row = torch.repeat_interleave(
+        torch.arange(counts.shape[0], device=local.device), counts, output_size=local.shape[0]
+    )  # the size is known: no host sync
     return torch.sort(row * num_src + local).values - row * num_src
 
 

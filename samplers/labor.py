@@ -25,6 +25,7 @@ importance sampling (LABOR-i, i > 0), which is not implemented here.
 
 Blocks, relabelling and the checks on seeds and the graph are NeighborSampler's.
 """
+
 from __future__ import annotations
 
 import numba

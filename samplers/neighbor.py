@@ -15,6 +15,7 @@ are checked by `_claim_seeds`, each node's edge range by `_count` (inside
 DatasetError. The checks cost a comparison per sampled node and edge; the
 graph itself is never scanned (load_dataset checks it once, on loading).
 """
+
 from __future__ import annotations
 
 import threading
@@ -158,8 +159,7 @@ def _as_numpy(t, name: str, dtypes) -> np.ndarray:
     if a.size == 0 and a.dtype not in dtypes:
         a = a.astype(dtypes[-1])  # an empty list
     if a.ndim != 1 or a.dtype not in dtypes:
-        raise TypeError(f"{name} must be a 1-D array of {' or '.join(map(str, dtypes))}, "
-                        f"got {a.ndim}-D {a.dtype}")
+        raise TypeError(f"{name} must be a 1-D array of {' or '.join(map(str, dtypes))}, got {a.ndim}-D {a.dtype}")
     return np.ascontiguousarray(a)
 
 
@@ -195,8 +195,10 @@ class NeighborSampler:
         self._lock = threading.Lock()
 
     def __repr__(self):
-        return (f"NeighborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, "
-                f"replace={self.replace}, seed={self.seed})")
+        return (
+            f"NeighborSampler(nodes={self.num_nodes:,}, fanouts={self.fanouts}, "
+            f"replace={self.replace}, seed={self.seed})"
+        )
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
         """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
@@ -213,8 +215,7 @@ class NeighborSampler:
         blocks, frontier, size = self._sample(seeds, epoch, batch, local)  # on error the map is dropped
         local[frontier[:size]] = -1
         self._release_map(local)
-        return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(frontier[:size]),
-                         blocks=blocks)
+        return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(frontier[:size]), blocks=blocks)
 
     def _sample(self, seeds, epoch, batch, local):
         frontier, size = seeds, seeds.shape[0]
@@ -228,8 +229,11 @@ class NeighborSampler:
             ids, size, bad = _relabel(sources, local, grown, num_dst)
             if bad >= 0:
                 v = int(frontier[np.searchsorted(indptr, bad, side="right") - 1])
-                raise DatasetError("indices", f"node {v}'s in-neighbour list holds node id {int(sources[bad])}, "
-                                   f"out of range [0, {self.num_nodes}): a corrupted graph")
+                raise DatasetError(
+                    "indices",
+                    f"node {v}'s in-neighbour list holds node id {int(sources[bad])}, "
+                    f"out of range [0, {self.num_nodes}): a corrupted graph",
+                )
             frontier = grown
             _sort_rows(indptr, ids)
             blocks.append(Block(torch.from_numpy(indptr), torch.from_numpy(ids), size, num_dst))
@@ -252,8 +256,11 @@ class NeighborSampler:
         starts, degrees = np.empty(nodes.shape[0], np.int64), np.empty(nodes.shape[0], np.int64)
         if _count(self.indptr, nodes, fanout, self.replace, self.indices.shape[0], counts, starts, degrees):
             v = int(nodes[np.flatnonzero(degrees < 0)[0]])
-            raise DatasetError("indptr", f"node {v}'s edge range [{self.indptr[v]}, {self.indptr[v + 1]}) "
-                               f"is not inside the {self.indices.shape[0]} edges: a corrupted graph")
+            raise DatasetError(
+                "indptr",
+                f"node {v}'s edge range [{self.indptr[v]}, {self.indptr[v + 1]}) "
+                f"is not inside the {self.indices.shape[0]} edges: a corrupted graph",
+            )
         return counts, starts, degrees
 
     def _acquire_map(self) -> np.ndarray:

@@ -5,6 +5,7 @@ key mixes (seed, epoch, batch, layer). A sample therefore does not depend on
 the number of threads, on scheduling, or on what was drawn before, which is
 what lets a resumed run reproduce an uninterrupted one (docs/architecture.md, "Sampling randomness").
 """
+
 from __future__ import annotations
 
 import numba

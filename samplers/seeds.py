@@ -1,4 +1,5 @@
 """Seed iteration: the node ids of a split cut into (shuffled) batches."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,16 @@ class SeedBatches:
     order sit out that epoch), so every rank runs the same number of batches.
     """
 
-    def __init__(self, ids, batch_size: int, shuffle: bool = True, drop_last: bool = False, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        ids,
+        batch_size: int,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         ids = torch.as_tensor(ids)
         if ids.ndim != 1 or (ids.numel() and ids.dtype not in (torch.int32, torch.int64)):
             raise TypeError(f"ids must be a 1-D int32/int64 tensor, got {ids.ndim}-D {ids.dtype}")
@@ -47,8 +56,8 @@ class SeedBatches:
         if self.shuffle:
             ids = ids[torch.from_numpy(np.random.default_rng([self.seed, epoch]).permutation(ids.shape[0]))]
         share = ids.shape[0] // self.world_size
-        return ids if self.world_size == 1 else ids[self.rank:share * self.world_size:self.world_size]
+        return ids if self.world_size == 1 else ids[self.rank : share * self.world_size : self.world_size]
 
     def epoch(self, epoch: int) -> list[torch.Tensor]:
         """The batches of epoch `epoch`, in order (len(self) of them)."""
-        return list(self.order(epoch).split(self.batch_size))[:len(self)]
+        return list(self.order(epoch).split(self.batch_size))[: len(self)]

@@ -12,9 +12,11 @@ builds the stacks training uses; the bottom is the dataset's `RowTable`
 (gnnsys.datasets.feature_table) or the SSD tier. See docs/architecture.md,
 "Feature tiers".
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from gnnsys.errors import ConfigError
 from gnnsys.feature_source import FeatureSource
@@ -56,12 +58,16 @@ def check_stack(source: FeatureSource) -> FeatureSource:
         if not isinstance(lower, FeatureSource):
             raise ConfigError("features", f"{type(lower).__name__} under {upper.name} is not a FeatureSource")
         if tuple(upper.shape) != tuple(lower.shape) or upper.dtype != lower.dtype:
-            raise ConfigError("features", f"{upper.name} ({tuple(upper.shape)}, {upper.dtype}) over "
-                              f"{lower.name} ({tuple(lower.shape)}, {lower.dtype}): shapes and dtypes differ")
+            raise ConfigError(
+                "features",
+                f"{upper.name} ({tuple(upper.shape)}, {upper.dtype}) over "
+                f"{lower.name} ({tuple(lower.shape)}, {lower.dtype}): shapes and dtypes differ",
+            )
     names = [t.name for t in stack]
     if names.count("cache") > 1:
-        raise ConfigError("features", f"a cache over a cache ({' over '.join(names)}): keep one, of their "
-                          "combined size")
+        raise ConfigError(
+            "features", f"a cache over a cache ({' over '.join(names)}): keep one, of their combined size"
+        )
     for i, name in enumerate(names):
         if name == "victim" and (i == 0 or names[i - 1] != "cache"):
             raise ConfigError("features", f"a victim buffer must sit directly under the cache ({' over '.join(names)})")

@@ -15,10 +15,11 @@ ordering logic is tested on the CPU with a recording stand-in
 (tests/storage/test_pinned.py, tests/gnnsys/test_loader_streams.py); that
 the ordering makes the GPU overlap gathers with training is not measured yet.
 """
+
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 

@@ -10,6 +10,7 @@ reads are in flight) into a page-aligned staging buffer (storage/uring_io.py
 is the io_uring engine with the same contract); `scatter_rows` copies the
 staged rows into the caller's order.
 """
+
 from __future__ import annotations
 
 import errno
@@ -44,6 +45,7 @@ class RowsFile:
 def _probe(fd: int, size: int, buf: memoryview) -> tuple[int | None, str | None]:
     """(block, None) for the smallest block the O_DIRECT fd accepts, or
     (None, reason) when O_DIRECT is not in effect."""
+
     def accepts(nbytes):
         try:
             os.preadv(fd, [buf[:nbytes]], nbytes)
@@ -81,7 +83,7 @@ def open_rows_file(path, direct: bool | None) -> RowsFile:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
         except OSError as e:
             if e.errno != errno.EINVAL:
-                raise DatasetError(path, f"cannot open ({e.strerror})")
+                raise DatasetError(path, f"cannot open ({e.strerror})") from None
             reason = "the file system refuses O_DIRECT"
         else:
             size = os.fstat(fd).st_size
@@ -91,12 +93,15 @@ def open_rows_file(path, direct: bool | None) -> RowsFile:
             os.close(fd)
         if direct:
             raise ConfigError("direct", f"{path}: {reason}")
-        warnings.warn(f"{path}: {reason}; reading through the page cache with posix_fadvise(DONTNEED) instead",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"{path}: {reason}; reading through the page cache with posix_fadvise(DONTNEED) instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
-        raise DatasetError(path, f"cannot open ({e.strerror})")
+        raise DatasetError(path, f"cannot open ({e.strerror})") from None
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
     return RowsFile(fd, os.fstat(fd).st_size, BLOCKS[0], False)
 
@@ -156,8 +161,9 @@ def choose_gap(rows: np.ndarray, stride: int, row_bytes: int, block: int, cost) 
     return 0 if best == 0 else int(gaps[merged[best] - 1]) * block
 
 
-def plan_reads(rows: np.ndarray, stride: int, row_bytes: int, block: int, max_read: int, size: int,
-               max_gap: int = 0) -> Plan:
+def plan_reads(
+    rows: np.ndarray, stride: int, row_bytes: int, block: int, max_read: int, size: int, max_gap: int = 0
+) -> Plan:
     """Block-aligned reads covering the sorted unique `rows` (int64): rows
     whose blocks overlap, adjoin or lie at most `max_gap` bytes (whole
     blocks) apart share one read (the gap is read and ignored: one request
@@ -204,8 +210,11 @@ def read_failed(path, length: int, offset: int, reason: str) -> DatasetError:
 def short_read(path, file: RowsFile, got: int, need: int, offset: int) -> DatasetError:
     """The DatasetError for a read at `offset` that returned `got` of the `need`
     bytes the file had when it was opened (it was truncated since)."""
-    return DatasetError(path, f"truncated after opening: read {got} of {need} bytes at offset {offset} "
-                        f"(was {file.size} bytes, now {os.fstat(file.fd).st_size})")
+    return DatasetError(
+        path,
+        f"truncated after opening: read {got} of {need} bytes at offset {offset} "
+        f"(was {file.size} bytes, now {os.fstat(file.fd).st_size})",
+    )
 
 
 class ReadPool:
@@ -223,8 +232,10 @@ class ReadPool:
         args = [a.tolist() for a in (offset, length, need, dest)]
         chunk = max(1, min(_CHUNK, len(args[0]) // (4 * self.threads)))
         counter, stop = itertools.count(), []
-        jobs = [self.pool.submit(self._work, staging, *args, chunk, counter, stop)
-                for _ in range(min(self.threads, -(-len(args[0]) // chunk)))]
+        jobs = [
+            self.pool.submit(self._work, staging, *args, chunk, counter, stop)
+            for _ in range(min(self.threads, -(-len(args[0]) // chunk)))
+        ]
         wait(jobs)  # all threads are done with `staging` before an error propagates
         return sum(job.result() for job in jobs)
 
@@ -239,9 +250,9 @@ class ReadPool:
                     return total
                 for i in range(k, min(k + chunk, n)):
                     try:
-                        got = os.preadv(fd, [staging[dest[i]:dest[i] + length[i]]], offset[i])
+                        got = os.preadv(fd, [staging[dest[i] : dest[i] + length[i]]], offset[i])
                     except OSError as e:
-                        raise read_failed(self.path, length[i], offset[i], e.strerror)
+                        raise read_failed(self.path, length[i], offset[i], e.strerror) from None
                     if got < need[i]:
                         raise short_read(self.path, self.file, got, need[i], offset[i])
                     if not direct:

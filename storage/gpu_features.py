@@ -8,6 +8,7 @@ normalised when a source is built ("cuda" -> "cuda:<current>", see
 gnnsys._capabilities.normalize_device), so a source built for "cuda" accepts
 an `out` allocated on "cuda" (which is "cuda:0").
 """
+
 from __future__ import annotations
 
 import warnings
@@ -59,8 +60,7 @@ class TableFeatures(FeatureSource):
 
     placement = "table"
 
-    def __init__(self, table: torch.Tensor, dim: int, dtype: torch.dtype, device=None,
-                 max_programs: int | None = None):
+    def __init__(self, table: torch.Tensor, dim: int, dtype: torch.dtype, device=None, max_programs: int | None = None):
         if table.dtype != torch.uint8 or table.dim() != 2 or not table.is_contiguous():
             raise TypeError("table must be a contiguous 2-D uint8 tensor of rows")
         if dim * dtype.itemsize > table.shape[1]:
@@ -115,12 +115,14 @@ def as_row_table(features) -> RowTable:
         return source
     if isinstance(source, torch.Tensor) and source.dim() == 2:
         return RowTable.from_tensor(source)
-    raise TypeError(f"features must be a RowTable, a UnifiedTensor over one or a 2-D tensor, "
-                    f"got {type(source).__name__}")
+    raise TypeError(
+        f"features must be a RowTable, a UnifiedTensor over one or a 2-D tensor, got {type(source).__name__}"
+    )
 
 
-def copy_rows_into(table: np.ndarray, dest: torch.Tensor, chunk_bytes: int = COPY_CHUNK_BYTES,
-                   progress: bool = True) -> torch.Tensor:
+def copy_rows_into(
+    table: np.ndarray, dest: torch.Tensor, chunk_bytes: int = COPY_CHUNK_BYTES, progress: bool = True
+) -> torch.Tensor:
     """Copy the [num_rows, row_stride] uint8 rows of `table` (in memory or a
     memmap) into the same-shaped tensor `dest` (GPU or pinned host), a chunk at
     a time, so a memory-mapped table never needs a full pageable copy."""
@@ -128,13 +130,18 @@ def copy_rows_into(table: np.ndarray, dest: torch.Tensor, chunk_bytes: int = COP
     if dest.shape != (num_rows, stride) or dest.dtype != torch.uint8:
         raise ValueError(f"dest must be a [{num_rows}, {stride}] uint8 tensor")
     step = max(1, chunk_bytes // max(stride, 1))
-    with tqdm(total=num_rows * stride, unit="B", unit_scale=True, disable=not progress,
-              desc=f"features -> {dest.device}{' (pinned)' if dest.device.type == 'cpu' else ''}") as bar:
+    with tqdm(
+        total=num_rows * stride,
+        unit="B",
+        unit_scale=True,
+        disable=not progress,
+        desc=f"features -> {dest.device}{' (pinned)' if dest.device.type == 'cpu' else ''}",
+    ) as bar:
         for start in range(0, num_rows, step):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # a read-only memmap; we only read it
-                chunk = torch.from_numpy(table[start:start + step])
-            dest[start:start + step].copy_(chunk)
+                chunk = torch.from_numpy(table[start : start + step])
+            dest[start : start + step].copy_(chunk)
             bar.update(chunk.numel())
     return dest
 
@@ -145,8 +152,7 @@ class GPUFeatures(TableFeatures):
     placement = "gpu"
 
     @classmethod
-    def from_rows(cls, features, device="cuda", max_programs: int | None = None,
-                  progress: bool = True) -> "GPUFeatures":
+    def from_rows(cls, features, device="cuda", max_programs: int | None = None, progress: bool = True) -> GPUFeatures:
         """Copy `features` (see `as_row_table`) into GPU memory, chunk by chunk."""
         require_cuda("placement 'gpu'")
         rows = as_row_table(features)

@@ -14,6 +14,7 @@ possible (the file system ignores O_DIRECT, e.g. tmpfs) or meaningful (a file
 under MIN_PROBE_BYTES: random reads over a few MB measure the device's cache,
 not its media).
 """
+
 from __future__ import annotations
 
 import json
@@ -77,7 +78,7 @@ class IOModel:
         return requests * self.request_s(engine, inflight) + np.asarray(nbytes, np.float64) / self.random_bytes_per_s
 
     def faster_engine(self, threads: int, depth: int) -> str | None:
-        """"uring" or "threads", whichever reads faster with the tier's
+        """ "uring" or "threads", whichever reads faster with the tier's
         `depth` (ring) or `threads` (pool) in flight; None unless both were measured."""
         if not all(e in self.rates for e in ENGINES):
             return None
@@ -90,11 +91,12 @@ class IOModel:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "IOModel":
+    def from_json(cls, d: dict) -> IOModel:
         """The model to_json wrote."""
         rates = {e: {int(k): float(v) for k, v in r.items()} for e, r in d["rates"].items()}
-        return cls(int(d["read_size"]), rates, float(d["random_bytes_per_s"]), float(d["seq_bytes_per_s"]),
-                   d["measured"])
+        return cls(
+            int(d["read_size"]), rates, float(d["random_bytes_per_s"]), float(d["seq_bytes_per_s"]), d["measured"]
+        )
 
 
 def _timed_reads(reader, offsets_of, depth: int, size: int, seconds: float) -> tuple[float, int]:
@@ -139,8 +141,9 @@ def probe(path, read_size: int, *, depths=PROBE_DEPTHS, seconds: float = PROBE_S
     size, block = file.size, file.block
     os.close(file.fd)
     if read_size % block or not 0 < read_size <= size:
-        raise ConfigError("read_size", f"{read_size} bytes is not a multiple of the {block} B block within "
-                          f"{path} ({size} bytes)")
+        raise ConfigError(
+            "read_size", f"{read_size} bytes is not a multiple of the {block} B block within {path} ({size} bytes)"
+        )
     engines = [e for e in ENGINES if e == "threads" or uring_available()[0]]
     each = seconds / (len(engines) * len(depths) + 2)
     rng = np.random.default_rng()
@@ -165,10 +168,18 @@ def probe(path, read_size: int, *, depths=PROBE_DEPTHS, seconds: float = PROBE_S
 
     seq_bandwidth = _rate(path, "threads", SEQ_DEPTH, sequential, seq_size, each) * seq_size
     st = os.stat(path)
-    measured = {"file": str(Path(path).resolve()), "device": f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}",
-                "block": block, "large_read": large, "large_depth": LARGE_DEPTH, "seq_read": seq_size,
-                "seq_depth": SEQ_DEPTH, "at": began,
-                "seconds": round(time.time() - began, 2), "loadavg": load}
+    measured = {
+        "file": str(Path(path).resolve()),
+        "device": f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}",
+        "block": block,
+        "large_read": large,
+        "large_depth": LARGE_DEPTH,
+        "seq_read": seq_size,
+        "seq_depth": SEQ_DEPTH,
+        "at": began,
+        "seconds": round(time.time() - began, 2),
+        "loadavg": load,
+    }
     return IOModel(read_size, rates, random_bandwidth, seq_bandwidth, measured)
 
 
@@ -209,22 +220,32 @@ def io_model(path, read_size: int, *, refresh: bool = False, max_age: float = MA
             return None
         cached = cache_path(path, read_size)
         atomic_write_bytes(cached, json.dumps(model.to_json(), indent=1).encode())
-        log.info("probed the reads of device %s in %.1f s (cached in %s)", model.measured["device"],
-                 model.measured["seconds"], cached)
+        log.info(
+            "probed the reads of device %s in %.1f s (cached in %s)",
+            model.measured["device"],
+            model.measured["seconds"],
+            cached,
+        )
     return model
 
 
 def format_model(model: IOModel) -> list[str]:
     """Lines of a table of `model`: reads/s and MB/s per engine and depth, and sequential bandwidth."""
     m = model.measured
-    lines = [f"I/O probe of device {m['device']} ({m['file']}, O_DIRECT, {m['block']} B blocks, "
-             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(m['at']))}, load {m['loadavg'][0]:.2f}):",
-             f"  {'engine':<8} {'depth':>5} {'reads/s':>10} {'MB/s':>8}  ({model.read_size} B random reads)"]
+    lines = [
+        f"I/O probe of device {m['device']} ({m['file']}, O_DIRECT, {m['block']} B blocks, "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(m['at']))}, load {m['loadavg'][0]:.2f}):",
+        f"  {'engine':<8} {'depth':>5} {'reads/s':>10} {'MB/s':>8}  ({model.read_size} B random reads)",
+    ]
     for engine, rates in model.rates.items():
         for depth, rate in sorted(rates.items()):
             lines.append(f"  {engine:<8} {depth:>5} {rate:>10,.0f} {rate * model.read_size / 1e6:>8.1f}")
-    lines.append(f"  random {m['large_read'] >> 10} KiB reads, {m['large_depth']} in flight: "
-                 f"{model.random_bytes_per_s / 1e6:,.0f} MB/s")
-    lines.append(f"  sequential {m['seq_read'] >> 10} KiB reads, {m['seq_depth']} in flight: "
-                 f"{model.seq_bytes_per_s / 1e6:,.0f} MB/s")
+    lines.append(
+        f"  random {m['large_read'] >> 10} KiB reads, {m['large_depth']} in flight: "
+        f"{model.random_bytes_per_s / 1e6:,.0f} MB/s"
+    )
+    lines.append(
+        f"  sequential {m['seq_read'] >> 10} KiB reads, {m['seq_depth']} in flight: "
+        f"{model.seq_bytes_per_s / 1e6:,.0f} MB/s"
+    )
     return lines

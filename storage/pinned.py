@@ -18,6 +18,7 @@ addressing).
 The CUDA calls go through a `HostPinning` object, so every decision above is
 tested on the CPU with a stand-in (tests/storage/test_pinned.py).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -73,8 +74,10 @@ def _cuda_runtimes() -> tuple:
     with open("/proc/self/maps") as f:
         paths = sorted({line.split()[-1] for line in f if "libcudart" in line.rsplit("/", 1)[-1]})
     if not paths:
-        raise GPUUnavailableError("placement 'pinned'", "cannot clear a failed cudaHostRegister: torch did "
-                                  "not load libcudart as a shared library")
+        raise GPUUnavailableError(
+            "placement 'pinned'",
+            "cannot clear a failed cudaHostRegister: torch did not load libcudart as a shared library",
+        )
     return tuple(ctypes.CDLL(p) for p in paths)
 
 
@@ -145,8 +148,9 @@ def pin_table(table: np.ndarray, pinning: HostPinning, progress: bool = True) ->
         rc = _register(pinning, ptr, nbytes)
         if rc == 0:
             return Pin(host, True, ptr)
-        log.warning("features: pinning the table in place failed (cudaHostRegister: CUDA error %s); "
-                    "pinning a copy instead", rc)
+        log.warning(
+            "features: pinning the table in place failed (cudaHostRegister: CUDA error %s); pinning a copy instead", rc
+        )
     return _pinned_copy(table, pinning, progress)
 
 
@@ -156,9 +160,11 @@ def _pinned_copy(table: np.ndarray, pinning: HostPinning, progress: bool) -> Pin
     host = torch.frombuffer(mmap.mmap(-1, size), dtype=torch.uint8)
     rc = _register(pinning, host.data_ptr(), size)
     if rc != 0:
-        raise GPUUnavailableError("placement 'pinned'", f"cannot pin {size / 2**20:.1f} MiB of host memory "
-                                  f"(cudaHostRegister failed with CUDA error {rc})")
-    pin = Pin(host[:table.nbytes].view(table.shape), False, host.data_ptr())
+        raise GPUUnavailableError(
+            "placement 'pinned'",
+            f"cannot pin {size / 2**20:.1f} MiB of host memory (cudaHostRegister failed with CUDA error {rc})",
+        )
+    pin = Pin(host[: table.nbytes].view(table.shape), False, host.data_ptr())
     try:
         copy_rows_into(table, pin.tensor, progress=progress)
     except BaseException:
@@ -190,8 +196,14 @@ class PinnedFeatures(TableFeatures):
 
     placement = "pinned"
 
-    def __init__(self, features, device="cuda", max_programs: int | None = None, progress: bool = True,
-                 pinning: HostPinning | None = None):
+    def __init__(
+        self,
+        features,
+        device="cuda",
+        max_programs: int | None = None,
+        progress: bool = True,
+        pinning: HostPinning | None = None,
+    ):
         require_cuda("placement 'pinned'")
         rows = as_row_table(features)
         pinning = pinning or HostPinning()

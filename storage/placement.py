@@ -16,6 +16,7 @@ its `base` (storage/base.py). Further tiers (an SSD source at the bottom, a
 cache and a victim buffer above) are stacked here, and nothing that reads
 the stack changes (docs/architecture.md, "Feature tiers").
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from gnnsys._capabilities import HAS_CUDA, normalize_device, require_cuda
-from gnnsys.errors import ConfigError
 from gnnsys.datasets.host_memory import available_host_bytes
+from gnnsys.errors import ConfigError
 
 from .base import UnifiedTensor
 from .gpu_features import GPUFeatures, as_row_table
@@ -56,8 +57,13 @@ class PlacedTensor(UnifiedTensor):
         return f"{super().__repr__()[:-1]}, placement={self.placement.kind!r})"
 
 
-def choose_placement(table_bytes: int, device, gpu_memory_budget: float = 0.5, host_memory_budget: float = 0.5,
-                     pins_in_place: bool = False) -> Placement:
+def choose_placement(
+    table_bytes: int,
+    device,
+    gpu_memory_budget: float = 0.5,
+    host_memory_budget: float = 0.5,
+    pins_in_place: bool = False,
+) -> Placement:
     """The "auto" rule (see module docstring) for a table of `table_bytes` padded bytes."""
     for name, value in (("gpu_memory_budget", gpu_memory_budget), ("host_memory_budget", host_memory_budget)):
         if not 0 <= value <= 1:
@@ -68,8 +74,9 @@ def choose_placement(table_bytes: int, device, gpu_memory_budget: float = 0.5, h
         return Placement("cpu-gather", table_bytes, f"device {device}: the CPU gathers rows from the table")
     free, _ = torch.cuda.mem_get_info(device)
     if table_bytes <= gpu_memory_budget * free:
-        return Placement("gpu", table_bytes, f"{mib:.0f} MiB fit {gpu_memory_budget:.0%} of "
-                                             f"{free / 2**20:.0f} MiB free GPU memory")
+        return Placement(
+            "gpu", table_bytes, f"{mib:.0f} MiB fit {gpu_memory_budget:.0%} of {free / 2**20:.0f} MiB free GPU memory"
+        )
     host = available_host_bytes()
     if pins_in_place or table_bytes <= host_memory_budget * host:
         where = "pinned in place" if pins_in_place else f"fit {host_memory_budget:.0%} of {host / 2**20:.0f} MiB RAM"
@@ -77,8 +84,14 @@ def choose_placement(table_bytes: int, device, gpu_memory_budget: float = 0.5, h
     return Placement("cpu-gather", table_bytes, f"{mib:.0f} MiB exceed both the GPU and the host RAM budget")
 
 
-def place(features, placement: str = "auto", device=None, gpu_memory_budget: float = 0.5,
-          host_memory_budget: float = 0.5, progress: bool = True):
+def place(
+    features,
+    placement: str = "auto",
+    device=None,
+    gpu_memory_budget: float = 0.5,
+    host_memory_budget: float = 0.5,
+    progress: bool = True,
+):
     """(FeatureSource, Placement) for `features` (a RowTable, a UnifiedTensor over
     one, or a 2-D tensor) placed for `device` (default: cuda if available)."""
     if placement not in PLACEMENTS:
@@ -93,8 +106,7 @@ def place(features, placement: str = "auto", device=None, gpu_memory_budget: flo
     if placement == "auto":
         from .pinned import can_pin_in_place
 
-        choice = choose_placement(nbytes, device, gpu_memory_budget, host_memory_budget,
-                                  can_pin_in_place(rows.table))
+        choice = choose_placement(nbytes, device, gpu_memory_budget, host_memory_budget, can_pin_in_place(rows.table))
     else:
         choice = Placement(placement, nbytes, "requested")
     log.info("features: %s (%s)", choice.kind, choice.reason)
@@ -116,8 +128,14 @@ def _build(rows, kind: str, device: torch.device, progress: bool):
     return rows
 
 
-def unified(features, placement: str = "auto", device=None, gpu_memory_budget: float = 0.5,
-            host_memory_budget: float = 0.5, progress: bool = True) -> PlacedTensor:
+def unified(
+    features,
+    placement: str = "auto",
+    device=None,
+    gpu_memory_budget: float = 0.5,
+    host_memory_budget: float = 0.5,
+    progress: bool = True,
+) -> PlacedTensor:
     """`x = unified(features, placement)`; then `x[ids]` returns rows on `device`.
     `x.placement` says what was chosen and why (also logged at INFO)."""
     source, choice = place(features, placement, device, gpu_memory_budget, host_memory_budget, progress)

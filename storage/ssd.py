@@ -10,6 +10,7 @@ host memory: pinned staging for CUDA copies is not done here. The engine and
 the gap merged between rows are chosen from the device's measured costs
 (storage/io_probe.py `IOModel`) unless given.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,8 @@ from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import check_ids, gather_output
 
 from .direct_io import ReadPool, aligned, choose_gap, open_rows_file, plan_reads, row_blocks, scatter_rows
-from .io_probe import IOModel, io_model as measured_model
+from .io_probe import IOModel
+from .io_probe import io_model as measured_model
 from .uring_io import MAX_DEPTH, UringReader, uring_available
 
 DEFAULT_STAGING = 64 << 20
@@ -42,9 +44,10 @@ _COUNTERS = ("bytes_read", "useful_bytes", "reads", "rows", "unique_rows", "gath
 log = logging.getLogger(__name__)
 
 
-def pick_engine(engine: str, model: IOModel | None = None, threads: int = DEFAULT_THREADS,
-                depth: int = DEFAULT_DEPTH) -> str:
-    """"uring" or "threads" for an `engine` option: auto takes the engine
+def pick_engine(
+    engine: str, model: IOModel | None = None, threads: int = DEFAULT_THREADS, depth: int = DEFAULT_DEPTH
+) -> str:
+    """ "uring" or "threads" for an `engine` option: auto takes the engine
     `model` measured faster with `depth` (ring) or `threads` (pool) in flight,
     else io_uring where uring_available(), and logs which and why; "uring"
     where it is not available is a ConfigError."""
@@ -57,13 +60,21 @@ def pick_engine(engine: str, model: IOModel | None = None, threads: int = DEFAUL
         raise ConfigError("engine", f"io_uring is not available here: {reason}")
     faster = model.faster_engine(threads, depth) if model is not None and ok else None
     if engine == "auto" and faster:
-        log.info("SSD tier reads with %s: measured %.0f reads/s with io_uring depth %d, %.0f with %d threads",
-                 "io_uring" if faster == "uring" else "the thread pool", model.reads_per_s("uring", depth), depth,
-                 model.reads_per_s("threads", threads), threads)
+        log.info(
+            "SSD tier reads with %s: measured %.0f reads/s with io_uring depth %d, %.0f with %d threads",
+            "io_uring" if faster == "uring" else "the thread pool",
+            model.reads_per_s("uring", depth),
+            depth,
+            model.reads_per_s("threads", threads),
+            threads,
+        )
         return faster
     if engine == "auto":
-        log.info("SSD tier reads with %s: %s", "io_uring" if ok else "the thread pool",
-                 reason if ok else f"io_uring is not available ({reason})")
+        log.info(
+            "SSD tier reads with %s: %s",
+            "io_uring" if ok else "the thread pool",
+            reason if ok else f"io_uring is not available ({reason})",
+        )
     return "uring" if ok else "threads"
 
 
@@ -92,9 +103,19 @@ class SSDFeatures(FeatureSource):
 
     name = "ssd"
 
-    def __init__(self, path, *, threads: int = DEFAULT_THREADS, max_read: int = DEFAULT_MAX_READ,
-                 host_mem_budget: int | None = None, direct: bool | None = None, engine: str = "auto",
-                 depth: int = DEFAULT_DEPTH, max_gap: int | str = "auto", io_model: IOModel | None = None):
+    def __init__(
+        self,
+        path,
+        *,
+        threads: int = DEFAULT_THREADS,
+        max_read: int = DEFAULT_MAX_READ,
+        host_mem_budget: int | None = None,
+        direct: bool | None = None,
+        engine: str = "auto",
+        depth: int = DEFAULT_DEPTH,
+        max_gap: int | str = "auto",
+        io_model: IOModel | None = None,
+    ):
         meta = read_meta(path)
         f = meta["features"]
         self.path = Path(path) / f["file"]
@@ -103,9 +124,10 @@ class SSDFeatures(FeatureSource):
         self.row_bytes, self.stride = f["dim"] * self.dtype.itemsize, f["row_stride"]
         if threads < 1:
             raise ConfigError("threads", f"must be at least 1, got {threads}")
-        if max_gap != "auto" and (isinstance(max_gap, bool) or not isinstance(max_gap, (int, np.integer))
-                                  or max_gap < 0):
-            raise ConfigError("max_gap", f"must be \"auto\" or an int >= 0 bytes, got {max_gap!r}")
+        if max_gap != "auto" and (
+            isinstance(max_gap, bool) or not isinstance(max_gap, (int, np.integer)) or max_gap < 0
+        ):
+            raise ConfigError("max_gap", f'must be "auto" or an int >= 0 bytes, got {max_gap!r}')
         self.max_gap = max_gap if max_gap == "auto" else int(max_gap)
         if not 1 <= depth <= MAX_DEPTH:
             raise ConfigError("depth", f"must be 1 to {MAX_DEPTH}, got {depth}")
@@ -149,8 +171,11 @@ class SSDFeatures(FeatureSource):
         if max_read < span:
             raise ConfigError("max_read", f"{max_read} bytes cannot hold the blocks of one row ({span} bytes)")
         if self.engine == "threads" and budget < threads * max_read:
-            raise ConfigError("host_mem_budget", f"{budget} bytes cannot stage one read per thread "
-                              f"({threads} threads x {max_read} B = {threads * max_read} B)")
+            raise ConfigError(
+                "host_mem_budget",
+                f"{budget} bytes cannot stage one read per thread "
+                f"({threads} threads x {max_read} B = {threads * max_read} B)",
+            )
         if budget < max_read:
             raise ConfigError("host_mem_budget", f"{budget} bytes cannot stage one read of max_read {max_read} B")
 
@@ -183,8 +208,7 @@ class SSDFeatures(FeatureSource):
         and scatter each wave to out[dest[p]] for every p with rows[inverse[p]] in it."""
         gap = self.max_gap
         if gap == "auto":
-            gap = 0 if self.io_model is None else choose_gap(rows, self.stride, self.row_bytes, self.block,
-                                                             self._cost)
+            gap = 0 if self.io_model is None else choose_gap(rows, self.stride, self.row_bytes, self.block, self._cost)
         plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._reader.file.size, gap)
         order = np.argsort(inverse, kind="stable")
         row_start = np.append(0, np.cumsum(np.bincount(inverse, minlength=rows.shape[0])))
@@ -194,13 +218,15 @@ class SSDFeatures(FeatureSource):
         while r0 < count:
             base = plan.staged[r0]
             r1 = int(np.searchsorted(ends, base + len(self._staging), side="right"))
-            self._stats["bytes_read"] += self._reader.run(self._view, plan.offset[r0:r1], plan.length[r0:r1],
-                                                          plan.need[r0:r1], plan.staged[r0:r1] - base)
-            positions = order[row_start[first[r0]]:row_start[first[r1]]]
+            self._stats["bytes_read"] += self._reader.run(
+                self._view, plan.offset[r0:r1], plan.length[r0:r1], plan.need[r0:r1], plan.staged[r0:r1] - base
+            )
+            positions = order[row_start[first[r0]] : row_start[first[r1]]]
             scatter_rows(self._words, (plan.src - base) // self._word, inverse, positions, dest, out)
             r0 = r1
-        for key, value in zip(_COUNTERS[1:], (rows.shape[0] * self.row_bytes, count, inverse.shape[0],
-                                              rows.shape[0], 1)):
+        for key, value in zip(
+            _COUNTERS[1:], (rows.shape[0] * self.row_bytes, count, inverse.shape[0], rows.shape[0], 1)
+        ):
             self._stats[key] += value
         self._gap_sum += gap
         self._gap_last = gap

@@ -5,6 +5,7 @@ against): numba gathers rows of a RowTable (memory-mapped or in memory) into
 one of `slots` pinned buffers; the host-to-device copy runs asynchronously on
 the current stream, and a buffer is reused only after its copy's event fired.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,7 +37,7 @@ class StagedFeatures(FeatureSource):
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.gather_async(ids, out).wait()
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) :
+    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
         """Gather on the CPU (waits only for the copy that last used this slot),
         then queue the copy to the device; the rows are ready in stream order."""
         ids = torch.as_tensor(ids).cpu()
@@ -47,8 +48,9 @@ class StagedFeatures(FeatureSource):
             self._events[slot].synchronize()
         nbytes = n * dim * self.dtype.itemsize
         if self._buffers[slot].numel() < nbytes:
-            self._buffers[slot] = torch.empty(max(nbytes, 2 * self._buffers[slot].numel()), dtype=torch.uint8,
-                                              pin_memory=True)
+            self._buffers[slot] = torch.empty(
+                max(nbytes, 2 * self._buffers[slot].numel()), dtype=torch.uint8, pin_memory=True
+            )
         staged = self._buffers[slot][:nbytes].view(self.dtype).view(n, dim)
         self.base.gather(ids, out=staged)
         if out is None:

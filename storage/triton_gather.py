@@ -32,6 +32,7 @@ not measured yet).
 
 Import this module only when a kernel is about to run (see gnnsys._capabilities).
 """
+
 from __future__ import annotations
 
 import math
@@ -49,9 +50,24 @@ _ELEM_DTYPES = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
 @triton.jit
-def _gather_rows_kernel(table_ptr, ids_ptr, out_ptr, err_ptr, n_ids, num_rows, src_stride_v, row_v, load_v,
-                        base_off_v, LINE_V: tl.constexpr, ROTATE: tl.constexpr, LOAD_VEC: tl.constexpr,
-                        STORE_VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+def _gather_rows_kernel(
+    table_ptr,
+    ids_ptr,
+    out_ptr,
+    err_ptr,
+    n_ids,
+    num_rows,
+    src_stride_v,
+    row_v,
+    load_v,
+    base_off_v,
+    LINE_V: tl.constexpr,
+    ROTATE: tl.constexpr,
+    LOAD_VEC: tl.constexpr,
+    STORE_VEC: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+):
     """out[i] = the first row_v * STORE_VEC elements of table row ids[i]. Sizes
     ending in _v count vectors: src_stride_v and load_v load vectors (LOAD_VEC
     elements), row_v store vectors (STORE_VEC elements; the output's row stride)."""
@@ -125,10 +141,16 @@ def plan_gather(table_ptr: int, src_stride: int, out_ptr: int, row_bytes: int) -
     elem = min(4, load_bytes, store_bytes)
     load_vec = load_bytes // elem
     row_w = row_bytes // elem
-    return GatherPlan(elem=elem, load_vec=load_vec, store_vec=store_bytes // elem,
-                      rotate=src_stride % LINE_BYTES != 0 or table_ptr % LINE_BYTES != 0,
-                      row_v=row_bytes // store_bytes, load_v=-(-row_w // load_vec),
-                      src_stride_v=src_stride // load_bytes, base_off_v=(table_ptr % LINE_BYTES) // load_bytes)
+    return GatherPlan(
+        elem=elem,
+        load_vec=load_vec,
+        store_vec=store_bytes // elem,
+        rotate=src_stride % LINE_BYTES != 0 or table_ptr % LINE_BYTES != 0,
+        row_v=row_bytes // store_bytes,
+        load_v=-(-row_w // load_vec),
+        src_stride_v=src_stride // load_bytes,
+        base_off_v=(table_ptr % LINE_BYTES) // load_bytes,
+    )
 
 
 def default_max_programs(device: torch.device) -> int:
@@ -139,8 +161,9 @@ def default_max_programs(device: torch.device) -> int:
     return 4
 
 
-def gather_rows(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor,
-                max_programs: int | None = None) -> torch.Tensor:
+def gather_rows(
+    table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, max_programs: int | None = None
+) -> torch.Tensor:
     """out[i] = bytes of row ids[i] of `table` (a contiguous [num_rows, stride]
     uint8 tensor); `out` is a contiguous [len(ids), dim] tensor on the compute
     device; `ids` any 1-D int32/int64 tensor (strided ones are made contiguous).
@@ -158,8 +181,13 @@ def gather_rows(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor,
     err = torch.full((1,), n, dtype=torch.int64, device=out.device)
     if n == 0 or row_bytes == 0:
         return err
-    grid, args, meta = launch_args(table, ids.to(out.device, non_blocking=True).contiguous(), out, err,
-                                   max_programs or default_max_programs(out.device))
+    grid, args, meta = launch_args(
+        table,
+        ids.to(out.device, non_blocking=True).contiguous(),
+        out,
+        err,
+        max_programs or default_max_programs(out.device),
+    )
     with torch.cuda.device(out.device) if out.device.type == "cuda" else nullcontext():
         _gather_rows_kernel[grid](*args, **meta)
     return err
@@ -175,8 +203,25 @@ def launch_args(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, err: 
     block_w = min(triton.next_power_of_2(plan.load_v * plan.load_vec), _MAX_BLOCK_W)
     block_r = max(1, _TILE_ELEMS // block_w)
     grid = (min(triton.cdiv(ids.shape[0], block_r), max_programs),)
-    args = (table.view(elem_dtype), ids, out.view(torch.uint8).view(elem_dtype), err, ids.shape[0], table.shape[0],
-            plan.src_stride_v, plan.row_v, plan.load_v, plan.base_off_v)
-    meta = dict(LINE_V=plan.line_v, ROTATE=plan.rotate, LOAD_VEC=plan.load_vec, STORE_VEC=plan.store_vec,
-                BLOCK_R=block_r, BLOCK_W=block_w, num_warps=4)
+    args = (
+        table.view(elem_dtype),
+        ids,
+        out.view(torch.uint8).view(elem_dtype),
+        err,
+        ids.shape[0],
+        table.shape[0],
+        plan.src_stride_v,
+        plan.row_v,
+        plan.load_v,
+        plan.base_off_v,
+    )
+    meta = dict(
+        LINE_V=plan.line_v,
+        ROTATE=plan.rotate,
+        LOAD_VEC=plan.load_vec,
+        STORE_VEC=plan.store_vec,
+        BLOCK_R=block_r,
+        BLOCK_W=block_w,
+        num_warps=4,
+    )
     return grid, args, meta

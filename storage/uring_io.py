@@ -12,6 +12,7 @@ program order only under x86-64's store ordering, so other machines report
 io_uring as unavailable. `uring_available()` says, once per process, whether
 a ring can be created here and a probe read through it returns a file's bytes.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -35,11 +36,19 @@ _FEAT_SINGLE_MMAP = 1  # Linux 5.4: one mapping holds both rings
 _OFF_SQES = 0x10000000  # mmap offset of the submission queue entries
 _OP_READ = 22  # IORING_OP_READ, Linux 5.6
 _U32 = 0xFFFFFFFF  # ring head and tail counters wrap at 2**32
-_SQE = np.dtype({"names": ["opcode", "fd", "off", "addr", "len", "user_data"],
-                 "formats": ["u1", "i4", "u8", "u8", "u4", "u8"], "offsets": [0, 4, 8, 16, 24, 32], "itemsize": 64})
+_SQE = np.dtype(
+    {
+        "names": ["opcode", "fd", "off", "addr", "len", "user_data"],
+        "formats": ["u1", "i4", "u8", "u8", "u4", "u8"],
+        "offsets": [0, 4, 8, 16, 24, 32],
+        "itemsize": 64,
+    }
+)
 _CQE = np.dtype({"names": ["user_data", "res"], "formats": ["u8", "i4"], "offsets": [0, 8], "itemsize": 16})
-_HINTS = {errno.EPERM: "forbidden by kernel.io_uring_disabled or a seccomp filter",
-          errno.ENOSYS: "the kernel has no io_uring"}
+_HINTS = {
+    errno.EPERM: "forbidden by kernel.io_uring_disabled or a seccomp filter",
+    errno.ENOSYS: "the kernel has no io_uring",
+}
 
 _syscall = ctypes.CDLL(None, use_errno=True).syscall
 _syscall.restype = ctypes.c_long
@@ -50,18 +59,21 @@ def _u32_fields(*names):
 
 
 class _SQOffsets(ctypes.Structure):
-    _fields_ = _u32_fields("head", "tail", "ring_mask", "ring_entries", "flags", "dropped", "array",
-                           "resv1") + [("user_addr", ctypes.c_uint64)]
+    _fields_ = _u32_fields("head", "tail", "ring_mask", "ring_entries", "flags", "dropped", "array", "resv1") + [
+        ("user_addr", ctypes.c_uint64)
+    ]
 
 
 class _CQOffsets(ctypes.Structure):
-    _fields_ = _u32_fields("head", "tail", "ring_mask", "ring_entries", "overflow", "cqes", "flags",
-                           "resv1") + [("user_addr", ctypes.c_uint64)]
+    _fields_ = _u32_fields("head", "tail", "ring_mask", "ring_entries", "overflow", "cqes", "flags", "resv1") + [
+        ("user_addr", ctypes.c_uint64)
+    ]
 
 
 class _Params(ctypes.Structure):
-    _fields_ = _u32_fields("sq_entries", "cq_entries", "flags", "sq_thread_cpu", "sq_thread_idle", "features",
-                           "wq_fd") + [("resv", ctypes.c_uint32 * 3), ("sq_off", _SQOffsets), ("cq_off", _CQOffsets)]
+    _fields_ = _u32_fields(
+        "sq_entries", "cq_entries", "flags", "sq_thread_cpu", "sq_thread_idle", "features", "wq_fd"
+    ) + [("resv", ctypes.c_uint32 * 3), ("sq_off", _SQOffsets), ("cq_off", _CQOffsets)]
 
 
 def _setup(entries: int) -> tuple[int, mmap.mmap, mmap.mmap, _Params]:
@@ -105,7 +117,7 @@ class UringReader:
         sq, cq = params.sq_off, params.cq_off
         self._sq_tail, self._cq_head, self._cq_tail = sq.tail // 4, cq.head // 4, cq.tail // 4
         self._sq_mask, self._cq_mask = int(self._words[sq.ring_mask // 4]), int(self._words[cq.ring_mask // 4])
-        self._words[sq.array // 4:sq.array // 4 + params.sq_entries] = np.arange(params.sq_entries)  # slot i: entry i
+        self._words[sq.array // 4 : sq.array // 4 + params.sq_entries] = np.arange(params.sq_entries)  # slot i: entry i
         self._sqes = np.frombuffer(sqes, _SQE)
         self._cqes = np.frombuffer(rings, _CQE, count=params.cq_entries, offset=cq.cqes)
         self._batch = np.zeros(depth, _SQE)
@@ -144,8 +156,8 @@ class UringReader:
     def _queue(self, addr: int, offset, length, dest, lo: int, k: int):
         """Put reads lo..lo+k into free submission slots (0 <= k <= depth - in flight)."""
         batch = self._batch[:k]
-        batch["off"], batch["len"] = offset[lo:lo + k], length[lo:lo + k]
-        batch["addr"], batch["user_data"] = dest[lo:lo + k] + addr, np.arange(lo, lo + k)
+        batch["off"], batch["len"] = offset[lo : lo + k], length[lo : lo + k]
+        batch["addr"], batch["user_data"] = dest[lo : lo + k] + addr, np.arange(lo, lo + k)
         self._sqes[(self._tail + np.arange(k)) & self._sq_mask] = batch
         self._tail = (self._tail + k) & _U32
         self._words[self._sq_tail] = self._tail  # after the entries: the kernel reads them once it sees the tail
@@ -155,8 +167,15 @@ class UringReader:
     def _enter(self, wait: int):
         """Hand the pending reads to the kernel and wait for `wait` completions."""
         while True:
-            taken = _syscall(ctypes.c_long(_ENTER), ctypes.c_long(self._fd), ctypes.c_long(self._pending),
-                             ctypes.c_long(wait), ctypes.c_long(_ENTER_GETEVENTS), None, ctypes.c_long(0))
+            taken = _syscall(
+                ctypes.c_long(_ENTER),
+                ctypes.c_long(self._fd),
+                ctypes.c_long(self._pending),
+                ctypes.c_long(wait),
+                ctypes.c_long(_ENTER_GETEVENTS),
+                None,
+                ctypes.c_long(0),
+            )
             if taken >= 0:
                 self._pending -= taken
                 return

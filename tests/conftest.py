@@ -1,4 +1,5 @@
 """Fixtures shared by every test folder (small random graphs and datasets) and the `gpu` marker."""
+
 import os
 from pathlib import Path
 
@@ -31,10 +32,17 @@ def random_source(num_nodes=60, num_edges=400, dim=7, num_classes=3, seed=0, nam
     y = rng.integers(0, num_classes, num_nodes)
     perm = rng.permutation(num_nodes)
     a, b = int(num_nodes * 0.5), int(num_nodes * 0.7)
-    return GraphSource(name=name, kind="arrays", num_nodes=num_nodes, feature_dim=dim,
-                       edge_chunks=array_edge_chunks(src, dst, 97), feature_chunks=array_feature_chunks(x, 13),
-                       labels=y, splits={"train": perm[:a], "valid": perm[a:b], "test": perm[b:]},
-                       num_classes=num_classes), {"src": src, "dst": dst, "x": x, "y": y}
+    return GraphSource(
+        name=name,
+        kind="arrays",
+        num_nodes=num_nodes,
+        feature_dim=dim,
+        edge_chunks=array_edge_chunks(src, dst, 97),
+        feature_chunks=array_feature_chunks(x, 13),
+        labels=y,
+        splits={"train": perm[:a], "valid": perm[a:b], "test": perm[b:]},
+        num_classes=num_classes,
+    ), {"src": src, "dst": dst, "x": x, "y": y}
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ file, the final rename); a real read-only or full tmpfs is mounted where the
 test may mount one, and a real unwritable directory is made where the test
 does not run as root; those tests skip cleanly otherwise.
 """
+
 import contextlib
 import errno
 import json
@@ -17,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -59,10 +60,12 @@ def leftovers(folder: Path) -> list:
 
 def failing(real, err: int, where: Callable):
     """`real` raising OSError(err) when where(*args, **kwargs) is true."""
+
     def call(*args, **kwargs):
         if where(*args, **kwargs):
             raise OSError(err, os.strerror(err), str(args[-1] if args else kwargs.get("dir")))
         return real(*args, **kwargs)
+
     return call
 
 
@@ -71,8 +74,9 @@ def failing(real, err: int, where: Callable):
 def test_unwritable_output_is_refused_before_training(ds, tmp_path, monkeypatch, capsys, err, flag):
     target = tmp_path / "out" / ("ck" if flag == "--checkpoint-dir" else "r.json")
     probe_dir = target if flag == "--checkpoint-dir" else tmp_path  # the nearest existing folder
-    monkeypatch.setattr(tempfile, "mkstemp", failing(tempfile.mkstemp, err,
-                                                     lambda *a, dir=None, **k: Path(dir) == probe_dir))
+    monkeypatch.setattr(
+        tempfile, "mkstemp", failing(tempfile.mkstemp, err, lambda *a, dir=None, **k: Path(dir) == probe_dir)
+    )
     status, out, lines = run(["train", ds, "--epochs", "1", flag, target, *FAST], capsys)
     assert status == 2 and "epoch" not in out  # refused before the first epoch
     one_line(lines, str(target), errno.errorcode[err])
@@ -96,7 +100,7 @@ def test_result_json_that_cannot_be_written_is_printed(ds, tmp_path, monkeypatch
     status, stdout, lines = run(["train", ds, "--epochs", "2", "--json", out, *FAST], capsys)
     assert status == 2
     one_line(lines, str(out), errno.errorcode[err], "printed on stdout")
-    result = json.loads(stdout[stdout.index("\n{") + 1:])  # after the table: the result is kept
+    result = json.loads(stdout[stdout.index("\n{") + 1 :])  # after the table: the result is kept
     assert len(result["epochs"]) == 2 and result["config"]["hidden"] == 8
     assert not out.exists() and leftovers(tmp_path) == []
 
@@ -145,8 +149,13 @@ def test_a_missing_torchrun_peer_is_one_error_after_the_timeout(monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for name, value in {"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port)}.items():
+    for name, value in {
+        "TORCHELASTIC_RUN_ID": "r",
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(WorkerError, match="rendezvous of 2 workers at 127.0.0.1:.* failed within 1 s"):
         run_from_env(print, timeout_s=1)
@@ -195,8 +204,9 @@ def test_unwritable_directory(ds, tmp_path, capsys):
 
 
 def start(argv, cwd):
-    return subprocess.Popen([*GNNSYS, *map(str, argv)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [*GNNSYS, *map(str, argv)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def wait_for(condition, proc, seconds=120):
@@ -215,8 +225,7 @@ def terminate(proc) -> tuple[int, list]:
 
 def test_sigterm_during_training_keeps_the_last_checkpoint(ds, tmp_path):
     ck = tmp_path / "ck"
-    proc = start(["train", ds, "--epochs", "100000", "--checkpoint-dir", ck, "--eval-every", "1000", *FAST],
-                 tmp_path)
+    proc = start(["train", ds, "--epochs", "100000", "--checkpoint-dir", ck, "--eval-every", "1000", *FAST], tmp_path)
     wait_for(lambda: (ck / FILE).exists(), proc)
     time.sleep(0.5)  # a few more epochs, each with its checkpoint write
     status, err = terminate(proc)
@@ -226,8 +235,9 @@ def test_sigterm_during_training_keeps_the_last_checkpoint(ds, tmp_path):
 
 
 def test_sigterm_during_prepare_leaves_nothing(tmp_path):
-    proc = start(["prepare", "synthetic", "--like", "arxiv", "--scale", "0.5", "--no-progress", "--out", "out"],
-                 tmp_path)
+    proc = start(
+        ["prepare", "synthetic", "--like", "arxiv", "--scale", "0.5", "--no-progress", "--out", "out"], tmp_path
+    )
     wait_for(lambda: any(p.name.startswith(".out.tmp-") for p in tmp_path.iterdir()), proc)
     status, err = terminate(proc)
     assert status == 128 + signal.SIGTERM and err[-1] == "gnnsys prepare: terminated", err
@@ -242,5 +252,7 @@ def test_closed_stdout_is_no_error(ds, tmp_path):
 def test_warnings_print_as_one_line():
     from gnnsys.cli import _one_line_warning
 
-    assert _one_line_warning("train")(UserWarning("x: no O_DIRECT"), UserWarning, "f.py", 3) == \
-        "gnnsys train: warning: x: no O_DIRECT\n"
+    assert (
+        _one_line_warning("train")(UserWarning("x: no O_DIRECT"), UserWarning, "f.py", 3)
+        == "gnnsys train: warning: x: no O_DIRECT\n"
+    )

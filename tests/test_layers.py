@@ -9,6 +9,7 @@ other, and gnnsys.gnnpipe never imports gnnsys.fullgraph. Every module must be
 in a layer. Also: no import cycle, no
 source file over MAX_LINES, and `import gnnsys.datasets` stays light.
 """
+
 import ast
 import subprocess
 import sys
@@ -23,9 +24,24 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules
     (0, ("gnnsys.errors", "gnnsys._capabilities", "gnnsys.ids", "gnnsys.feature_source")),
     (1, ("gnnsys.datasets",)),
     (2, ("gnnsys.samplers", "gnnsys.storage")),
-    (3, ("gnnsys.allocator", "gnnsys.dropout", "gnnsys.models", "gnnsys.units", "gnnsys.partition",
-         "gnnsys.distributed", "gnnsys.loader", "gnnsys.feature_stack", "gnnsys.bf16", "gnnsys.aggregation",
-         "gnnsys.precision", "gnnsys.cpu_features", "gnnsys.streaming")),
+    (
+        3,
+        (
+            "gnnsys.allocator",
+            "gnnsys.dropout",
+            "gnnsys.models",
+            "gnnsys.units",
+            "gnnsys.partition",
+            "gnnsys.distributed",
+            "gnnsys.loader",
+            "gnnsys.feature_stack",
+            "gnnsys.bf16",
+            "gnnsys.aggregation",
+            "gnnsys.precision",
+            "gnnsys.cpu_features",
+            "gnnsys.streaming",
+        ),
+    ),
     (4, ("gnnsys.training",)),
     (5, ("gnnsys.minibatch", "gnnsys.fullgraph", "gnnsys.gnnpipe", "gnnsys.prediction")),
     (6, ("gnnsys.cli", "gnnsys.__main__")),
@@ -141,7 +157,7 @@ def _find_cycles(edges: dict[str, list[str]]) -> list[list[str]]:
                 on_path.discard(path.pop())
                 done.add(node)
             elif child in on_path:
-                cycles.append(path[path.index(child):] + [child])
+                cycles.append(path[path.index(child) :] + [child])
             elif child not in done:
                 stack.append((child, iter(edges[child])))
                 on_path.add(child)

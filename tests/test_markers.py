@@ -1,4 +1,5 @@
 """The `gpu` marker (tests/conftest.py): its tests skip without CUDA and run with it."""
+
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,6 @@
 """The `gnnsys` command line: one module per subcommand, each with
 `add_parser(subparsers)` and `run(args) -> int`."""
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,10 @@ def _main(argv) -> int:
 
 def _one_line_warning(command: str):
     """A warnings.formatwarning that prints "gnnsys COMMAND: warning: MESSAGE" on one line."""
+
     def format_warning(message, category, filename, lineno, line=None):
         return f"gnnsys {command}: warning: {message}\n"
+
     return format_warning
 
 
@@ -100,6 +103,7 @@ def _describe(e: BaseException) -> str:
 def _raise_on_sigterm():
     """Make SIGTERM raise Terminated in the main thread; returns the handler
     it replaced (None when not on the main thread, where none can be set)."""
+
     def terminate(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup runs to its end
         raise Terminated()

@@ -1,4 +1,5 @@
 """`gnnsys info DIR [--verify] [--json] [--probe-io]`."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,18 @@ def add_parser(sub):
     p.add_argument("--verify", action="store_true", help="re-check every checksum and invariant; exit 1 on failure")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--device", default="cpu", help="the training device placement 'auto' is chosen for")
-    p.add_argument("--host-mem-budget", type=gigabytes, metavar="GB",
-                   help="say whether the features fit this much host memory, and the cache an SSD stack can keep")
-    p.add_argument("--probe-io", action="store_true",
-                   help="measure the random and sequential O_DIRECT reads of the device holding features.bin "
-                        "(a few seconds), print them and refresh the cache the SSD tier plans its reads with")
+    p.add_argument(
+        "--host-mem-budget",
+        type=gigabytes,
+        metavar="GB",
+        help="say whether the features fit this much host memory, and the cache an SSD stack can keep",
+    )
+    p.add_argument(
+        "--probe-io",
+        action="store_true",
+        help="measure the random and sequential O_DIRECT reads of the device holding features.bin "
+        "(a few seconds), print them and refresh the cache the SSD tier plans its reads with",
+    )
     return p
 
 
@@ -34,8 +42,10 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
         return [f"I/O probe: not run, the file system of {file} does not honour O_DIRECT"], None
     os.close(rows.fd)
     if rows.size < MIN_PROBE_BYTES:
-        return [f"I/O probe: not run, {file} is under {MIN_PROBE_BYTES >> 20} MiB (random reads over it would "
-                f"measure the device's cache)"], None
+        return [
+            f"I/O probe: not run, {file} is under {MIN_PROBE_BYTES >> 20} MiB (random reads over it would "
+            f"measure the device's cache)"
+        ], None
     read_size = row_blocks(row_bytes, stride, rows.block) * rows.block
     model = io_model(file, read_size, refresh=True)
     return [*format_model(model), f"  cached in {cache_path(file, read_size)}"], model.to_json()
@@ -55,8 +65,9 @@ def run(args) -> int:
     summary = summarize(args.path)
     f = summary["features"]
     row_bytes = f["dim"] * DTYPES[f["dtype"]].itemsize
-    summary["placement"] = placement_advice(summary["num_nodes"], f["row_stride"], row_bytes, args.device,
-                                            args.host_mem_budget)
+    summary["placement"] = placement_advice(
+        summary["num_nodes"], f["row_stride"], row_bytes, args.device, args.host_mem_budget
+    )
     probe_lines = []
     if args.probe_io:
         file = os.path.join(args.path, f["file"])

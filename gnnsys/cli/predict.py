@@ -1,6 +1,7 @@
 """`gnnsys predict DIR --checkpoint CKPT --out FILE.npy`: a trained model's
 class scores (logits), predicted labels or a layer's embeddings for every
 node or the ids in --nodes, by streaming layer-wise inference (gnnsys.prediction)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,22 +16,40 @@ from gnnsys.training.inference_io import OUTPUT_DTYPES
 def add_parser(sub):
     p = sub.add_parser("predict", help="class scores, labels or embeddings of a trained model (from a checkpoint)")
     p.add_argument("path", help="prepared dataset directory")
-    p.add_argument("--checkpoint", required=True, metavar="CKPT",
-                   help="checkpoint directory of gnnsys train --checkpoint-dir (or its checkpoint.pt)")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="CKPT",
+        help="checkpoint directory of gnnsys train --checkpoint-dir (or its checkpoint.pt)",
+    )
     p.add_argument("--out", required=True, metavar="FILE.npy", help="output .npy file (written atomically)")
     p.add_argument("--nodes", metavar="IDS.npy", help="1-D .npy array of node ids (default: every node)")
-    p.add_argument("--output", choices=list(OUTPUTS), default="scores",
-                   help="scores: the last layer's logits (float32, before softmax); labels: their argmax (int64); "
-                        "embeddings: the output of --layer (float32) (default scores)")
-    p.add_argument("--layer", type=int,
-                   help="1-based layer whose output --output embeddings writes (default: the last)")
+    p.add_argument(
+        "--output",
+        choices=list(OUTPUTS),
+        default="scores",
+        help="scores: the last layer's logits (float32, before softmax); labels: their argmax (int64); "
+        "embeddings: the output of --layer (float32) (default scores)",
+    )
+    p.add_argument(
+        "--layer", type=int, help="1-based layer whose output --output embeddings writes (default: the last)"
+    )
     p.add_argument("--scratch-dir", help="where hidden layers' outputs are kept (default: a temporary directory)")
-    p.add_argument("--host-mem-budget", type=gigabytes, metavar="GB",
-                   help="GB (10^9 bytes) of host memory one layer may hold (default 1 GB)")
-    p.add_argument("--dtype", choices=list(OUTPUT_DTYPES), default="float32",
-                   help="dtype of hidden layers' scratch files (default float32)")
-    p.add_argument("--batch-size", type=int, default=4096,
-                   help="destinations whose dense maps run at a time (default 4096)")
+    p.add_argument(
+        "--host-mem-budget",
+        type=gigabytes,
+        metavar="GB",
+        help="GB (10^9 bytes) of host memory one layer may hold (default 1 GB)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=list(OUTPUT_DTYPES),
+        default="float32",
+        help="dtype of hidden layers' scratch files (default float32)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=4096, help="destinations whose dense maps run at a time (default 4096)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N, for the dense maps (default cpu)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     return p
@@ -46,9 +65,20 @@ def _load_nodes(path):
 def run(args) -> int:
     nodes = None if args.nodes is None else _load_nodes(args.nodes)
     budget = None if args.host_mem_budget is None else int(args.host_mem_budget * GB)
-    out = predict(args.path, args.checkpoint, args.out, nodes=nodes, output=args.output, layer=args.layer,
-                  scratch_dir=args.scratch_dir, host_mem_budget=budget, dtype=args.dtype,
-                  batch_size=args.batch_size, device=args.device, progress=args.progress)
+    out = predict(
+        args.path,
+        args.checkpoint,
+        args.out,
+        nodes=nodes,
+        output=args.output,
+        layer=args.layer,
+        scratch_dir=args.scratch_dir,
+        host_mem_budget=budget,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        device=args.device,
+        progress=args.progress,
+    )
     shape = np.load(out, mmap_mode="r").shape
     print(f"wrote {args.output} {'x'.join(map(str, shape))} to {out}")
     return 0

@@ -4,6 +4,7 @@ Each reader module in gnnsys.datasets registers its own arguments with
 `add_arguments(parser)` and turns them into a GraphSource with
 `source_from_args(args)`; the options shared by all kinds live here.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -13,10 +14,16 @@ from gnnsys.datasets.features_file import DTYPES
 
 READERS = {
     "ogb": ("gnnsys.datasets.ogb", "an OGB node-property raw directory (CSV or npz layout)"),
-    "planetoid": ("gnnsys.datasets.planetoid", "Planetoid ind.<name>.* files (Cora, CiteSeer, PubMed); "
-                  "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)"),
-    "npz": ("gnnsys.datasets.npz", "an npz in the heterophilous-benchmark layout or the gnn-benchmark CSR "
-            "layout (PyG's Amazon, Coauthor, CitationFull)"),
+    "planetoid": (
+        "gnnsys.datasets.planetoid",
+        "Planetoid ind.<name>.* files (Cora, CiteSeer, PubMed); "
+        "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
+    ),
+    "npz": (
+        "gnnsys.datasets.npz",
+        "an npz in the heterophilous-benchmark layout or the gnn-benchmark CSR "
+        "layout (PyG's Amazon, Coauthor, CitationFull)",
+    ),
     "arrays": ("gnnsys.datasets.arrays", "your own edges, features, labels and split"),
     "synthetic": ("gnnsys.datasets.synthetic", "a synthetic graph shaped like an OGB graph"),
 }
@@ -25,24 +32,47 @@ READERS = {
 def add_common(p):
     """The options every input kind shares."""
     p.add_argument("--to-undirected", action="store_true", help="add the reverse of every edge")
-    p.add_argument("--self-loops", choices=["keep", "drop"], default="keep",
-                   help="keep or drop edges from a node to itself (default keep)")
+    p.add_argument(
+        "--self-loops",
+        choices=["keep", "drop"],
+        default="keep",
+        help="keep or drop edges from a node to itself (default keep)",
+    )
     p.add_argument("--dedup", action="store_true", help="remove repeated edges")
-    p.add_argument("--reorder", choices=["none", "degree"], default="none",
-                   help="relabel nodes by in-degree, hottest first (keeps order.npy)")
+    p.add_argument(
+        "--reorder",
+        choices=["none", "degree"],
+        default="none",
+        help="relabel nodes by in-degree, hottest first (keeps order.npy)",
+    )
     p.add_argument("--align", type=int, default=128, help="feature row alignment in bytes (512 for SSD)")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="stored feature type")
     p.add_argument("--nan-to-zero", action="store_true", help="replace NaN/inf features with 0 instead of failing")
-    p.add_argument("--normalize-features", choices=["none", "row"], default="none",
-                   help="row: divide each feature row by its sum, rows summing to 0 left as they are "
-                        "(PyG's NormalizeFeatures, the GCN paper's preprocessing; default none)")
-    p.add_argument("--remap-labels", action="store_true",
-                   help="number the distinct labels 0..C-1 in sorted order (meta.json keeps the original of each)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the gnnsys dataset (or empty directory) at --out; anything else is refused")
-    p.add_argument("--mem-limit", type=float, default=None, metavar="GB",
-                   help="anonymous memory the process may use (default: half of the available memory, at most 8 GB); "
-                        "edges are spilled to bucket files beside the output when the graph does not fit")
+    p.add_argument(
+        "--normalize-features",
+        choices=["none", "row"],
+        default="none",
+        help="row: divide each feature row by its sum, rows summing to 0 left as they are "
+        "(PyG's NormalizeFeatures, the GCN paper's preprocessing; default none)",
+    )
+    p.add_argument(
+        "--remap-labels",
+        action="store_true",
+        help="number the distinct labels 0..C-1 in sorted order (meta.json keeps the original of each)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the gnnsys dataset (or empty directory) at --out; anything else is refused",
+    )
+    p.add_argument(
+        "--mem-limit",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="anonymous memory the process may use (default: half of the available memory, at most 8 GB); "
+        "edges are spilled to bucket files beside the output when the graph does not fit",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -61,11 +91,20 @@ def options_from_args(args):
     """PrepareOptions from parsed common options."""
     from gnnsys.datasets.writer import PrepareOptions
 
-    return PrepareOptions(to_undirected=args.to_undirected, self_loops=args.self_loops, dedup=args.dedup,
-                          reorder=args.reorder, align=args.align, dtype=args.dtype,
-                          overwrite=args.overwrite, nan_to_zero=args.nan_to_zero,
-                          normalize_features=args.normalize_features, remap_labels=args.remap_labels,
-                          mem_limit=args.mem_limit, progress=not args.no_progress)
+    return PrepareOptions(
+        to_undirected=args.to_undirected,
+        self_loops=args.self_loops,
+        dedup=args.dedup,
+        reorder=args.reorder,
+        align=args.align,
+        dtype=args.dtype,
+        overwrite=args.overwrite,
+        nan_to_zero=args.nan_to_zero,
+        normalize_features=args.normalize_features,
+        remap_labels=args.remap_labels,
+        mem_limit=args.mem_limit,
+        progress=not args.no_progress,
+    )
 
 
 def run(args) -> int:

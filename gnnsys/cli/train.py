@@ -7,6 +7,7 @@ here plus that field, and nothing else changes. Flags left out are left out
 of the options too, so the dataclasses' defaults are the only ones; a flag
 that the chosen `--mode` has no field for is refused with one line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,14 +16,24 @@ import dataclasses
 from gnnsys.cli import error
 from gnnsys.errors import ConfigError, PathError
 from gnnsys.feature_stack import CACHE_POLICIES
-from gnnsys.training.options import (EVAL_MODES, FEATURES, OUTPUT_DTYPES, PRECISIONS, SAMPLINGS,
-                                     FullGraphOptions, MinibatchOptions)
+from gnnsys.training.options import (
+    EVAL_MODES,
+    FEATURES,
+    OUTPUT_DTYPES,
+    PRECISIONS,
+    SAMPLINGS,
+    FullGraphOptions,
+    MinibatchOptions,
+)
 from gnnsys.training.outputs import check_output_file
 
 MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
 NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
-DEFAULTS = {f.name: f.default for cls in (FullGraphOptions, MinibatchOptions)  # minibatch defaults win
-            for f in dataclasses.fields(cls)}
+DEFAULTS = {
+    f.name: f.default
+    for cls in (FullGraphOptions, MinibatchOptions)  # minibatch defaults win
+    for f in dataclasses.fields(cls)
+}
 
 
 def _default(name: str) -> str:
@@ -35,7 +46,7 @@ def fanout_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 15,10,5, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 15,10,5, got {text!r}") from None
     if any(v < -1 or v == 0 for v in values):
         raise argparse.ArgumentTypeError(f"fanouts must be positive or -1 (all), got {text!r}")
     return values
@@ -55,50 +66,89 @@ def add_model_arguments(p):
 
 def add_sampling_arguments(p):
     g = p.add_argument_group("sampling")
-    g.add_argument("--fanouts", type=fanout_list, metavar="N,N,...",
-                   help="neighbours per layer, output layer first; -1 takes every neighbour (e.g. --fanouts=-1,-1)")
+    g.add_argument(
+        "--fanouts",
+        type=fanout_list,
+        metavar="N,N,...",
+        help="neighbours per layer, output layer first; -1 takes every neighbour (e.g. --fanouts=-1,-1)",
+    )
     g.add_argument("--batch-size", type=int, help="seeds per minibatch")
     g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
-    g.add_argument("--sampler", choices=["cpu", "gpu", "gpu-pinned"],
-                   help="neighbour sampler: CPU (numba) or GPU (Triton, CSC in GPU or pinned memory)")
-    g.add_argument("--sampling", choices=list(SAMPLINGS),
-                   help="uniform: each node draws min(fanout, degree) neighbours; labor: LABOR-0 layer-neighbour "
-                        "sampling, each edge kept as often but draws shared across a layer (fewer input rows)")
-    g.add_argument("--features", choices=list(FEATURES),
-                   help="where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by "
-                        "the CPU from memory or a memory map, or read from the SSD with O_DIRECT (ssd)")
+    g.add_argument(
+        "--sampler",
+        choices=["cpu", "gpu", "gpu-pinned"],
+        help="neighbour sampler: CPU (numba) or GPU (Triton, CSC in GPU or pinned memory)",
+    )
+    g.add_argument(
+        "--sampling",
+        choices=list(SAMPLINGS),
+        help="uniform: each node draws min(fanout, degree) neighbours; labor: LABOR-0 layer-neighbour "
+        "sampling, each edge kept as often but draws shared across a layer (fewer input rows)",
+    )
+    g.add_argument(
+        "--features",
+        choices=list(FEATURES),
+        help="where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by "
+        "the CPU from memory or a memory map, or read from the SSD with O_DIRECT (ssd)",
+    )
 
 
 def add_tier_arguments(p):
     g = p.add_argument_group("feature tiers (--mode minibatch)")
     g.add_argument("--cache-rows", type=int, help="software cache of this many hot feature rows (0: none)")
     g.add_argument("--cache-gb", type=float, help="software cache of this many GB of feature rows")
-    g.add_argument("--cache-policy", choices=list(CACHE_POLICIES),
-                   help="what the cache keeps: static (out-degree), presample (hotness of sampled epochs), "
-                        "lru, sieve, s3fifo, or hybrid (score, reuse and the lookahead window)")
-    g.add_argument("--lookahead", type=int,
-                   help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, "
-                        "prefetch)")
-    g.add_argument("--victim-rows", type=int,
-                   help="victim buffer rows for evicted rows needed again within the lookahead window "
-                        "(default: a quarter of the cache)")
-    g.add_argument("--host-mem-budget", type=float, metavar="GB",
-                   help="host memory the SSD tier's cache, victim buffer and staging may use")
-    g.add_argument("--replicate-frac", type=float,
-                   help="with --workers: the hottest fraction of the shared cache held by every worker")
+    g.add_argument(
+        "--cache-policy",
+        choices=list(CACHE_POLICIES),
+        help="what the cache keeps: static (out-degree), presample (hotness of sampled epochs), "
+        "lru, sieve, s3fifo, or hybrid (score, reuse and the lookahead window)",
+    )
+    g.add_argument(
+        "--lookahead",
+        type=int,
+        help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, prefetch)",
+    )
+    g.add_argument(
+        "--victim-rows",
+        type=int,
+        help="victim buffer rows for evicted rows needed again within the lookahead window "
+        "(default: a quarter of the cache)",
+    )
+    g.add_argument(
+        "--host-mem-budget",
+        type=float,
+        metavar="GB",
+        help="host memory the SSD tier's cache, victim buffer and staging may use",
+    )
+    g.add_argument(
+        "--replicate-frac",
+        type=float,
+        help="with --workers: the hottest fraction of the shared cache held by every worker",
+    )
 
 
 def add_fullgraph_arguments(p):
     g = p.add_argument_group("full-graph (--mode fullgraph)")
-    g.add_argument("--mode", choices=list(MODES), default="minibatch",
-                   help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)")
-    g.add_argument("--workers", type=int,
-                   help="processes: data-parallel workers (minibatch), pipeline stages (fullgraph)")
+    g.add_argument(
+        "--mode",
+        choices=list(MODES),
+        default="minibatch",
+        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)",
+    )
+    g.add_argument(
+        "--workers", type=int, help="processes: data-parallel workers (minibatch), pipeline stages (fullgraph)"
+    )
     g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline")
-    g.add_argument("--partition", choices=["auto", "metis", "rcm", "range"],
-                   help="how nodes are cut into chunks (auto: METIS when installed)")
-    g.add_argument("--refresh-every", type=int,
-                   help="recompute the pipeline's historical embeddings exactly every N epochs (0: never)")
+    g.add_argument(
+        "--partition",
+        choices=["auto", "metis", "rcm", "range"],
+        help="how nodes are cut into chunks (auto: METIS when installed)",
+    )
+    g.add_argument(
+        "--refresh-every",
+        type=int,
+        help="recompute the pipeline's historical embeddings exactly every N epochs (0: never)",
+    )
 
 
 def add_optimizer_arguments(p):
@@ -112,31 +162,50 @@ def add_optimizer_arguments(p):
 def add_run_arguments(p):
     g = p.add_argument_group("run")
     g.add_argument("--device", help="cpu, cuda or cuda:N")
-    g.add_argument("--precision", choices=list(PRECISIONS),
-                   help="auto (default): bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
-                        "GPU with bf16), else 32; 32-bit; bf16 autocast with fp32 weights (CPU, CUDA; fp32 matmuls "
-                        "on a CPU without native bf16); or fp16 autocast (CUDA)")
+    g.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        help="auto (default): bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
+        "GPU with bf16), else 32; 32-bit; bf16 autocast with fp32 weights (CPU, CUDA; fp32 matmuls "
+        "on a CPU without native bf16); or fp16 autocast (CUDA)",
+    )
     g.add_argument("--eval-every", type=int, help="evaluate every N epochs")
     g.add_argument("--eval-batch-size", type=int, help="nodes per inference batch")
-    g.add_argument("--eval", choices=list(EVAL_MODES),
-                   help="evaluation: exact streaming layer-wise inference over all neighbours, or the training "
-                        "fanouts through the training loader (sampled); auto: sampled with --features ssd")
-    g.add_argument("--scratch-dir", help="where layer-wise evaluation keeps hidden layers' outputs "
-                                         "(default: a temporary directory)")
-    g.add_argument("--inference-dtype", choices=list(OUTPUT_DTYPES),
-                   help="dtype of hidden layers' outputs kept by layer-wise evaluation")
-    g.add_argument("--metric", choices=["auto", "acc", "auc"],
-                   help="auto: ROC AUC for 2 classes, else accuracy")
+    g.add_argument(
+        "--eval",
+        choices=list(EVAL_MODES),
+        help="evaluation: exact streaming layer-wise inference over all neighbours, or the training "
+        "fanouts through the training loader (sampled); auto: sampled with --features ssd",
+    )
+    g.add_argument(
+        "--scratch-dir",
+        help="where layer-wise evaluation keeps hidden layers' outputs (default: a temporary directory)",
+    )
+    g.add_argument(
+        "--inference-dtype",
+        choices=list(OUTPUT_DTYPES),
+        help="dtype of hidden layers' outputs kept by layer-wise evaluation",
+    )
+    g.add_argument("--metric", choices=["auto", "acc", "auc"], help="auto: ROC AUC for 2 classes, else accuracy")
     g.add_argument("--checkpoint-dir", help="write a checkpoint here after every epoch")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
     g.add_argument("--json", dest="json_out", metavar="OUT", help="write the TrainResult JSON here")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    g.add_argument("--verify", action="store_true",
-                   help="re-check the dataset's checksums and invariants before training (reads every file once)")
+    g.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-check the dataset's checksums and invariants before training (reads every file once)",
+    )
 
 
-ARGUMENT_GROUPS = (add_model_arguments, add_sampling_arguments, add_tier_arguments, add_fullgraph_arguments, add_optimizer_arguments,
-                   add_run_arguments)
+ARGUMENT_GROUPS = (
+    add_model_arguments,
+    add_sampling_arguments,
+    add_tier_arguments,
+    add_fullgraph_arguments,
+    add_optimizer_arguments,
+    add_run_arguments,
+)
 
 
 def add_parser(sub):
@@ -170,8 +239,10 @@ def format_table(result) -> str:
     lines = [f"{'epoch':>6} {'loss':>8} {'train':>7} {'valid':>7} {'test':>7} {'time_s':>8}"]
     for r in result.epochs:
         star = "*" if r["epoch"] == result.best_epoch else " "
-        lines.append(f"{r['epoch'] + 1:>5}{star} {r['loss']:>8.4f} {fmt(r['train']):>7} {fmt(r['valid']):>7} "
-                     f"{fmt(r['test']):>7} {r['time_s']:>8.2f}")
+        lines.append(
+            f"{r['epoch'] + 1:>5}{star} {r['loss']:>8.4f} {fmt(r['train']):>7} {fmt(r['valid']):>7} "
+            f"{fmt(r['test']):>7} {r['time_s']:>8.2f}"
+        )
     if result.best_epoch is not None:
         lines.append(f"test {result.metric} {result.test:.4f} at best validation epoch {result.best_epoch + 1}")
     return "\n".join(lines)

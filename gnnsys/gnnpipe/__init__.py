@@ -58,6 +58,7 @@ and the epoch's chunk order), `link` (send/receive), `stage` (one stage's
 schedule and history), `run` (the shared setup and one stage's epochs on the
 training core), `launch` (spawned workers, torchrun, or one process).
 """
+
 from .chunks import ChunkPlan, build_chunk_plans, epoch_order
 from .launch import pipeline_worker, train_pipeline
 from .link import StageLink
@@ -65,6 +66,19 @@ from .run import PipeSetup, StageRunner, prepare_setup
 from .stage import PipelineStage, stage_seed
 from .stage_plan import estimate_unit_costs, measure_unit_costs, plan_stages
 
-__all__ = ["ChunkPlan", "PipeSetup", "PipelineStage", "StageLink", "StageRunner", "build_chunk_plans", "epoch_order",
-           "estimate_unit_costs", "measure_unit_costs", "pipeline_worker", "plan_stages", "prepare_setup",
-           "stage_seed", "train_pipeline"]
+__all__ = [
+    "ChunkPlan",
+    "PipeSetup",
+    "PipelineStage",
+    "StageLink",
+    "StageRunner",
+    "build_chunk_plans",
+    "epoch_order",
+    "estimate_unit_costs",
+    "measure_unit_costs",
+    "pipeline_worker",
+    "plan_stages",
+    "prepare_setup",
+    "stage_seed",
+    "train_pipeline",
+]

@@ -1,5 +1,6 @@
 """Chunk plans: the local graph of each chunk (own nodes first, then its halo
 of out-of-chunk in-neighbours), and the chunk order of an epoch."""
+
 from __future__ import annotations
 
 import random
@@ -41,8 +42,8 @@ def build_chunk_plans(indptr, indices, chunk_ptr, gcn: bool = False) -> list[Chu
     plans = []
     for c in range(chunk_ptr.shape[0] - 1):
         a, b = int(chunk_ptr[c]), int(chunk_ptr[c + 1])
-        ip = indptr[a:b + 1] - indptr[a]
-        src = indices[indptr[a]:indptr[b]]
+        ip = indptr[a : b + 1] - indptr[a]
+        src = indices[indptr[a] : indptr[b]]
         halo = torch.unique(src[(src < a) | (src >= b)])
         block = Block(*_local_csr(ip, src, a, b, halo), num_src=b - a + halo.shape[0], num_dst=b - a)
         if degree is not None:
@@ -54,7 +55,7 @@ def build_chunk_plans(indptr, indices, chunk_ptr, gcn: bool = False) -> list[Chu
             bounds.append(halo.shape[0])
             for o in range(chunk_ptr.shape[0] - 1):
                 if bounds[o + 1] > bounds[o]:
-                    g = halo[bounds[o]:bounds[o + 1]]
+                    g = halo[bounds[o] : bounds[o + 1]]
                     groups.append((o, slice(bounds[o], bounds[o + 1]), g - int(chunk_ptr[o]), g))
         plans.append(ChunkPlan(a, b, block, halo, groups))
     return plans

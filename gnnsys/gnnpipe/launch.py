@@ -1,5 +1,6 @@
 """Starting a pipelined run: W spawned gloo/NCCL workers (gnnsys.distributed.launch),
 the workers torchrun started, or one process when W = 1."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,11 @@ def train_pipeline(dataset, options, on_epoch_end=None):
     from gnnsys.distributed import launch
 
     if options.precision == "16-mixed" and options.workers > 1:
-        raise ConfigError("precision", "16-mixed runs GNNPipe with workers=1 only (the stages' gradient scalers "
-                                       "would need a shared overflow check); use bf16-mixed")
+        raise ConfigError(
+            "precision",
+            "16-mixed runs GNNPipe with workers=1 only (the stages' gradient scalers "
+            "would need a shared overflow check); use bf16-mixed",
+        )
 
     if "TORCHELASTIC_RUN_ID" in os.environ:
         return _train_under_torchrun(dataset, options, on_epoch_end)
@@ -52,8 +56,13 @@ def train_pipeline(dataset, options, on_epoch_end=None):
     with tempfile.TemporaryDirectory(prefix="gnnpipe-") as tmp:
         out = Path(tmp) / "history.json"
         threads = max(1, torch.get_num_threads() // options.workers)
-        launch(pipeline_worker, options.workers, (setup, options, str(out), threads, on_epoch_end),
-               device=options.device, timeout_s=options.timeout_s)
+        launch(
+            pipeline_worker,
+            options.workers,
+            (setup, options, str(out), threads, on_epoch_end),
+            device=options.device,
+            timeout_s=options.timeout_s,
+        )
         history = json.loads(out.read_text())
     return make_result(options, history, **setup.run_facts())
 
@@ -71,6 +80,14 @@ def _train_under_torchrun(dataset, options, on_epoch_end=None):
         raise ConfigError("dataset", "under torchrun every worker opens the dataset: pass a prepared directory")
     with tempfile.TemporaryDirectory(prefix="gnnpipe-") as tmp:
         out = Path(tmp) / "history.json"
-        run_from_env(pipeline_worker, str(dataset.path), options, str(out), torch.get_num_threads(), on_epoch_end,
-                     device=options.device, timeout_s=options.timeout_s)
+        run_from_env(
+            pipeline_worker,
+            str(dataset.path),
+            options,
+            str(out),
+            torch.get_num_threads(),
+            on_epoch_end,
+            device=options.device,
+            timeout_s=options.timeout_s,
+        )
         return make_result(options, json.loads(out.read_text())) if out.exists() else None

@@ -1,4 +1,5 @@
 """`StageLink`: a stage's point-to-point traffic with its neighbours (torch.distributed)."""
+
 from __future__ import annotations
 
 import time

@@ -1,6 +1,7 @@
 """One stage's run: the setup every worker shares (`prepare_setup`) and the
 epochs of one stage (`StageRunner`: warm-up, pipelined epochs, refreshes,
 evaluation, checkpoints), on the shared training core."""
+
 from __future__ import annotations
 
 import time
@@ -13,8 +14,14 @@ import torch.distributed as dist
 from gnnsys.errors import DatasetError
 from gnnsys.precision import input_dtype, make_precision
 from gnnsys.samplers import Block
-from gnnsys.training.checkpoints import (FILE, load_training_state, note_fresh_start, restore_training_state,
-                                         save_checkpoint, training_state)
+from gnnsys.training.checkpoints import (
+    FILE,
+    load_training_state,
+    note_fresh_start,
+    restore_training_state,
+    save_checkpoint,
+    training_state,
+)
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import epoch_record, run_epochs
 from gnnsys.units import units_for
@@ -45,8 +52,11 @@ class PipeSetup:
 
     def run_facts(self) -> dict:
         """What the run's result records about the pipeline it built."""
-        return {"partition_used": self.method, "stage_ptr": self.stage_ptr,
-                "chunk_sizes": self.chunk_ptr.diff().tolist()}
+        return {
+            "partition_used": self.method,
+            "stage_ptr": self.stage_ptr,
+            "chunk_sizes": self.chunk_ptr.diff().tolist(),
+        }
 
 
 def prepare_setup(dataset, options) -> PipeSetup:
@@ -64,9 +74,19 @@ def prepare_setup(dataset, options) -> PipeSetup:
         costs = measure_unit_costs(units, features.float(), Block.full_graph(indptr, indices))
     else:
         costs = estimate_unit_costs(units, dataset.num_nodes, dataset.num_edges)
-    return PipeSetup(indptr, indices, features, dataset.labels.long()[part.perm],
-                     {s: inv[dataset.split(s)] for s in ("train", "valid", "test")}, dataset.num_classes,
-                     part.chunk_ptr, plan_stages(costs, options.workers), part.perm, part.method, costs)
+    return PipeSetup(
+        indptr,
+        indices,
+        features,
+        dataset.labels.long()[part.perm],
+        {s: inv[dataset.split(s)] for s in ("train", "valid", "test")},
+        dataset.num_classes,
+        part.chunk_ptr,
+        plan_stages(costs, options.workers),
+        part.perm,
+        part.method,
+        costs,
+    )
 
 
 class StageRunner:
@@ -87,15 +107,26 @@ class StageRunner:
             p.block = p.block.to(self.device)
         link = None
         if world > 1:
-            link = StageLink(rank - 1 if rank > 0 else None, rank + 1 if rank < world - 1 else None, self.device,
-                             self.precision.activation_dtype)
-        self.stage = PipelineStage(mine, plans, [u.in_dim for u in mine], num_nodes=setup.features.shape[0],
-                                   features=setup.features if rank == 0 else None,
-                                   labels=setup.labels if rank == world - 1 else None,
-                                   train_ids=setup.splits["train"], link=link,
-                                   history_momentum=options.history_momentum,
-                                   fresh_grad_scale=options.fresh_grad_scale, device=self.device,
-                                   precision=self.precision)
+            link = StageLink(
+                rank - 1 if rank > 0 else None,
+                rank + 1 if rank < world - 1 else None,
+                self.device,
+                self.precision.activation_dtype,
+            )
+        self.stage = PipelineStage(
+            mine,
+            plans,
+            [u.in_dim for u in mine],
+            num_nodes=setup.features.shape[0],
+            features=setup.features if rank == 0 else None,
+            labels=setup.labels if rank == world - 1 else None,
+            train_ids=setup.splits["train"],
+            link=link,
+            history_momentum=options.history_momentum,
+            fresh_grad_scale=options.fresh_grad_scale,
+            device=self.device,
+            precision=self.precision,
+        )
         self.opt = torch.optim.Adam(self.stage.units.parameters(), lr=options.lr, weight_decay=options.weight_decay)
         self.history = []
 
@@ -109,8 +140,17 @@ class StageRunner:
         start = self._restore() if o.resume else 0
         if start == 0 and o.warmup:
             self.stage.exact_pass(refresh=True)
-        return run_epochs(o, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end,
-                          bar=f"gnnpipe stage {self.rank}", show_bar=o.progress and self.last)
+        return run_epochs(
+            o,
+            start,
+            self.history,
+            self._epoch,
+            self._evaluate,
+            self._save,
+            self.on_epoch_end,
+            bar=f"gnnpipe stage {self.rank}",
+            show_bar=o.progress and self.last,
+        )
 
     def _epoch(self, epoch: int) -> dict:
         link = self.stage.link
@@ -129,8 +169,14 @@ class StageRunner:
         sent, wait = (link.bytes_sent - sent0, link.wait_s - wait0) if link else (0, 0.0)
         totals = self._all_reduce([loss, float(sent)], dist.ReduceOp.SUM)
         slowest = self._all_reduce([took, wait], dist.ReduceOp.MAX)
-        return epoch_record(epoch, totals[0], slowest[0], {"compute_s": took - wait, "wait_s": wait},
-                            rank=self.rank, bytes_sent=int(totals[1]))
+        return epoch_record(
+            epoch,
+            totals[0],
+            slowest[0],
+            {"compute_s": took - wait, "wait_s": wait},
+            rank=self.rank,
+            bytes_sent=int(totals[1]),
+        )
 
     def _all_reduce(self, values, op):
         if self.world == 1:
@@ -154,9 +200,19 @@ class StageRunner:
 
     def _save(self, epochs_done: int):
         hist = [h if j > 0 or self.rank > 0 else None for j, h in enumerate(self.stage.hist)]
-        save_checkpoint(self._slot(epochs_done),
-                        training_state(self.options, epochs_done, self.history, self.stage.units, self.opt,
-                                       self.precision, stage_ptr=self.setup.stage_ptr, hist=hist))
+        save_checkpoint(
+            self._slot(epochs_done),
+            training_state(
+                self.options,
+                epochs_done,
+                self.history,
+                self.stage.units,
+                self.opt,
+                self.precision,
+                stage_ptr=self.setup.stage_ptr,
+                hist=hist,
+            ),
+        )
 
     def _restore(self) -> int:
         """Load the newest epoch that every worker has saved; 0 if none (said
@@ -174,8 +230,9 @@ class StageRunner:
             raise DatasetError(file, f"worker {self.rank} has no checkpoint of epoch {common}")
         if state["extra"]["stage_ptr"] != self.setup.stage_ptr:
             raise DatasetError(file, "was written with different stage boundaries; cannot resume")
-        epoch, self.history = restore_training_state(state, file, self.options, self.stage.units, self.opt,
-                                                     self.precision)
+        epoch, self.history = restore_training_state(
+            state, file, self.options, self.stage.units, self.opt, self.precision
+        )
         for j, h in enumerate(state["extra"]["hist"]):
             if h is not None:
                 self.stage.hist[j].copy_(h)

@@ -1,5 +1,6 @@
 """`PipelineStage`: one stage's units, its historical embeddings and the
 per-chunk forward/backward schedule (GPipe: all forwards, then all backwards)."""
+
 from __future__ import annotations
 
 import torch
@@ -21,9 +22,23 @@ class PipelineStage:
     fp32 and scaled by its gradient scaler.
     """
 
-    def __init__(self, units, plans, in_dims, *, num_nodes, features=None, labels=None, train_ids=None,
-                 link=None, num_train=None, history_momentum: float = 0.0, fresh_grad_scale: float = 1.0,
-                 device="cpu", precision: Precision | None = None):
+    def __init__(
+        self,
+        units,
+        plans,
+        in_dims,
+        *,
+        num_nodes,
+        features=None,
+        labels=None,
+        train_ids=None,
+        link=None,
+        num_train=None,
+        history_momentum: float = 0.0,
+        fresh_grad_scale: float = 1.0,
+        device="cpu",
+        precision: Precision | None = None,
+    ):
         self.units = nn.ModuleList(units)
         self.plans = plans
         self.in_dims = list(in_dims)
@@ -49,12 +64,12 @@ class PipelineStage:
             mask = torch.zeros(num_nodes, dtype=torch.bool)
             mask[train_ids] = True
             for p in plans:
-                p.train = mask[p.start:p.stop].nonzero().view(-1).to(self.device)
+                p.train = mask[p.start : p.stop].nonzero().view(-1).to(self.device)
             self.num_train = int(num_train if num_train is not None else mask.sum())
 
     @staticmethod
     def _out_dim(unit) -> int:
-        return int(getattr(unit, "out_dim"))
+        return int(unit.out_dim)
 
     # -- forward ------------------------------------------------------------------
     def _source_rows(self, j, c, own, leaves, done):
@@ -82,9 +97,9 @@ class PipelineStage:
         value = value.detach()
         if self.history_momentum > 0:
             m = self.history_momentum
-            self.hist[j][p.start:p.stop].mul_(m).add_(value, alpha=1 - m)
+            self.hist[j][p.start : p.stop].mul_(m).add_(value, alpha=1 - m)
         else:
-            self.hist[j][p.start:p.stop] = value
+            self.hist[j][p.start : p.stop] = value
 
     def _chunk_forward(self, c, x, leaves, outputs, done):
         """Run chunk c through this stage's units, keeping the autograd state;
@@ -120,7 +135,7 @@ class PipelineStage:
         for k, c in enumerate(order):
             p = self.plans[c]
             if self.first:
-                x = self.hist[0][p.start:p.stop]
+                x = self.hist[0][p.start : p.stop]
             else:
                 x = self.link.wait(recv)
                 recv = self._recv_next(order, k + 1, self.in_dims[0], 0)
@@ -129,8 +144,9 @@ class PipelineStage:
             if not self.last:
                 self.link.send(self.link.next, out, tag=c)
             else:
-                losses[c] = F.cross_entropy(out[p.train].float(), self.labels[p.start:p.stop][p.train],
-                                            reduction="sum") / max(self.num_train, 1)
+                losses[c] = F.cross_entropy(
+                    out[p.train].float(), self.labels[p.start : p.stop][p.train], reduction="sum"
+                ) / max(self.num_train, 1)
         if self.link is not None:
             self.link.flush()
         return leaves, outputs, losses
@@ -154,16 +170,16 @@ class PipelineStage:
         for j, u in enumerate(self.units):
             if refresh and self.hist[j] is not None and not (j == 0 and self.first):
                 self.hist[j].copy_(h)
-            out = torch.empty(h.shape[0], getattr(u, "out_dim"), dtype=self.dtype, device=self.device)
-            for c, p in enumerate(self.plans):
-                own = h[p.start:p.stop]
+            out = torch.empty(h.shape[0], u.out_dim, dtype=self.dtype, device=self.device)
+            for p in self.plans:
+                own = h[p.start : p.stop]
                 src = torch.cat([own, h[p.halo]]) if aggregates(u) else own
                 with self.precision.autocast():
-                    out[p.start:p.stop] = u(src, p.block)
+                    out[p.start : p.stop] = u(src, p.block)
             h = out
         if not self.last:
             for c, p in enumerate(self.plans):
-                self.link.send(self.link.next, h[p.start:p.stop], tag=c)
+                self.link.send(self.link.next, h[p.start : p.stop], tag=c)
             self.link.flush()
             return None
         return h

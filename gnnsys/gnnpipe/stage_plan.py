@@ -1,5 +1,6 @@
 """Stage balancing: split the model's units into contiguous stages of
 similar cost (GNNPipe's profiler plus a small dynamic program)."""
+
 from __future__ import annotations
 
 import time

@@ -11,6 +11,7 @@
 The minibatch trainer (gnnsys.minibatch), the full-graph reference
 (gnnsys.fullgraph) and GNNPipe (gnnsys.gnnpipe) each add only their epoch.
 """
+
 from .options import FullGraphOptions, MinibatchOptions, TrainOptions
 from .result import TrainResult
 

@@ -15,6 +15,7 @@ and so is one without the entries of a `training_state` (`load_training_state`).
 A run holds its checkpoint directory (`checkpoint_lock`), so two runs never
 write into one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,9 +48,11 @@ def rng_state() -> dict:
     tensors, numbers, strings and lists (what a checkpoint may hold)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     version, internal, gauss_next = random.getstate()
-    state = {"torch": torch.get_rng_state(),
-             "numpy": {"kind": kind, "keys": keys.tolist(), "pos": pos, "has_gauss": has_gauss, "gauss": gauss},
-             "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next}}
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"kind": kind, "keys": keys.tolist(), "pos": pos, "has_gauss": has_gauss, "gauss": gauss},
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -85,8 +88,10 @@ def _check_plain(value, where: str):
         for i, v in enumerate(value):
             _check_plain(v, f"{where}[{i}]")
     elif not (isinstance(value, torch.Tensor) or type(value) in PLAIN):
-        raise TypeError(f"checkpoint {where} is a {type(value).__name__}: a checkpoint holds only tensors, "
-                        "numbers, strings, None, lists, tuples and dicts")
+        raise TypeError(
+            f"checkpoint {where} is a {type(value).__name__}: a checkpoint holds only tensors, "
+            "numbers, strings, None, lists, tuples and dicts"
+        )
 
 
 def load_checkpoint(directory) -> dict | None:
@@ -102,15 +107,24 @@ def load_checkpoint(directory) -> dict | None:
         cause = e.__context__ if isinstance(e, pickle.UnpicklingError) and e.__context__ else e  # torch's own words
         needs = re.search(r"GLOBAL (\S+)", str(cause))
         if needs:  # the weights-only unpickler stopped at the object; nothing was run
-            raise DatasetError(path, f"refused: needs {needs[1]}, but a checkpoint holds only tensors and plain "
-                                     "data (loading this file could run code)") from e
+            raise DatasetError(
+                path,
+                f"refused: needs {needs[1]}, but a checkpoint holds only tensors and plain "
+                "data (loading this file could run code)",
+            ) from e
         first = str(cause).strip().splitlines()
-        raise DatasetError(path, f"cannot read checkpoint ({type(cause).__name__}: "
-                                 f"{first[0] if first else ''})") from e
+        raise DatasetError(path, f"cannot read checkpoint ({type(cause).__name__}: {first[0] if first else ''})") from e
 
 
-SHAPE = {"epoch": int, "options": dict, "history": list, "model": dict, "optimizer": dict, "rng": dict,
-         "extra": dict}  # what every training_state holds
+SHAPE = {
+    "epoch": int,
+    "options": dict,
+    "history": list,
+    "model": dict,
+    "optimizer": dict,
+    "rng": dict,
+    "extra": dict,
+}  # what every training_state holds
 
 
 def load_training_state(directory) -> dict | None:
@@ -130,8 +144,9 @@ def _check_shape(state, path) -> dict:
         if key not in state:
             raise DatasetError(path, f"is not a gnnsys checkpoint: no {key!r} entry")
         if not isinstance(state[key], kind) or isinstance(state[key], bool):
-            raise DatasetError(path, f"is not a gnnsys checkpoint: {key!r} is a {type(state[key]).__name__}, "
-                                     f"not a {kind.__name__}")
+            raise DatasetError(
+                path, f"is not a gnnsys checkpoint: {key!r} is a {type(state[key]).__name__}, not a {kind.__name__}"
+            )
     if state["epoch"] < 0:
         raise DatasetError(path, f"is not a gnnsys checkpoint: epoch {state['epoch']} is negative")
     return state
@@ -142,9 +157,16 @@ def training_state(options, epochs_done: int, history: list, model, optimizer, p
     among them), the epochs done and their records, model and optimizer state,
     the gradient scaler's state (`precision`, a gnnsys.precision.Precision;
     empty without a scaler), RNG states, and `extra`."""
-    return {"epoch": epochs_done, "options": options.to_dict(), "history": history, "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "scaler": precision.state_dict() if precision else {},
-            "rng": rng_state(), "extra": extra}
+    return {
+        "epoch": epochs_done,
+        "options": options.to_dict(),
+        "history": history,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": precision.state_dict() if precision else {},
+        "rng": rng_state(),
+        "extra": extra,
+    }
 
 
 def restore_training_state(state: dict, file, options, model, optimizer, precision=None) -> tuple[int, list]:
@@ -158,8 +180,11 @@ def restore_training_state(state: dict, file, options, model, optimizer, precisi
     if "sampling" in ours:  # minibatch checkpoints from before the option sampled uniformly
         saved.setdefault("sampling", "uniform")
     if saved["precision"] != ours["precision"]:
-        raise DatasetError(file, f"was written with precision {saved['precision']}, this run asks for "
-                                 f"{ours['precision']}; resume with --precision {saved['precision']}")
+        raise DatasetError(
+            file,
+            f"was written with precision {saved['precision']}, this run asks for "
+            f"{ours['precision']}; resume with --precision {saved['precision']}",
+        )
     if saved != ours:
         diff = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
         raise DatasetError(file, f"was written with different options ({', '.join(diff)}); cannot resume")
@@ -235,8 +260,11 @@ def _acquire(lock: Path) -> int:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError("checkpoint_dir", f"{lock.parent} is in use by another gnnsys run "
-                                                f"(pid {holder}); wait for it or choose another directory") from None
+            raise ConfigError(
+                "checkpoint_dir",
+                f"{lock.parent} is in use by another gnnsys run "
+                f"(pid {holder}); wait for it or choose another directory",
+            ) from None
         if os.path.exists(lock) and os.stat(lock).st_ino == os.fstat(fd).st_ino:  # not unlinked meanwhile
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())

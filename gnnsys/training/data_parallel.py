@@ -25,6 +25,7 @@ A W-rank checkpoint resumes only with the same W (`workers` is part of the
 resume key); rank 0 reads it and sends it to the others, so the ranks of a
 multi-machine run need no shared file system for it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,16 @@ from torch import nn
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
 
-from .checkpoints import (FILE, load_training_state, note_fresh_start, restore_training_state, rng_state,
-                          save_checkpoint, set_rng_state, training_state)
+from .checkpoints import (
+    FILE,
+    load_training_state,
+    note_fresh_start,
+    restore_training_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    training_state,
+)
 from .inference import DEFAULT_BUDGET, check_streaming, stream_layer, streaming
 from .inference_io import ArraySink, ScratchRows
 
@@ -126,9 +135,20 @@ def rank_slice(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def split_inference(model, dataset, nodes: torch.Tensor, batch_size: int, device: torch.device, features,
-                    rank: int, world_size: int, *, host_mem_budget=None, scratch_dir=None,
-                    dtype: str = "float32") -> torch.Tensor:
+def split_inference(
+    model,
+    dataset,
+    nodes: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+    features,
+    rank: int,
+    world_size: int,
+    *,
+    host_mem_budget=None,
+    scratch_dir=None,
+    dtype: str = "float32",
+) -> torch.Tensor:
     """Streaming `layerwise_inference` of `model` for `nodes`, each layer's
     targets (every node, `nodes` for the last layer) cut into world_size
     equal contiguous slices (`rank_slice`), rank `rank` computing its own
@@ -148,19 +168,37 @@ def split_inference(model, dataset, nodes: torch.Tensor, batch_size: int, device
             last = i == len(layers) - 1
             targets = nodes if last else everyone
             mine = rank_slice(targets, rank, world_size)
-            local = (ArraySink(np.empty((mine.shape[0], layer.out_dim), np.float32)) if last else
-                     ScratchRows(run.tmp, f"layer{i + 1}-rank{rank}.bin", mine.shape[0], layer.out_dim, dtype))
-            stream_layer(layer, dataset, run.source, mine, local, degree=run.degree, batch_size=batch_size,
-                         device=device, host_mem_budget=budget, desc=f"inference layer {i + 1}/{len(layers)}",
-                         index=i + 1)
+            local = (
+                ArraySink(np.empty((mine.shape[0], layer.out_dim), np.float32))
+                if last
+                else ScratchRows(run.tmp, f"layer{i + 1}-rank{rank}.bin", mine.shape[0], layer.out_dim, dtype)
+            )
+            stream_layer(
+                layer,
+                dataset,
+                run.source,
+                mine,
+                local,
+                degree=run.degree,
+                batch_size=batch_size,
+                device=device,
+                host_mem_budget=budget,
+                desc=f"inference layer {i + 1}/{len(layers)}",
+                index=i + 1,
+            )
             run.drop_input()
             if last:
                 rows = torch.from_numpy(local.array).to(device)
                 out = torch.empty(rows.shape[0] * world_size, rows.shape[1], device=device)
                 dist.all_gather_into_tensor(out, rows)
-                return out[:targets.shape[0]].cpu()
-            run.source = _gather_rows(local, ScratchRows(run.tmp, f"layer{i + 1}.bin", targets.shape[0],
-                                                         layer.out_dim, dtype), world_size, device, budget)
+                return out[: targets.shape[0]].cpu()
+            run.source = _gather_rows(
+                local,
+                ScratchRows(run.tmp, f"layer{i + 1}.bin", targets.shape[0], layer.out_dim, dtype),
+                world_size,
+                device,
+                budget,
+            )
 
 
 def _gather_rows(local, full, world_size: int, device: torch.device, budget: int):
@@ -196,9 +234,10 @@ def save_rank_checkpoint(options, epochs_done: int, history: list, model, optimi
     states = [None] * dist.get_world_size()
     dist.all_gather_object(states, rng_state())
     if rank == 0:
-        save_checkpoint(options.checkpoint_dir,
-                        training_state(options, epochs_done, history, model, optimizer, precision=precision,
-                                       rng_ranks=states))
+        save_checkpoint(
+            options.checkpoint_dir,
+            training_state(options, epochs_done, history, model, optimizer, precision=precision, rng_ranks=states),
+        )
     dist.barrier()
 
 
@@ -216,8 +255,9 @@ def resume_ranks(options, model, optimizer, rank: int, precision=None) -> tuple[
         return 0, []
     if rank > 0:  # rank 0 checked the device; the others train on their own
         options = dataclasses.replace(options, device=state["options"]["device"])
-    done, history = restore_training_state(state, Path(options.checkpoint_dir) / FILE, options, model, optimizer,
-                                           precision)
+    done, history = restore_training_state(
+        state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision
+    )
     set_rng_state(state["extra"]["rng_ranks"][rank])
     return done, history
 

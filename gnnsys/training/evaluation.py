@@ -7,6 +7,7 @@ weights always give the same metric. Its train metric is taken on at most
 SAMPLED_TRAIN_NODES train nodes (a fixed sample, `sampled_splits`), valid
 and test on every node.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,7 @@ def split_scores(metric: str, logits: torch.Tensor, labels: torch.Tensor, splits
     scores, offset = {}, 0
     for name in SPLITS:
         ids = splits[name]
-        rows = logits[offset:offset + ids.shape[0]]
+        rows = logits[offset : offset + ids.shape[0]]
         offset += ids.shape[0]
         y = labels[ids].long()
         keep = y >= 0

@@ -19,6 +19,7 @@ which is a second read of those rows. GCN layers use the whole graph's
 degrees, so a node's output does not depend on which nodes share its block.
 `InferenceStats` records each layer's passes and bytes read.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,9 +80,21 @@ def check_streaming(batch_size: int, host_mem_budget, dtype: str, chunk_bytes=No
 
 
 @torch.no_grad()
-def layerwise_inference(model, dataset, nodes=None, batch_size: int = 4096, device="cpu", progress: bool = False,
-                        features=None, *, host_mem_budget: int | None = None, chunk_bytes: int | None = None,
-                        scratch_dir=None, dtype: str = "float32", return_stats: bool = False):
+def layerwise_inference(
+    model,
+    dataset,
+    nodes=None,
+    batch_size: int = 4096,
+    device="cpu",
+    progress: bool = False,
+    features=None,
+    *,
+    host_mem_budget: int | None = None,
+    chunk_bytes: int | None = None,
+    scratch_dir=None,
+    dtype: str = "float32",
+    return_stats: bool = False,
+):
     """Outputs of `model` (a GNN with `.layers`) for `nodes` (default: all)
     using every neighbour; [len(nodes), out_dim] float32 on the CPU, and the
     InferenceStats too when `return_stats`.
@@ -101,16 +114,40 @@ def layerwise_inference(model, dataset, nodes=None, batch_size: int = 4096, devi
     nodes = torch.arange(n) if nodes is None else torch.as_tensor(nodes).long().view(-1)
     check_streaming(batch_size, host_mem_budget, dtype, chunk_bytes)
     out = np.empty((nodes.shape[0], model.layers[-1].out_dim), np.float32)
-    stats = stream_inference(model, dataset, nodes, ArraySink(out), features=features, batch_size=batch_size,
-                             device=device, progress=progress, host_mem_budget=host_mem_budget,
-                             chunk_bytes=chunk_bytes, scratch_dir=scratch_dir, dtype=dtype)
+    stats = stream_inference(
+        model,
+        dataset,
+        nodes,
+        ArraySink(out),
+        features=features,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+        host_mem_budget=host_mem_budget,
+        chunk_bytes=chunk_bytes,
+        scratch_dir=scratch_dir,
+        dtype=dtype,
+    )
     return (torch.from_numpy(out), stats) if return_stats else torch.from_numpy(out)
 
 
 @torch.no_grad()
-def stream_inference(model, dataset, nodes: torch.Tensor, sink, *, num_layers: int | None = None, features=None,
-                     batch_size: int = 4096, device="cpu", progress: bool = False, host_mem_budget=None,
-                     chunk_bytes=None, scratch_dir=None, dtype: str = "float32") -> InferenceStats:
+def stream_inference(
+    model,
+    dataset,
+    nodes: torch.Tensor,
+    sink,
+    *,
+    num_layers: int | None = None,
+    features=None,
+    batch_size: int = 4096,
+    device="cpu",
+    progress: bool = False,
+    host_mem_budget=None,
+    chunk_bytes=None,
+    scratch_dir=None,
+    dtype: str = "float32",
+) -> InferenceStats:
     """The output of layer `num_layers` (default the last) of `model` for
     `nodes`, written block by block to `sink` (`write(start, rows)`, e.g. an
     ArraySink); options as `layerwise_inference`. Returns the InferenceStats."""
@@ -122,10 +159,23 @@ def stream_inference(model, dataset, nodes: torch.Tensor, sink, *, num_layers: i
         for i, layer in enumerate(layers):
             last = i == len(layers) - 1
             out = sink if last else ScratchRows(run.tmp, f"layer{i + 1}.bin", dataset.num_nodes, layer.out_dim, dtype)
-            stats.layers.append(stream_layer(
-                layer, dataset, run.source, nodes if last else everyone, out, degree=run.degree,
-                batch_size=batch_size, device=device, progress=progress, host_mem_budget=host_mem_budget,
-                chunk_bytes=chunk_bytes, desc=f"inference layer {i + 1}/{len(layers)}", index=i + 1))
+            stats.layers.append(
+                stream_layer(
+                    layer,
+                    dataset,
+                    run.source,
+                    nodes if last else everyone,
+                    out,
+                    degree=run.degree,
+                    batch_size=batch_size,
+                    device=device,
+                    progress=progress,
+                    host_mem_budget=host_mem_budget,
+                    chunk_bytes=chunk_bytes,
+                    desc=f"inference layer {i + 1}/{len(layers)}",
+                    index=i + 1,
+                )
+            )
             run.drop_input()
             if not last:
                 run.source = out.rows()
@@ -163,9 +213,22 @@ def streaming(model, dataset, layers, features, scratch_dir):
         model.train(was_training)
 
 
-def stream_layer(layer, dataset, source, targets: torch.Tensor, sink, *, degree=None, batch_size: int = 4096,
-                 device="cpu", progress: bool = False, host_mem_budget=None, chunk_bytes=None, desc: str = "layer",
-                 index: int = 1) -> LayerStats:
+def stream_layer(
+    layer,
+    dataset,
+    source,
+    targets: torch.Tensor,
+    sink,
+    *,
+    degree=None,
+    batch_size: int = 4096,
+    device="cpu",
+    progress: bool = False,
+    host_mem_budget=None,
+    chunk_bytes=None,
+    desc: str = "layer",
+    index: int = 1,
+) -> LayerStats:
     """`layer`'s output (eval mode) for the nodes `targets`, from `source`
     (FileRows or SourceRows: every node's input rows), written to `sink` in
     targets' order; a block of destinations per pass over the source, as
@@ -180,8 +243,9 @@ def stream_layer(layer, dataset, source, targets: torch.Tensor, sink, *, degree=
     indptr, indices = dataset.indptr.numpy(), dataset.indices.numpy()
     dense_row = 4 * (layer.in_dim + 3 * layer.out_dim)  # a destination's temporaries in the dense maps
     batch_size = max(1, min(batch_size, ids.shape[0], budget // 8 // dense_row))
-    bounds = _blocks(stream, ids, indptr, budget,
-                     chunk_rows * _chunk_row_bytes(source, stream) + batch_size * dense_row, chunk_rows)
+    bounds = _blocks(
+        stream, ids, indptr, budget, chunk_rows * _chunk_row_bytes(source, stream) + batch_size * dense_row, chunk_rows
+    )
     source.reserve(chunk_rows)
     read_before = source.bytes_read
     chunks_read = 0
@@ -195,7 +259,7 @@ def stream_layer(layer, dataset, source, targets: torch.Tensor, sink, *, degree=
             x_dst = torch.empty(block.shape[0], stream.dst_width)
 
             def take_dst(c, x):
-                sel = order[where[c]:where[c + 1]]
+                sel = order[where[c] : where[c + 1]]
                 if sel.shape[0]:
                     x_dst[torch.from_numpy(sel)] = stream.dst_rows(x[torch.from_numpy(block[sel] - c * chunk_rows)])
 
@@ -206,22 +270,32 @@ def stream_layer(layer, dataset, source, targets: torch.Tensor, sink, *, degree=
                 stream.begin(block, count, x_dst)
             else:
                 stream.begin(block, count)
-            wanted = [c for c in range(num_chunks)
-                      if offsets[c] < offsets[c + 1] or (not stream.dst_first and where[c] < where[c + 1])]
+            wanted = [
+                c
+                for c in range(num_chunks)
+                if offsets[c] < offsets[c + 1] or (not stream.dst_first and where[c] < where[c + 1])
+            ]
             bar.update(num_chunks - len(wanted))
             for c, x in _chunks(source, wanted, chunk_rows):
                 if not stream.dst_first:
                     take_dst(c, x)
-                stream.add(x, c * chunk_rows, src[offsets[c]:offsets[c + 1]], dst[offsets[c]:offsets[c + 1]])
+                stream.add(x, c * chunk_rows, src[offsets[c] : offsets[c + 1]], dst[offsets[c] : offsets[c + 1]])
                 chunks_read += 1
                 bar.update()
                 bar.set_postfix(_throughput(began, source.bytes_read - read_before, b0))
             for a in range(0, block.shape[0], batch_size):
                 sink.write(b0 + a, stream.finish(x_dst, a, min(a + batch_size, block.shape[0])))
             bar.set_postfix(_throughput(began, source.bytes_read - read_before, b1))
-    return LayerStats(layer=index, nodes=int(ids.shape[0]), passes=len(bounds) - 1, chunk_rows=chunk_rows,
-                      chunks_read=chunks_read, bytes_read=source.bytes_read - read_before,
-                      input_bytes=n_rows * source.row_bytes, seconds=time.perf_counter() - began)
+    return LayerStats(
+        layer=index,
+        nodes=int(ids.shape[0]),
+        passes=len(bounds) - 1,
+        chunk_rows=chunk_rows,
+        chunks_read=chunks_read,
+        bytes_read=source.bytes_read - read_before,
+        input_bytes=n_rows * source.row_bytes,
+        seconds=time.perf_counter() - began,
+    )
 
 
 def _throughput(began: float, nbytes: int, nodes: int) -> dict:
@@ -232,6 +306,7 @@ def _throughput(began: float, nbytes: int, nodes: int) -> dict:
 
 def _chunks(source, chunks: list, chunk_rows: int):
     """(c, rows of chunk c) for the chunks in order, reading the next one while the caller works on this one."""
+
     def submit(c):
         return source.read_async(c * chunk_rows, min((c + 1) * chunk_rows, source.num_rows))
 
@@ -268,8 +343,11 @@ def _blocks(stream, ids: np.ndarray, indptr: np.ndarray, budget: int, fixed: int
     cost = stream.dst_bytes() + 24 + 8 * (indptr[ids + 1] - indptr[ids])
     need = fixed + (int(cost.max()) if ids.shape[0] else 0)
     if budget < need:
-        raise ConfigError("host_mem_budget", f"{budget:,} bytes cannot hold a chunk of {chunk_rows:,} input rows "
-                                             f"and one destination ({need:,} bytes); raise it or lower chunk_bytes")
+        raise ConfigError(
+            "host_mem_budget",
+            f"{budget:,} bytes cannot hold a chunk of {chunk_rows:,} input rows "
+            f"and one destination ({need:,} bytes); raise it or lower chunk_bytes",
+        )
     avail = budget - fixed
     total = np.cumsum(cost)
     bounds = [0]

@@ -4,6 +4,7 @@ file, O_DIRECT where the file system allows it, one range read ahead),
 `SourceRows` (ranges gathered from any FeatureSource), `ScratchRows` (a
 layer's output in a memory-mapped scratch file whose space is reserved up
 front), `ArraySink` (the last layer's rows into an array)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,10 @@ class ScratchSpaceError(GnnsysError, OSError):
 
     def __init__(self, path, needed: int, free: int):
         self.path, self.needed, self.free = str(path), needed, free
-        super().__init__(f"{self.path}: not enough scratch space for a layer's output: needs {needed:,} bytes, "
-                         f"{free:,} free (choose another scratch_dir, or a 16-bit dtype)")
+        super().__init__(
+            f"{self.path}: not enough scratch space for a layer's output: needs {needed:,} bytes, "
+            f"{free:,} free (choose another scratch_dir, or a 16-bit dtype)"
+        )
 
 
 class FileRows:
@@ -200,7 +203,7 @@ class ArraySink:
     def write(self, start: int, rows: torch.Tensor):
         """Store `rows` (transformed) from row `start` on."""
         rows = rows if self.transform is None else self.transform(rows)
-        self.array[start:start + rows.shape[0]] = rows.numpy()
+        self.array[start : start + rows.shape[0]] = rows.numpy()
 
 
 def input_rows(dataset, features=None):
@@ -214,8 +217,9 @@ def input_rows(dataset, features=None):
     on_file = isinstance(source, SSDFeatures) or (source is dataset.features and dataset.features.mapped)
     if on_file and dataset.path is not None:
         f = dataset.meta["features"]
-        return FileRows(Path(dataset.path) / f["file"], dataset.num_nodes, f["row_stride"], f["dim"],
-                        DTYPES[f["dtype"]])
+        return FileRows(
+            Path(dataset.path) / f["file"], dataset.num_nodes, f["row_stride"], f["dim"], DTYPES[f["dtype"]]
+        )
     return SourceRows(source)
 
 

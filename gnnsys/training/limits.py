@@ -19,6 +19,7 @@ gradient, one temporary) over the rows each layer computes (every node in
 full-graph training; batch x the fanouts' product, at most every node, in a
 minibatch) plus the input features those rows read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,8 +54,11 @@ def check_ranges(options):
         if value is not None and not (math.isfinite(value) and (value > low if strict else value >= low)):
             raise ConfigError(name, f"must be a finite number {'>' if strict else '>='} {low}, got {value}")
     if options.model == "gat" and options.hidden % options.heads:
-        raise ConfigError("heads", f"a GAT's hidden layers split hidden ({options.hidden}) among the heads: "
-                                   f"heads must divide it, got {options.heads}")
+        raise ConfigError(
+            "heads",
+            f"a GAT's hidden layers split hidden ({options.hidden}) among the heads: "
+            f"heads must divide it, got {options.heads}",
+        )
 
 
 def check_machine(options, dataset):
@@ -65,8 +69,10 @@ def check_machine(options, dataset):
     processes = 1 if torchrun_env() is not None else options.workers  # torchrun placed its own ranks
     cores = len(os.sched_getaffinity(0))
     if processes > 2 * cores:
-        raise ConfigError("workers", f"{processes} processes on {cores} CPU cores: at most {2 * cores} "
-                                     "(twice the cores this process may use)")
+        raise ConfigError(
+            "workers",
+            f"{processes} processes on {cores} CPU cores: at most {2 * cores} (twice the cores this process may use)",
+        )
     params, step = model_bytes(options, dataset)
     parts = {"parameters with gradients and Adam state": params, "one step's activations": step}
     spawned = processes if processes > 1 else 0  # this process runs already
@@ -76,14 +82,15 @@ def check_machine(options, dataset):
     else:
         from gnnsys.datasets.host_memory import available_host_bytes
 
-        parts = {f"{spawned} worker processes": spawned * PROCESS_BYTES,
-                 **{k: processes * v for k, v in parts.items()}}
+        parts = {f"{spawned} worker processes": spawned * PROCESS_BYTES, **{k: processes * v for k, v in parts.items()}}
         have, where = available_host_bytes(), "of host memory available"
     need = sum(parts.values())
     if need > have:
         detail = ", ".join(f"{k} {v / GB:,.2f} GB" for k, v in parts.items() if v)
-        raise ConfigError("workers" if spawned else "hidden", f"this run needs about {need / GB:,.2f} GB "
-                          f"({detail}), more than the {have / GB:,.2f} GB {where}")
+        raise ConfigError(
+            "workers" if spawned else "hidden",
+            f"this run needs about {need / GB:,.2f} GB ({detail}), more than the {have / GB:,.2f} GB {where}",
+        )
 
 
 def model_bytes(options, dataset) -> tuple[int, int]:
@@ -96,8 +103,11 @@ def model_bytes(options, dataset) -> tuple[int, int]:
     o, dim, classes = options, dataset.num_features, dataset.num_classes
     shape = dict(heads=o.heads, norm=o.norm, residual=o.residual)
     with torch.device("meta"):
-        model = (build_units(o.model, dim, o.hidden, classes, o.layers, input_proj=o.input_proj, **shape)
-                 if hasattr(o, "input_proj") else GNN(o.model, dim, o.hidden, classes, o.layers, **shape))
+        model = (
+            build_units(o.model, dim, o.hidden, classes, o.layers, input_proj=o.input_proj, **shape)
+            if hasattr(o, "input_proj")
+            else GNN(o.model, dim, o.hidden, classes, o.layers, **shape)
+        )
     params = 16 * sum(p.numel() for p in model.parameters())
     rows = _layer_rows(options, dataset.num_nodes)  # input rows first
     widths = [o.hidden] * (o.layers - 1) + [classes]

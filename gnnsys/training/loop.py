@@ -1,11 +1,12 @@
 """The epoch loop every trainer shares, the record each epoch leaves, and
 the progress bars of training (`progress_bar`: live on a terminal, one
 compact line per epoch in a log)."""
+
 from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm.auto import tqdm
 
@@ -18,13 +19,29 @@ def epoch_record(epoch: int, loss: float, time_s: float, breakdown: dict | None 
     (None until evaluated)}."""
     times = dict.fromkeys(BREAKDOWN, 0.0)
     times.update(breakdown or {})
-    return {"epoch": epoch, "loss": loss, "time_s": time_s, "breakdown": times, **extra,
-            "train": None, "valid": None, "test": None}
+    return {
+        "epoch": epoch,
+        "loss": loss,
+        "time_s": time_s,
+        "breakdown": times,
+        **extra,
+        "train": None,
+        "valid": None,
+        "test": None,
+    }
 
 
-def run_epochs(options, start: int, history: list, train_epoch: Callable[[int], dict],
-               evaluate: Callable[[], dict], save: Callable[[int], None], on_epoch_end=None,
-               bar: str | None = None, show_bar: bool | None = None) -> list:
+def run_epochs(
+    options,
+    start: int,
+    history: list,
+    train_epoch: Callable[[int], dict],
+    evaluate: Callable[[], dict],
+    save: Callable[[int], None],
+    on_epoch_end=None,
+    bar: str | None = None,
+    show_bar: bool | None = None,
+) -> list:
     """Epochs `start` .. options.epochs - 1: `train_epoch(epoch)` gives the
     epoch's record, `evaluate()` adds the metrics every `eval_every` epochs and
     after the last, the record joins `history`, `save(epochs_done)`
@@ -96,8 +113,9 @@ class LineProgress:
         if self.file is None:
             return
         extra = "".join(f", {k}={v}" for k, v in self.postfix.items())
-        self.file.write(f"{self.desc}: {self.n}/{self.total} {self.unit}, "
-                        f"{time.perf_counter() - self.began:.1f} s{extra}\n")
+        self.file.write(
+            f"{self.desc}: {self.n}/{self.total} {self.unit}, {time.perf_counter() - self.began:.1f} s{extra}\n"
+        )
         self.file.flush()
 
     def __enter__(self):

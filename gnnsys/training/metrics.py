@@ -1,4 +1,5 @@
 """Node-classification metrics: accuracy and binary ROC AUC."""
+
 from __future__ import annotations
 
 import torch
@@ -8,7 +9,7 @@ METRICS = ("acc", "auc")
 
 
 def resolve_metric(metric: str, num_classes: int) -> str:
-    """"auto" -> "auc" for 2-class datasets (e.g. tolokers), else "acc"."""
+    """ "auto" -> "auc" for 2-class datasets (e.g. tolokers), else "acc"."""
     if metric == "auto":
         return "auc" if num_classes == 2 else "acc"
     if metric not in METRICS:
@@ -33,7 +34,7 @@ def roc_auc(scores: torch.Tensor, y: torch.Tensor) -> float:
     if pos == 0 or pos == n:
         return float("nan")
     ranks = torch.from_numpy(rankdata(scores.double().numpy()))
-    return ((ranks[y].sum().item() - pos * (pos + 1) / 2) / (pos * (n - pos)))
+    return (ranks[y].sum().item() - pos * (pos + 1) / 2) / (pos * (n - pos))
 
 
 def evaluate(metric: str, logits: torch.Tensor, y: torch.Tensor) -> float:

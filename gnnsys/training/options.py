@@ -7,6 +7,7 @@ API from keywords, checkpoints store `to_dict()` and compare `resume_key()`.
 resolves to ROC AUC for two classes, else accuracy; the dataset's name) and
 runs the checks that need it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -118,8 +119,11 @@ class TrainOptions:
         check_ranges(self)
         if self.resume and self.checkpoint_dir is None:
             raise ConfigError("resume", "needs a checkpoint directory")
-        if self.checkpoint_dir is not None and Path(self.checkpoint_dir).exists() \
-                and not Path(self.checkpoint_dir).is_dir():
+        if (
+            self.checkpoint_dir is not None
+            and Path(self.checkpoint_dir).exists()
+            and not Path(self.checkpoint_dir).is_dir()
+        ):
             raise ConfigError("checkpoint_dir", f"{self.checkpoint_dir} exists and is not a directory")
         if self.metric not in ("auto", "acc", "auc"):
             raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
@@ -220,8 +224,20 @@ class MinibatchOptions(TrainOptions):
     inference_dtype: str = "float32"
 
     RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + (
-        "features", "sampler", "cache_rows", "cache_gb", "cache_policy", "lookahead", "victim_rows",
-        "host_mem_budget", "replicate_frac", "retain_memory", "eval", "scratch_dir", "inference_dtype")
+        "features",
+        "sampler",
+        "cache_rows",
+        "cache_gb",
+        "cache_policy",
+        "lookahead",
+        "victim_rows",
+        "host_mem_budget",
+        "replicate_frac",
+        "retain_memory",
+        "eval",
+        "scratch_dir",
+        "inference_dtype",
+    )
     POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("batch_size", "eval_batch_size", "workers")
 
     def __post_init__(self):
@@ -249,7 +265,7 @@ class MinibatchOptions(TrainOptions):
 
     @property
     def eval_mode(self) -> str:
-        """"sampled" or "layerwise": the evaluation `eval` asks for ("auto": sampled when features="ssd")."""
+        """ "sampled" or "layerwise": the evaluation `eval` asks for ("auto": sampled when features="ssd")."""
         if self.eval == "auto":
             return "sampled" if self.features == "ssd" else "layerwise"
         return self.eval
@@ -259,12 +275,16 @@ class MinibatchOptions(TrainOptions):
         if self.eval not in EVAL_MODES:
             raise ConfigError("eval", f"must be one of {', '.join(EVAL_MODES)}, got {self.eval!r}")
         if self.inference_dtype not in OUTPUT_DTYPES:
-            raise ConfigError("inference_dtype", f"must be one of {', '.join(OUTPUT_DTYPES)}, "
-                                                 f"got {self.inference_dtype!r}")
+            raise ConfigError(
+                "inference_dtype", f"must be one of {', '.join(OUTPUT_DTYPES)}, got {self.inference_dtype!r}"
+            )
         given = [n for n in ("scratch_dir", "inference_dtype") if getattr(self, n) != getattr(MinibatchOptions, n)]
         if given and self.eval_mode == "sampled":
-            raise ConfigError(given[0], "applies to layer-wise evaluation, but this run evaluates sampled "
-                                        f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'")
+            raise ConfigError(
+                given[0],
+                "applies to layer-wise evaluation, but this run evaluates sampled "
+                f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'",
+            )
         if self.scratch_dir is not None and not Path(self.scratch_dir).is_dir():
             raise ConfigError("scratch_dir", f"{self.scratch_dir} is not a directory")
 
@@ -285,8 +305,11 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError("cache_policy", f"must be one of {', '.join(CACHE_POLICIES)}, got {self.cache_policy!r}")
         if self.lookahead < 0:
             raise ConfigError("lookahead", f"must be >= 0, got {self.lookahead}")
-        given = [n for n in ("lookahead", "victim_rows", "replicate_frac")
-                 if getattr(self, n) != getattr(MinibatchOptions, n)]
+        given = [
+            n
+            for n in ("lookahead", "victim_rows", "replicate_frac")
+            if getattr(self, n) != getattr(MinibatchOptions, n)
+        ]
         if self.cache_policy != "static" and not self.cached:
             given.append("cache_policy")
         if given and not self.cached:

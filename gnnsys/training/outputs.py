@@ -2,6 +2,7 @@
 result JSON, predictions): probed before the work starts, written atomically
 with the permissions the umask gives a new file, and every OSError on them
 one PathError line naming the path and the reason (gnnsys.errors.naming)."""
+
 from __future__ import annotations
 
 import os

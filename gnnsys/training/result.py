@@ -1,4 +1,5 @@
 """`TrainResult`: what a training run produced, and how it is assembled."""
+
 from __future__ import annotations
 
 import copy
@@ -48,7 +49,7 @@ class TrainResult:
         return write_output(path, (self.to_json() + "\n").encode())
 
     @classmethod
-    def load(cls, path) -> "TrainResult":
+    def load(cls, path) -> TrainResult:
         """A TrainResult read back from its JSON."""
         return cls(**json.loads(Path(path).read_text()))
 
@@ -59,10 +60,15 @@ def make_result(options, history: list, model=None, **run_facts) -> TrainResult:
     validation metric. `run_facts` join the recorded config."""
     evaluated = [r for r in history if r["valid"] is not None]
     best = max(evaluated, key=lambda r: r["valid"], default=None)
-    return TrainResult(config={**options.to_dict(), **run_facts}, metric=options.metric, epochs=history,
-                       best_epoch=None if best is None else best["epoch"],
-                       test=None if best is None else best["test"], machine=machine_info(options.device),
-                       model=model)
+    return TrainResult(
+        config={**options.to_dict(), **run_facts},
+        metric=options.metric,
+        epochs=history,
+        best_epoch=None if best is None else best["epoch"],
+        test=None if best is None else best["test"],
+        machine=machine_info(options.device),
+        model=model,
+    )
 
 
 def machine_info(device) -> dict:
@@ -72,11 +78,20 @@ def machine_info(device) -> dict:
     import numpy
     import torch_geometric
 
-    info = {"device": str(device), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "cpu": cpu_features.detect().to_dict(), "platform": platform.platform(),
-            "python": platform.python_version(),
-            "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
-                         "numpy": numpy.__version__, "numba": numba.__version__}}
+    info = {
+        "device": str(device),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu": cpu_features.detect().to_dict(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {
+            "torch": torch.__version__,
+            "torch_geometric": torch_geometric.__version__,
+            "numpy": numpy.__version__,
+            "numba": numba.__version__,
+        },
+    }
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info

@@ -13,6 +13,7 @@ batch ahead on a thread (prefetch.py). `SharedCachedFeatures` (shared.py)
 joins the caches of the ranks of a torch.distributed group into one, each
 rank owning a disjoint share of the hot rows (ownership.py).
 """
+
 from .belady import BeladyPolicy
 from .cached import POLICIES, CachedFeatures, make_policy
 from .hotness import out_degree, presample_hotness
@@ -25,6 +26,19 @@ from .sieve import SievePolicy
 from .static import StaticPolicy
 from .victim import VictimBuffer
 
-__all__ = ["BeladyPolicy", "CachePolicy", "CachedFeatures", "HybridPolicy", "LRUPolicy", "POLICIES",
-           "S3FIFOPolicy", "SharedCachedFeatures", "SievePolicy", "StaticPolicy", "VictimBuffer", "make_policy", "out_degree",
-           "presample_hotness"]
+__all__ = [
+    "BeladyPolicy",
+    "CachePolicy",
+    "CachedFeatures",
+    "HybridPolicy",
+    "LRUPolicy",
+    "POLICIES",
+    "S3FIFOPolicy",
+    "SharedCachedFeatures",
+    "SievePolicy",
+    "StaticPolicy",
+    "VictimBuffer",
+    "make_policy",
+    "out_degree",
+    "presample_hotness",
+]

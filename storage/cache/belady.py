@@ -2,6 +2,7 @@
 next use is farthest; a missed row needed later than every cached one is not
 admitted). For tests and benchmarks only: it must be given the batches in
 advance and then accessed with exactly those batches, in order."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,7 @@ class BeladyPolicy(CachePolicy):
 
     def warm(self):
         """Fill the cache with the rows whose first use comes soonest."""
-        order = np.argsort(self._next_of, kind="stable")[:self.capacity]
+        order = np.argsort(self._next_of, kind="stable")[: self.capacity]
         ids = order[self._next_of[order] < self._never]
         return ids, self._place_direct(ids)
 

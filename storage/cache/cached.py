@@ -9,6 +9,7 @@ first tier below with `offer` (a VictimBuffer, victim.py); with prefetch=True
 a thread (prefetch.py) reads the rows of the farthest batch of the window
 ahead of time.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,9 +18,9 @@ import weakref
 import numpy as np
 import torch
 
+from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.errors import ConfigError
 from gnnsys.feature_source import FeatureSource
-from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.ids import gather_distinct
 
 from ..base import has_tier
@@ -77,11 +78,21 @@ class CachedFeatures(FeatureSource):
 
     name = "cache"
 
-    def __init__(self, base, capacity: int, policy="lru", *, prefetch: bool = False, prefetch_rows: int | None = None,
-                 device=None, **options):
+    def __init__(
+        self,
+        base,
+        capacity: int,
+        policy="lru",
+        *,
+        prefetch: bool = False,
+        prefetch_rows: int | None = None,
+        device=None,
+        **options,
+    ):
         if has_tier(base, "cache"):
-            raise ConfigError("features", f"a cache over a stack that has one ({base!r}): keep one, of their "
-                              "combined size")
+            raise ConfigError(
+                "features", f"a cache over a stack that has one ({base!r}): keep one, of their combined size"
+            )
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
@@ -139,9 +150,11 @@ class CachedFeatures(FeatureSource):
         """{"rows", "policy", "prefetch"}: bytes of the cached rows (when on the
         host), of the policy's arrays, and of the rows read ahead and held now."""
         with self._lock:
-            return {"rows": self._rows.nbytes if self.device.type == "cpu" else 0,
-                    "policy": self.policy.host_bytes(),
-                    "prefetch": self.prefetcher.host_bytes() if self.prefetcher is not None else 0}
+            return {
+                "rows": self._rows.nbytes if self.device.type == "cpu" else 0,
+                "policy": self.policy.host_bytes(),
+                "prefetch": self.prefetcher.host_bytes() if self.prefetcher is not None else 0,
+            }
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given
@@ -201,11 +214,17 @@ class CachedFeatures(FeatureSource):
             looked = self._hits + self._misses
             p = self.prefetcher
             prefetched = p.rows_read if p is not None else 0
-            return {"hits": self._hits, "misses": self._misses, "requested": self._requested,
-                    "hit_rate": self._hits / looked if looked else 0.0, "prefetched": prefetched,
-                    "prefetch_hits": self._prefetch_hits, "prefetch_skipped": p.skipped if p is not None else 0,
-                    "prefetch_capacity": p.capacity if p is not None else 0,
-                    "read_rate": (self._base_reads + prefetched) / looked if looked else 0.0}
+            return {
+                "hits": self._hits,
+                "misses": self._misses,
+                "requested": self._requested,
+                "hit_rate": self._hits / looked if looked else 0.0,
+                "prefetched": prefetched,
+                "prefetch_hits": self._prefetch_hits,
+                "prefetch_skipped": p.skipped if p is not None else 0,
+                "prefetch_capacity": p.capacity if p is not None else 0,
+                "read_rate": (self._base_reads + prefetched) / looked if looked else 0.0,
+            }
 
     def reset_stats(self) -> None:
         """Zero the counters."""
@@ -216,5 +235,7 @@ class CachedFeatures(FeatureSource):
 
     def __repr__(self):
         extra = ", prefetch" if self.prefetcher is not None else ""
-        return (f"CachedFeatures({self.policy.name}, {self.policy.capacity:,} of {self.shape[0]:,} rows{extra}, "
-                f"over {type(self.base).__name__})")
+        return (
+            f"CachedFeatures({self.policy.name}, {self.policy.capacity:,} of {self.shape[0]:,} rows{extra}, "
+            f"over {type(self.base).__name__})"
+        )

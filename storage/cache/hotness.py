@@ -1,6 +1,7 @@
 """Static scores for warming a cache: out-degree, or hotness counted by
 pre-sampling a few epochs without training (GNNLab). The sampler is passed
 in, so this module does not import gnnsys.samplers."""
+
 from __future__ import annotations
 
 import numpy as np

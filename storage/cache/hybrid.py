@@ -4,6 +4,7 @@ sampled. The window comes from whoever samples ahead (a loader or a
 prefetcher) through `set_window`; without one the policy ranks rows by score
 and recent reuse only.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,7 @@ class HybridPolicy(CachePolicy):
     name = "hybrid"
     node_bytes = 16  # prior (float32), ema, last (int32)
 
-    def __init__(self, capacity: int, num_nodes: int, score=None, prior_weight: float = 0.5,
-                 decay: float = 0.1):
+    def __init__(self, capacity: int, num_nodes: int, score=None, prior_weight: float = 0.5, decay: float = 0.1):
         if score is None:
             raise ConfigError("score", "the hybrid policy needs a score (out-degree or presample hotness)")
         if not 0 <= prior_weight <= 1:

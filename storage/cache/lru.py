@@ -1,4 +1,5 @@
 """`lru`: least recently used, batch by batch (a numba kernel over the batch)."""
+
 from __future__ import annotations
 
 import numba
@@ -43,5 +44,6 @@ class LRUPolicy(QueuePolicy):
     name = "lru"
 
     def _kernel(self, ids, warm, hit, slot, gone):
-        _lru_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._stamp, self._ends,
-                    self._state, hit, slot, gone)
+        _lru_access(
+            ids, self.slot_of, self.id_of, self._prev, self._nxt, self._stamp, self._ends, self._state, hit, slot, gone
+        )

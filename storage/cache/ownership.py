@@ -24,6 +24,7 @@ benchmarks/bench_shared_cache.py both route ids with `Ownership.route` and
 serve a step with `serve_step`, so the benchmark simulates exactly what the
 cache does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,10 +67,10 @@ class Ownership:
                 raise ConfigError("score", f"needs one value per node ({self.num_nodes}), got shape {score.shape}")
             per_rank = self.capacity - self.num_replicated
             self.ranked = top_rows(score, self.num_replicated + self.world_size * per_rank)
-            striped = self.ranked[self.num_replicated:]
+            striped = self.ranked[self.num_replicated :]
             self.owner[striped] = np.arange(striped.shape[0]) % self.world_size
-        self.owner[self.ranked[:self.num_replicated]] = REPLICATED
-        self.replicated = np.sort(self.ranked[:self.num_replicated])
+        self.owner[self.ranked[: self.num_replicated]] = REPLICATED
+        self.replicated = np.sort(self.ranked[: self.num_replicated])
 
     def owned(self, rank: int) -> np.ndarray:
         """The sorted ids rank `rank` owns (replicated rows excluded)."""

@@ -14,6 +14,7 @@ them out (to a victim buffer) before writing the slots again.
 `set_window` records each row's next use in the lookahead window for every
 policy (`next_use`).
 """
+
 from __future__ import annotations
 
 import numba
@@ -133,8 +134,9 @@ NO_EVICTIONS = (np.empty(0, np.int64), np.empty(0, np.int64))
 NO_EVICTIONS[0].flags.writeable = NO_EVICTIONS[1].flags.writeable = False
 
 
-def replace_by_key(slot_of: np.ndarray, id_of: np.ndarray, new_ids: np.ndarray, new_keys: np.ndarray,
-                   slot_keys: np.ndarray):
+def replace_by_key(
+    slot_of: np.ndarray, id_of: np.ndarray, new_ids: np.ndarray, new_keys: np.ndarray, slot_keys: np.ndarray
+):
     """Keep the len(id_of) rows of smallest key among the held rows
     (`slot_keys`, one per slot; empty slots count as infinite) and the new
     ones, updating the maps `slot_of` (id -> slot, -1) and `id_of` (slot ->
@@ -145,7 +147,7 @@ def replace_by_key(slot_of: np.ndarray, id_of: np.ndarray, new_ids: np.ndarray, 
         return out, NO_EVICTIONS[0], NO_EVICTIONS[1]
     empty = np.flatnonzero(id_of < 0)
     if empty.shape[0] >= new_ids.shape[0]:
-        admitted, freed = np.arange(new_ids.shape[0]), empty[:new_ids.shape[0]]
+        admitted, freed = np.arange(new_ids.shape[0]), empty[: new_ids.shape[0]]
         gone = np.zeros(freed.shape[0], bool)
     else:
         keys = np.concatenate([np.where(id_of >= 0, slot_keys, np.inf), new_keys])
@@ -223,7 +225,7 @@ def top_rows(score: np.ndarray, k: int) -> np.ndarray:
     if k < n:
         cut = np.partition(score, n - k)[n - k]
         above = np.flatnonzero(score > cut)
-        chosen = np.concatenate([above, np.flatnonzero(score == cut)[:k - above.shape[0]]])
+        chosen = np.concatenate([above, np.flatnonzero(score == cut)[: k - above.shape[0]]])
     return chosen[np.lexsort((chosen, -score[chosen]))].astype(np.int64)
 
 

@@ -20,6 +20,7 @@ of the window, and never more than `capacity` rows at once, those being read
 included (the part of a host-memory budget left to it): rows beyond that are
 not read ahead (counted in `skipped`) and their batch reads them itself.
 """
+
 from __future__ import annotations
 
 import threading
@@ -135,8 +136,9 @@ class Prefetcher:
             try:
                 rows = self._base.gather(torch.from_numpy(ids)) if ids.shape[0] else None
             except BaseException as error:  # noqa: BLE001 - handed to the next gather
-                error.add_note(f"(raised in the cache's prefetch thread, reading rows for gather {batch}; "
-                               "prefetching has stopped)")
+                error.add_note(
+                    f"(raised in the cache's prefetch thread, reading rows for gather {batch}; prefetching has stopped)"
+                )
                 with self._cond:
                     self._error, self._running, self._reading, self._closed = error, None, 0, True
                     self._cond.notify_all()

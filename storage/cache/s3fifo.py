@@ -1,6 +1,7 @@
 """`s3fifo` (SOSP'23): a small FIFO (10% of the slots) that new rows enter, a
 main FIFO for rows reused while in the small one, and a ghost list of ids
 recently evicted from the small FIFO (a miss on a ghost id enters main)."""
+
 from __future__ import annotations
 
 import numba
@@ -55,8 +56,7 @@ def _victim(slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size, gh
 
 
 @numba.njit(nogil=True, cache=True)
-def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, size, ghost, state, warm,
-                   hit, slot, gone):
+def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, size, ghost, state, warm, hit, slot, gone):
     """Hits raise their frequency (at most 3); misses enter the small FIFO, or
     main when their id is in the ghost list (or when warming). state: slots
     used, batches seen, ghost insertions."""
@@ -110,5 +110,21 @@ class S3FIFOPolicy(QueuePolicy):
         self._ghost = np.zeros(self.num_nodes, np.int64)
 
     def _kernel(self, ids, warm, hit, slot, gone):
-        _s3fifo_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._which, self._freq,
-                       self._stamp, self._ends, self._size, self._ghost, self._state, warm, hit, slot, gone)
+        _s3fifo_access(
+            ids,
+            self.slot_of,
+            self.id_of,
+            self._prev,
+            self._nxt,
+            self._which,
+            self._freq,
+            self._stamp,
+            self._ends,
+            self._size,
+            self._ghost,
+            self._state,
+            warm,
+            hit,
+            slot,
+            gone,
+        )

@@ -23,6 +23,7 @@ in __init__ unless `group` is given), so it never interleaves with DDP's
 gradient all-reduce on the default group: every rank must make the same
 sequence of gather/gather_async calls (ids may differ, empty included).
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,8 +42,7 @@ from gnnsys.ids import check_ids, gather_output
 from .cached import CachedFeatures
 from .ownership import Ownership, exchange_bytes, serve_step, shard_policy
 
-STATS = ("requested", "distinct", "local_hits", "remote_hits", "misses", "bytes_sent", "bytes_received",
-         "exchange_s")
+STATS = ("requested", "distinct", "local_hits", "remote_hits", "misses", "bytes_sent", "bytes_received", "exchange_s")
 
 
 class ShardRows(FeatureSource):
@@ -108,8 +108,9 @@ class SharedCachedFeatures(FeatureSource):
 
     name = "cache"
 
-    def __init__(self, base, capacity: int, policy: str = "static", *, group=None, replicate_frac: float = 0.0,
-                 **policy_options):
+    def __init__(
+        self, base, capacity: int, policy: str = "static", *, group=None, replicate_frac: float = 0.0, **policy_options
+    ):
         if not dist.is_available() or not dist.is_initialized():
             raise ConfigError("group", "torch.distributed is not initialised: call init_process_group on every rank")
         if not isinstance(policy, str):
@@ -126,8 +127,9 @@ class SharedCachedFeatures(FeatureSource):
         self.ownership = Ownership(self.shape[0], self.world_size, capacity, replicate_frac, score)
         self._shard = self.ownership.owned(self.rank)
         slots = self.ownership.capacity - self.ownership.num_replicated
-        self._cache = CachedFeatures(ShardRows(base, self._shard), slots,
-                                     shard_policy(self._shard, policy, slots, **policy_options))
+        self._cache = CachedFeatures(
+            ShardRows(base, self._shard), slots, shard_policy(self._shard, policy, slots, **policy_options)
+        )
         replicated = torch.from_numpy(self.ownership.replicated)
         self._replica = base.gather(replicated) if replicated.numel() else None
         self._row_bytes = self.shape[1] * self.dtype.itemsize
@@ -139,15 +141,24 @@ class SharedCachedFeatures(FeatureSource):
     def _check_same_everywhere(self, capacity, replicate_frac, score):
         """ConfigError naming the first argument that differs between ranks."""
         digest = None if score is None else zlib.crc32(np.ascontiguousarray(score, dtype=np.float64).data)
-        mine = {"shape": self.shape, "dtype": str(self.dtype), "capacity": int(capacity), "policy": self.policy,
-                "replicate_frac": float(replicate_frac), "score": digest}
+        mine = {
+            "shape": self.shape,
+            "dtype": str(self.dtype),
+            "capacity": int(capacity),
+            "policy": self.policy,
+            "replicate_frac": float(replicate_frac),
+            "score": digest,
+        }
         everyone = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.group)
         for name, value in mine.items():
             other = next((r for r, theirs in enumerate(everyone) if theirs[name] != value), None)
             if other is not None:
-                raise ConfigError(name, f"must be the same on every rank of the shared cache: rank {self.rank} "
-                                        f"has {value!r}, rank {other} has {everyone[other][name]!r}")
+                raise ConfigError(
+                    name,
+                    f"must be the same on every rank of the shared cache: rank {self.rank} "
+                    f"has {value!r}, rank {other} has {everyone[other][name]!r}",
+                )
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if
@@ -174,9 +185,11 @@ class SharedCachedFeatures(FeatureSource):
     def cached_ids(self) -> np.ndarray:
         """The sorted ids held by this rank's own cache (its replica excluded),
         after the gathers queued before this call."""
+
         def held():
             id_of = self._cache.policy.id_of
             return self._shard[np.sort(id_of[id_of >= 0])]
+
         return self._submit(held).result()
 
     def _submit(self, fn, *args):
@@ -260,13 +273,14 @@ class SharedCachedFeatures(FeatureSource):
         everyone = [torch.empty_like(mine) for _ in range(self.world_size)]
         dist.all_gather(everyone, mine, group=self.group)
         table = torch.stack(everyone).cpu().numpy()
-        return table[:, :self.world_size].copy(), table[:, self.world_size] != 0
+        return table[:, : self.world_size].copy(), table[:, self.world_size] != 0
 
     def _exchange_ids(self, ids: np.ndarray, asked: np.ndarray, wanted: np.ndarray) -> np.ndarray:
         """Send `asked[r]` ids to each rank r; receive the ids they want from this one, grouped by rank."""
         received = torch.empty(int(wanted.sum()), dtype=torch.int64, device=self._wire)
-        dist.all_to_all_single(received, torch.from_numpy(ids).to(self._wire), wanted.tolist(), asked.tolist(),
-                               group=self.group)
+        dist.all_to_all_single(
+            received, torch.from_numpy(ids).to(self._wire), wanted.tolist(), asked.tolist(), group=self.group
+        )
         return received.cpu().numpy()
 
     def _exchange_rows(self, reply: torch.Tensor, peer_hits: np.ndarray, asked: np.ndarray, wanted: np.ndarray):
@@ -281,9 +295,9 @@ class SharedCachedFeatures(FeatureSource):
         at, first = 0, 0
         for peer, n in enumerate(wanted.tolist()):
             if n:
-                send[at:at + n * rb] = reply[first:first + n].reshape(-1).view(torch.uint8)
+                send[at : at + n * rb] = reply[first : first + n].reshape(-1).view(torch.uint8)
                 hits = torch.tensor([int(peer_hits[peer])], dtype=torch.int64)
-                send[at + n * rb:at + n * rb + 8] = hits.view(torch.uint8)
+                send[at + n * rb : at + n * rb + 8] = hits.view(torch.uint8)
                 at, first = at + n * rb + 8, first + n
         received = torch.empty(int(size_in.sum()), dtype=torch.uint8, device=self._wire)
         dist.all_to_all_single(received, send, size_in.tolist(), size_out.tolist(), group=self.group)
@@ -291,8 +305,8 @@ class SharedCachedFeatures(FeatureSource):
         at, first, hits = 0, 0, 0
         for n in asked.tolist():
             if n:
-                rows[first:first + n] = received[at:at + n * rb].view(self.dtype).view(n, self.shape[1])
-                hits += int(received[at + n * rb:at + n * rb + 8].clone().view(torch.int64))
+                rows[first : first + n] = received[at : at + n * rb].view(self.dtype).view(n, self.shape[1])
+                hits += int(received[at + n * rb : at + n * rb + 8].clone().view(torch.int64))
                 at, first = at + n * rb + 8, first + n
         return rows, hits
 
@@ -327,14 +341,18 @@ class SharedCachedFeatures(FeatureSource):
         id map, the replicated rows and the ownership map."""
         held = dict(self._cache.host_bytes())
         held["shard"] = self._shard.nbytes
-        held["replica"] = self._replica.nbytes if self._replica is not None and self._replica.device.type == "cpu" else 0
+        held["replica"] = (
+            self._replica.nbytes if self._replica is not None and self._replica.device.type == "cpu" else 0
+        )
         held["ownership"] = sum(v.nbytes for v in vars(self.ownership).values() if isinstance(v, np.ndarray))
         return held
 
     def __repr__(self):
         o = self.ownership
-        return (f"SharedCachedFeatures({self.policy}, rank {self.rank} of {self.world_size}, {o.capacity:,} slots "
-                f"per rank ({o.num_replicated:,} replicated), {self.shape[0]:,} rows, over {type(self.base).__name__})")
+        return (
+            f"SharedCachedFeatures({self.policy}, rank {self.rank} of {self.world_size}, {o.capacity:,} slots "
+            f"per rank ({o.num_replicated:,} replicated), {self.shape[0]:,} rows, over {type(self.base).__name__})"
+        )
 
 
 def _index(positions: np.ndarray, device) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """`sieve` (NSDI'24): one FIFO with a visited bit and a hand that moves from
 the oldest row towards the newest, clearing visited bits and evicting the
 first unvisited row."""
+
 from __future__ import annotations
 
 import numba
@@ -67,5 +68,17 @@ class SievePolicy(QueuePolicy):
         self._visited = np.zeros(self.capacity, np.uint8)
 
     def _kernel(self, ids, warm, hit, slot, gone):
-        _sieve_access(ids, self.slot_of, self.id_of, self._prev, self._nxt, self._visited, self._stamp,
-                      self._ends, self._state, hit, slot, gone)
+        _sieve_access(
+            ids,
+            self.slot_of,
+            self.id_of,
+            self._prev,
+            self._nxt,
+            self._visited,
+            self._stamp,
+            self._ends,
+            self._state,
+            hit,
+            slot,
+            gone,
+        )

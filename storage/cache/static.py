@@ -3,6 +3,7 @@
 With out-degree as the score it is PaGraph's cache; with hotness counted by
 pre-sampling (hotness.presample_hotness) it is GNNLab's.
 """
+
 from __future__ import annotations
 
 from gnnsys.errors import ConfigError

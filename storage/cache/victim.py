@@ -8,6 +8,7 @@ buffer instead of the tier below (an SSD read). The buffer holds at most
 `capacity` rows in host memory allocated once (pinned when CUDA is present,
 so copies to a GPU can run asynchronously) and keeps the rows needed soonest.
 """
+
 from __future__ import annotations
 
 import threading
@@ -74,8 +75,10 @@ class VictimBuffer(FeatureSource):
         ids = torch.as_tensor(ids).cpu().numpy().astype(np.int64, copy=False).ravel()
         next_use = torch.as_tensor(next_use).cpu().numpy().astype(np.int64, copy=False).ravel()
         if rows.shape != (ids.shape[0], self.shape[1]) or next_use.shape != ids.shape:
-            raise ValueError(f"offer: {ids.shape[0]} ids need rows of shape {(ids.shape[0], self.shape[1])} and "
-                             f"as many next uses, got {tuple(rows.shape)} and {next_use.shape[0]}")
+            raise ValueError(
+                f"offer: {ids.shape[0]} ids need rows of shape {(ids.shape[0], self.shape[1])} and "
+                f"as many next uses, got {tuple(rows.shape)} and {next_use.shape[0]}"
+            )
         check_ids(torch.from_numpy(ids), self.shape[0])
         if next_use.size and next_use.min() < 1:
             raise ValueError("offer: next_use must be >= 1 (batches from now)")
@@ -92,8 +95,9 @@ class VictimBuffer(FeatureSource):
             self._due[held[held >= 0]] = due[held >= 0]
             new = np.flatnonzero(held < 0)
             slot_keys = np.where(self._due > self._clock, self._due - self._clock, np.inf)
-            slots, _, _ = replace_by_key(self._slot_of, self._id_of, ids[new], next_use[new].astype(np.float64),
-                                         slot_keys)
+            slots, _, _ = replace_by_key(
+                self._slot_of, self._id_of, ids[new], next_use[new].astype(np.float64), slot_keys
+            )
             kept = slots >= 0
             self._due[slots[kept]] = due[new[kept]]
             self._rows[torch.from_numpy(slots[kept])] = rows[torch.from_numpy(first[new[kept]]).to(rows.device)].cpu()
@@ -125,8 +129,7 @@ class VictimBuffer(FeatureSource):
 
     def host_bytes(self) -> dict:
         """{"rows", "index"}: bytes of the held rows and of the id/slot/due arrays."""
-        return {"rows": self._rows.nbytes,
-                "index": self._slot_of.nbytes + self._id_of.nbytes + self._due.nbytes}
+        return {"rows": self._rows.nbytes, "index": self._slot_of.nbytes + self._id_of.nbytes + self._due.nbytes}
 
     def held(self) -> np.ndarray:
         """The sorted ids the buffer holds now."""
@@ -137,8 +140,14 @@ class VictimBuffer(FeatureSource):
         """{"hits", "misses", "requested", "hit_rate", "offered", "kept"} since the last reset_stats."""
         with self._lock:
             looked = self._hits + self._misses
-            return {"hits": self._hits, "misses": self._misses, "requested": self._requested,
-                    "hit_rate": self._hits / looked if looked else 0.0, "offered": self._offered, "kept": self._kept}
+            return {
+                "hits": self._hits,
+                "misses": self._misses,
+                "requested": self._requested,
+                "hit_rate": self._hits / looked if looked else 0.0,
+                "offered": self._offered,
+                "kept": self._kept,
+            }
 
     def reset_stats(self) -> None:
         """Zero the counters."""

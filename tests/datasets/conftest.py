@@ -1,5 +1,6 @@
 """Helpers for the reader tests: small graphs, writers of each input format in
 its original layout, a CLI runner, and the round-trip and failure checks."""
+
 import gzip
 import shutil
 from pathlib import Path
@@ -20,9 +21,15 @@ def graph_arrays(n=40, e=160, dim=6, classes=4, seed=0, unlabelled=0):
     y[rng.choice(n, unlabelled, replace=False)] = -1
     labelled = rng.permutation(np.flatnonzero(y >= 0))
     a, b = len(labelled) // 2, len(labelled) * 3 // 4
-    return {"src": rng.integers(0, n, e), "dst": rng.integers(0, n, e),
-            "x": (rng.integers(-1000, 1000, (n, dim)) / 64).astype(np.float32), "y": y,
-            "train": np.sort(labelled[:a]), "valid": np.sort(labelled[a:b]), "test": np.sort(labelled[b:])}
+    return {
+        "src": rng.integers(0, n, e),
+        "dst": rng.integers(0, n, e),
+        "x": (rng.integers(-1000, 1000, (n, dim)) / 64).astype(np.float32),
+        "y": y,
+        "train": np.sort(labelled[:a]),
+        "valid": np.sort(labelled[a:b]),
+        "test": np.sort(labelled[b:]),
+    }
 
 
 def write_gz(path, rows, fmt="%d"):
@@ -49,9 +56,14 @@ def write_ogb(root, a, layout="csv", splits=("time",)):
         write_gz(raw / "num-node-list.csv.gz", [n])
         write_gz(raw / "num-edge-list.csv.gz", [e])
     else:
-        np.savez_compressed(raw / "data.npz", edge_index=np.stack([a["src"], a["dst"]]), node_feat=a["x"],
-                            node_year=np.zeros((n, 1), np.int64), num_nodes_list=np.array([n]),
-                            num_edges_list=np.array([e]))
+        np.savez_compressed(
+            raw / "data.npz",
+            edge_index=np.stack([a["src"], a["dst"]]),
+            node_feat=a["x"],
+            node_year=np.zeros((n, 1), np.int64),
+            num_nodes_list=np.array([n]),
+            num_edges_list=np.array([e]),
+        )
         labels = np.where(a["y"] >= 0, a["y"], np.nan).reshape(-1, 1)
         np.savez_compressed(raw / "node-label.npz", node_label=labels)
     for name in splits:
@@ -69,11 +81,18 @@ def write_heterophilous(path, a, num_splits=2):
         perm = a["train"], a["valid"], a["test"]
         if i:
             p = rng.permutation(n)
-            perm = p[: n // 2], p[n // 2: 3 * n // 4], p[3 * n // 4:]
+            perm = p[: n // 2], p[n // 2 : 3 * n // 4], p[3 * n // 4 :]
         for k, ids in zip(masks, perm):
             masks[k][i, ids] = True
-    np.savez_compressed(path, node_features=a["x"], node_labels=a["y"], edges=np.stack([a["src"], a["dst"]], 1),
-                        train_masks=masks["train"], val_masks=masks["valid"], test_masks=masks["test"])
+    np.savez_compressed(
+        path,
+        node_features=a["x"],
+        node_labels=a["y"],
+        edges=np.stack([a["src"], a["dst"]], 1),
+        train_masks=masks["train"],
+        val_masks=masks["valid"],
+        test_masks=masks["test"],
+    )
     return path
 
 
@@ -94,8 +113,13 @@ def write_gnn_benchmark(path, a, attrs="csr", objects_to=None):
     n = len(a["y"])
     order = np.lexsort((a["dst"], a["src"]))
     indptr = np.concatenate([[0], np.cumsum(np.bincount(a["src"], minlength=n))])
-    arrays = {"adj_data": np.ones(len(order), np.float32), "adj_indices": a["dst"][order], "adj_indptr": indptr,
-              "adj_shape": np.array([n, n]), "labels": a["y"]}
+    arrays = {
+        "adj_data": np.ones(len(order), np.float32),
+        "adj_indices": a["dst"][order],
+        "adj_indptr": indptr,
+        "adj_shape": np.array([n, n]),
+        "labels": a["y"],
+    }
     if attrs == "csr":
         x = sp.csr_matrix(a["x"])
         arrays.update(attr_data=x.data, attr_indices=x.indices, attr_indptr=x.indptr, attr_shape=np.array(x.shape))

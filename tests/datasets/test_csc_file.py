@@ -1,6 +1,7 @@
 """The out-of-core CSC build and the writer's limits: bucketed spills give the
 same files as one pass in memory; memory, disk and write failures are one line
 and leave nothing behind."""
+
 import errno
 import json
 import os
@@ -11,9 +12,16 @@ import pytest
 import torch
 
 import gnnsys
-
-from gnnsys.datasets import DatasetError, PrepareOptions, load_dataset, write_dataset
-from gnnsys.datasets import csc, csc_file, output_file, writer
+from gnnsys.datasets import (
+    DatasetError,
+    PrepareOptions,
+    csc,
+    csc_file,
+    load_dataset,
+    output_file,
+    write_dataset,
+    writer,
+)
 from gnnsys.datasets.atomic import sha256_file
 from gnnsys.datasets.inspect import verify
 from tests.conftest import random_source
@@ -75,8 +83,11 @@ def test_bucket_plan_covers_every_node_within_the_budget():
 
 
 def test_mem_limit_below_what_the_process_holds_is_one_line(tmp_path):
-    with pytest.raises(DatasetError, match=r"^--mem-limit: 0\.00 GB is too small: the process already holds "
-                                           r"\d+\.\d\d GB \(the input's arrays"):
+    with pytest.raises(
+        DatasetError,
+        match=r"^--mem-limit: 0\.00 GB is too small: the process already holds "
+        r"\d+\.\d\d GB \(the input's arrays",
+    ):
         _write(tmp_path, "ds", mem_limit=0.001)
     assert list(tmp_path.iterdir()) == []
 
@@ -103,8 +114,11 @@ Usage = namedtuple("Usage", "total used free")
 
 def test_too_little_disk_is_refused_before_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(writer.shutil, "disk_usage", lambda p: Usage(10**6, 10**6 - 4096, 4096))
-    with pytest.raises(DatasetError, match=r"ds: needs 0\.\d+ GB of free space while it is written .* and 0\.00 GB "
-                                           r"are free"):
+    with pytest.raises(
+        DatasetError,
+        match=r"ds: needs 0\.\d+ GB of free space while it is written .* and 0\.00 GB "
+        r"are free",
+    ):
         _write(tmp_path, "ds")
     assert list(tmp_path.iterdir()) == []
 
@@ -130,8 +144,11 @@ def test_reservation_refused_is_one_line(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(output_file.os, "posix_fallocate", fallocate)
-    with pytest.raises(DatasetError, match=r"indices.npy: cannot reserve 0\.00 GB: No space left on device "
-                                           r"\(ENOSPC\), \d+\.\d\d GB free$"):
+    with pytest.raises(
+        DatasetError,
+        match=r"indices.npy: cannot reserve 0\.00 GB: No space left on device "
+        r"\(ENOSPC\), \d+\.\d\d GB free$",
+    ):
         _write(tmp_path, "ds")
     assert list(tmp_path.iterdir()) == []
 
@@ -143,7 +160,8 @@ def test_ogb_raw_layouts_build_in_buckets(tmp_path, capsys, monkeypatch, no_over
     plans = []
     plan = csc_file.plan_buckets
     monkeypatch.setattr(csc_file, "plan_buckets", lambda *args: plans.append(plan(*args)) or plans[-1])
-    status, stdout, _ = run_cli(capsys, "prepare", "ogb", root, "--out", tmp_path / "out", "--mem-limit", "5e-7",
-                                "--no-progress")
+    status, stdout, _ = run_cli(
+        capsys, "prepare", "ogb", root, "--out", tmp_path / "out", "--mem-limit", "5e-7", "--no-progress"
+    )
     assert status == 0 and len(plans[0]) > 1
     check_round_trip(tmp_path / "out", a)

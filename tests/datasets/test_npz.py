@@ -8,8 +8,15 @@ from gnnsys.datasets import load_dataset, npy
 from gnnsys.datasets.npy import NpyArray
 from gnnsys.datasets.random_split import split_randomly
 from gnnsys.errors import DatasetError
-from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
-                                     run_cli, write_gnn_benchmark, write_heterophilous)
+from tests.datasets.conftest import (
+    assert_fails,
+    check_round_trip,
+    check_verify_catches_corruption,
+    graph_arrays,
+    run_cli,
+    write_gnn_benchmark,
+    write_heterophilous,
+)
 
 
 @pytest.mark.parametrize("reorder", ["none", "degree"])
@@ -37,8 +44,11 @@ def test_split_index_and_one_dimensional_masks(tmp_path, capsys):
     np.savez(tmp_path / "one.npz", **single)
     assert run_cli(capsys, "prepare", "npz", tmp_path / "one.npz", "-o", tmp_path / "s1", "--no-progress")[0] == 0
     assert np.array_equal(load_dataset(tmp_path / "s1").split("test").numpy(), np.flatnonzero(single["test_masks"]))
-    assert_fails(run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "bad", "--split-index", "3"),
-                 "--split-index: 3 out of range", "holds 3 splits")
+    assert_fails(
+        run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "bad", "--split-index", "3"),
+        "--split-index: 3 out of range",
+        "holds 3 splits",
+    )
 
 
 @pytest.mark.parametrize("shape", ["rows", "columns"])
@@ -72,16 +82,19 @@ def test_members_are_read_in_slices(tmp_path, monkeypatch):
     assert peak < 1 << 20, peak  # a few 64 KiB slices, not the 8 MB array
 
 
-@pytest.mark.parametrize("case,words", [
-    ("missing key", ["g.npz[val_masks]", "no array 'val_masks'"]),
-    ("not a zip", ["g.npz", "not a valid npz/zip archive"]),
-    ("truncated", ["g.npz", "not a valid npz/zip archive"]),
-    ("edge out of range", ["g.npz[edges]: row 7: node id 40 out of range"]),
-    ("nan feature", ["g.npz[node_features]: row 2: NaN or inf"]),
-    ("mask shape", ["g.npz[test_masks]", "mask shape (39,), expected [40]"]),
-    ("object array", ["g.npz[node_labels]", "holds Python objects"]),
-    ("fortran features", ["g.npz[node_features]", "Fortran order"]),
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("missing key", ["g.npz[val_masks]", "no array 'val_masks'"]),
+        ("not a zip", ["g.npz", "not a valid npz/zip archive"]),
+        ("truncated", ["g.npz", "not a valid npz/zip archive"]),
+        ("edge out of range", ["g.npz[edges]: row 7: node id 40 out of range"]),
+        ("nan feature", ["g.npz[node_features]: row 2: NaN or inf"]),
+        ("mask shape", ["g.npz[test_masks]", "mask shape (39,), expected [40]"]),
+        ("object array", ["g.npz[node_labels]", "holds Python objects"]),
+        ("fortran features", ["g.npz[node_features]", "Fortran order"]),
+    ],
+)
 def test_bad_npz(tmp_path, capsys, case, words):
     a = graph_arrays()
     path = write_heterophilous(tmp_path / "g.npz", a)
@@ -104,8 +117,9 @@ def test_bad_npz(tmp_path, capsys, case, words):
         path.write_bytes(path.read_bytes()[:500])
     else:
         np.savez(path, **data, allow_pickle=True) if case == "object array" else np.savez(path, **data)
-    assert_fails(run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "out"), *words,
-                 folder=tmp_path, allowed=["g.npz"])
+    assert_fails(
+        run_cli(capsys, "prepare", "npz", path, "-o", tmp_path / "out"), *words, folder=tmp_path, allowed=["g.npz"]
+    )
 
 
 def test_truncated_member_data(tmp_path):
@@ -123,15 +137,18 @@ def test_gnn_benchmark_layout(tmp_path, capsys, small_chunks, attrs):
     marker = tmp_path / "unpickled"
     path = write_gnn_benchmark(tmp_path / "amazon.npz", a, attrs, objects_to=marker)
     out = tmp_path / "out"
-    status, _, err = run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.25,0.25", "--seed", "4",
-                             "-o", out, "--no-progress")
+    status, _, err = run_cli(
+        capsys, "prepare", "npz", path, "--random-split", "0.5,0.25,0.25", "--seed", "4", "-o", out, "--no-progress"
+    )
     assert status == 0, err
     assert not marker.exists()
     expected = {**a, **split_randomly(a["y"], "0.5,0.25,0.25", 4)}
     if attrs == "none":
         expected["x"] = np.eye(40, dtype=np.float32)
-        assert err.strip() == "gnnsys prepare: note: amazon.npz holds no attribute arrays: features are one-hot " \
-                              "node ids (40 x 40)"
+        assert (
+            err.strip() == "gnnsys prepare: note: amazon.npz holds no attribute arrays: features are one-hot "
+            "node ids (40 x 40)"
+        )
     ds = check_round_trip(out, expected)
     assert ds.name == "amazon" and ds.meta["source"]["layout"] == "gnn-benchmark"
     assert ds.meta["source"]["random_split"] == [0.5, 0.25, 0.25] and ds.meta["source"]["seed"] == 4
@@ -145,20 +162,39 @@ def test_gnn_benchmark_layout_matches_pyg(tmp_path, capsys):
     a["x"] = (np.random.default_rng(2).random((40, 6)) < 0.3).astype(np.float32)  # PyG sets non-zeros to 1
     path = write_gnn_benchmark(tmp_path / "g.npz", a)
     out = tmp_path / "out"
-    assert run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "--to-undirected",
-                   "--self-loops", "drop", "--dedup", "-o", out, "--no-progress")[0] == 0
+    assert (
+        run_cli(
+            capsys,
+            "prepare",
+            "npz",
+            path,
+            "--random-split",
+            "0.5,0.2,0.2",
+            "--to-undirected",
+            "--self-loops",
+            "drop",
+            "--dedup",
+            "-o",
+            out,
+            "--no-progress",
+        )[0]
+        == 0
+    )
     ds, ref = load_dataset(out), pyg_read_npz(str(path))
     assert torch.equal(ds.features[torch.arange(40)], ref.x) and torch.equal(ds.labels, ref.y)
     assert sorted(map(tuple, ds.edge_index().T.tolist())) == sorted(map(tuple, ref.edge_index.T.tolist()))
 
 
-@pytest.mark.parametrize("case,words", [
-    ("attr index out of range", ["g.npz[attr_indices]", "not a valid CSR matrix"]),
-    ("adj indptr falls", ["g.npz[adj_indptr]", "must rise from 0 to the 160 entries of adj_indices"]),
-    ("adj not square", ["g.npz[adj_shape]", "holds [40, 41], expected a square adjacency matrix"]),
-    ("edge out of range", ["g.npz[adj_indices]: row 0: node id 40 out of range [0, 40)"]),
-    ("labels missing", ["g.npz[labels]", "no array 'labels'"]),
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("attr index out of range", ["g.npz[attr_indices]", "not a valid CSR matrix"]),
+        ("adj indptr falls", ["g.npz[adj_indptr]", "must rise from 0 to the 160 entries of adj_indices"]),
+        ("adj not square", ["g.npz[adj_shape]", "holds [40, 41], expected a square adjacency matrix"]),
+        ("edge out of range", ["g.npz[adj_indices]: row 0: node id 40 out of range [0, 40)"]),
+        ("labels missing", ["g.npz[labels]", "no array 'labels'"]),
+    ],
+)
 def test_bad_gnn_benchmark_layout(tmp_path, capsys, case, words):
     path = write_gnn_benchmark(tmp_path / "g.npz", graph_arrays())
     data = dict(np.load(path))
@@ -173,8 +209,12 @@ def test_bad_gnn_benchmark_layout(tmp_path, capsys, case, words):
     else:
         del data["labels"]
     np.savez(path, **data)
-    assert_fails(run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "-o", tmp_path / "out"),
-                 *words, folder=tmp_path, allowed=["g.npz"])
+    assert_fails(
+        run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "-o", tmp_path / "out"),
+        *words,
+        folder=tmp_path,
+        allowed=["g.npz"],
+    )
 
 
 def test_edge_weights_are_dropped_with_a_note(tmp_path, capsys):
@@ -182,6 +222,7 @@ def test_edge_weights_are_dropped_with_a_note(tmp_path, capsys):
     arrays = dict(np.load(path))
     arrays["adj_data"] = np.full_like(arrays["adj_data"], 2.0)
     np.savez(path, **arrays)
-    status, _, err = run_cli(capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "--out", tmp_path / "o",
-                             "--no-progress")
+    status, _, err = run_cli(
+        capsys, "prepare", "npz", path, "--random-split", "0.5,0.2,0.2", "--out", tmp_path / "o", "--no-progress"
+    )
     assert status == 0 and "adj_data holds values other than 1 (edge weights)" in err and err.count("\n") == 1

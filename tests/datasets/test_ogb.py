@@ -2,10 +2,17 @@ import numpy as np
 import pytest
 
 from gnnsys.datasets import load_dataset
-from gnnsys.errors import DatasetError
 from gnnsys.datasets.ogb import read_ogb
-from tests.datasets.conftest import (assert_fails, check_round_trip, check_verify_catches_corruption, graph_arrays,
-                                     run_cli, write_gz, write_ogb)
+from gnnsys.errors import DatasetError
+from tests.datasets.conftest import (
+    assert_fails,
+    check_round_trip,
+    check_verify_catches_corruption,
+    graph_arrays,
+    run_cli,
+    write_gz,
+    write_ogb,
+)
 
 
 @pytest.mark.parametrize("layout", ["csv", "npz"])
@@ -24,8 +31,15 @@ def test_round_trip(tmp_path, capsys, small_chunks, layout, reorder):
 
 
 @pytest.mark.parametrize("layout", ["csv", "npz"])
-@pytest.mark.parametrize("folder,flag,inverse", [("ogbn_products", "auto", True), ("ogbn_arxiv", "auto", False),
-                                                 ("ogbn_products", "no", False), ("ogbn_arxiv", "yes", True)])
+@pytest.mark.parametrize(
+    "folder,flag,inverse",
+    [
+        ("ogbn_products", "auto", True),
+        ("ogbn_arxiv", "auto", False),
+        ("ogbn_products", "no", False),
+        ("ogbn_arxiv", "yes", True),
+    ],
+)
 def test_inverse_edges(tmp_path, capsys, layout, folder, flag, inverse):
     a = graph_arrays()
     root = write_ogb(tmp_path / folder, a, layout, splits=("sales_ranking",))
@@ -40,11 +54,19 @@ def test_inverse_edges(tmp_path, capsys, layout, folder, flag, inverse):
 def test_split_choice(tmp_path, capsys):
     a = graph_arrays()
     root = write_ogb(tmp_path / "ogbn_arxiv", a, splits=("time", "random"))
-    line = assert_fails(run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"), "several splits",
-                        folder=tmp_path, allowed=["ogbn_arxiv"])
+    line = assert_fails(
+        run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
+        "several splits",
+        folder=tmp_path,
+        allowed=["ogbn_arxiv"],
+    )
     assert "--split" in line
-    assert_fails(run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out", "--split", "nope"),
-                 "--split", "no split 'nope'", "random, time")
+    assert_fails(
+        run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out", "--split", "nope"),
+        "--split",
+        "no split 'nope'",
+        "random, time",
+    )
     assert run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out", "--split", "random", "--no-progress")[0] == 0
     assert load_dataset(tmp_path / "out").meta["source"]["split"] == "random"
 
@@ -64,27 +86,40 @@ def test_npz_count_disagrees(tmp_path, capsys):
     data = dict(np.load(root / "raw" / "data.npz"))
     data["num_nodes_list"] = np.array([41])
     np.savez_compressed(root / "raw" / "data.npz", **data)
-    assert_fails(run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
-                 "data.npz[node_feat]", "num_nodes_list", "41 nodes", folder=tmp_path, allowed=["ogbn_papers100M"])
+    assert_fails(
+        run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
+        "data.npz[node_feat]",
+        "num_nodes_list",
+        "41 nodes",
+        folder=tmp_path,
+        allowed=["ogbn_papers100M"],
+    )
     data["num_nodes_list"], data["num_edges_list"] = np.array([40]), np.array([161])
     np.savez_compressed(root / "raw" / "data.npz", **data)
-    assert_fails(run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
-                 "data.npz[num_edges_list]", "says 161 edges", "holds 160", folder=tmp_path, allowed=["ogbn_papers100M"])
+    assert_fails(
+        run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
+        "data.npz[num_edges_list]",
+        "says 161 edges",
+        "holds 160",
+        folder=tmp_path,
+        allowed=["ogbn_papers100M"],
+    )
 
 
 def test_npz_label_not_integer(tmp_path, capsys):
     root = write_ogb(tmp_path / "ogbn_papers100M", graph_arrays(), "npz")
     labels = np.full((40, 1), 1.5)
     np.savez_compressed(root / "raw" / "node-label.npz", node_label=labels)
-    assert_fails(run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
-                 "node-label.npz[node_label]: row 0: label 1.5 is not an integer")
+    assert_fails(
+        run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"),
+        "node-label.npz[node_label]: row 0: label 1.5 is not an integer",
+    )
 
 
 def test_not_an_ogb_directory(tmp_path, capsys):
     assert_fails(run_cli(capsys, "prepare", "ogb", tmp_path, "-o", tmp_path / "out"), "no raw/ folder")
     (tmp_path / "raw").mkdir()
-    assert_fails(run_cli(capsys, "prepare", "ogb", tmp_path, "-o", tmp_path / "out"),
-                 "neither edge.csv.gz", "data.npz")
+    assert_fails(run_cli(capsys, "prepare", "ogb", tmp_path, "-o", tmp_path / "out"), "neither edge.csv.gz", "data.npz")
 
 
 def test_real_formatting_of_counts(tmp_path):

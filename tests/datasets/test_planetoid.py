@@ -39,7 +39,16 @@ def write_citeseer_like(folder, num_allx=520, seed=0):
     allx, ally = feats(num_allx), onehot(num_allx)
     parts = {"x": allx[:10], "y": ally[:10], "allx": allx, "ally": ally, "tx": feats(10), "ty": onehot(10)}
     graph = defaultdict(list)
-    for s, d in [(0, 1), (1, 2), (2, test[0]), (test[1], test[2]), (num_allx + 4, 3), (5, num_allx + 9), (0, 1), (7, 7)]:
+    for s, d in [
+        (0, 1),
+        (1, 2),
+        (2, test[0]),
+        (test[1], test[2]),
+        (num_allx + 4, 3),
+        (5, num_allx + 9),
+        (0, 1),
+        (7, 7),
+    ]:
         graph[int(s)].append(int(d))
         graph[int(d)].append(int(s))
     for name, obj in {**parts, "graph": graph}.items():
@@ -73,8 +82,12 @@ def test_duplicate_edges_are_removed_unless_raw_edges(raw_edges, count):
 def test_missing_test_rows_like_citeseer(tmp_path, capsys):
     parts, test, graph = write_citeseer_like(tmp_path / "raw")
     out = tmp_path / "out"
-    assert run_cli(capsys, "prepare", "planetoid", "--name", "citeseer", "--root", tmp_path / "raw", "-o", out,
-                   "--no-progress")[0] == 0
+    assert (
+        run_cli(
+            capsys, "prepare", "planetoid", "--name", "citeseer", "--root", tmp_path / "raw", "-o", out, "--no-progress"
+        )[0]
+        == 0
+    )
     ds = load_dataset(out)
     n, gaps = 532, [524, 529]
     assert ds.num_nodes == n and ds.num_classes == 3 and ds.num_edges == 12
@@ -86,8 +99,22 @@ def test_missing_test_rows_like_citeseer(tmp_path, capsys):
     ref = _pyg(tmp_path / "raw", "citeseer")
     assert torch.equal(ds.features[torch.arange(n)], ref.x)
     assert sorted(map(tuple, ds.edge_index().T.tolist())) == sorted(map(tuple, ref.edge_index.T.tolist()))
-    assert run_cli(capsys, "prepare", "planetoid", "--name", "citeseer", "--root", tmp_path / "raw", "-o",
-                   tmp_path / "raw-edges", "--raw-edges", "--no-progress")[0] == 0
+    assert (
+        run_cli(
+            capsys,
+            "prepare",
+            "planetoid",
+            "--name",
+            "citeseer",
+            "--root",
+            tmp_path / "raw",
+            "-o",
+            tmp_path / "raw-edges",
+            "--raw-edges",
+            "--no-progress",
+        )[0]
+        == 0
+    )
     assert load_dataset(tmp_path / "raw-edges").num_edges == 16  # (0, 1) twice each way, (7, 7) twice
     assert np.array_equal(np.delete(y, gaps), np.delete(ref.y.numpy(), gaps))  # PyG labels the gaps 0
     assert ds.split("train").tolist() == list(range(10)) and ds.split("test").tolist() == sorted(test)
@@ -97,17 +124,25 @@ def test_missing_test_rows_like_citeseer(tmp_path, capsys):
 def test_too_few_nodes_for_the_validation_split(tmp_path, capsys):
     # Planetoid validates on the 500 nodes after the training rows; past the end is an error.
     write_citeseer_like(tmp_path / "raw", num_allx=300)
-    assert_fails(run_cli(capsys, "prepare", "planetoid", "--name", "citeseer", "--root", tmp_path / "raw",
-                         "-o", tmp_path / "out"), "ind.citeseer.ally", "node id 312 out of range [0, 312)")
+    assert_fails(
+        run_cli(
+            capsys, "prepare", "planetoid", "--name", "citeseer", "--root", tmp_path / "raw", "-o", tmp_path / "out"
+        ),
+        "ind.citeseer.ally",
+        "node id 312 out of range [0, 312)",
+    )
 
 
-@pytest.mark.parametrize("case,words", [
-    ("missing", ["ind.cora.tx", "file not found"]),
-    ("truncated", ["ind.cora.allx", "not a readable Planetoid pickle"]),
-    ("malicious", ["ind.cora.graph", "refusing to load", "system"]),
-    ("bad test id", ["ind.cora.test.index: row 3: expected one node id, got 'x'"]),
-    ("label rows", ["ind.cora.ty", "999 label rows for the 1000 rows of ind.cora.tx"]),
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("missing", ["ind.cora.tx", "file not found"]),
+        ("truncated", ["ind.cora.allx", "not a readable Planetoid pickle"]),
+        ("malicious", ["ind.cora.graph", "refusing to load", "system"]),
+        ("bad test id", ["ind.cora.test.index: row 3: expected one node id, got 'x'"]),
+        ("label rows", ["ind.cora.ty", "999 label rows for the 1000 rows of ind.cora.tx"]),
+    ],
+)
 def test_bad_files(tmp_path, capsys, case, words):
     raw = tmp_path / "raw"
     shutil.copytree(EMBEDDED, raw)
@@ -117,9 +152,11 @@ def test_bad_files(tmp_path, capsys, case, words):
         data = (raw / "ind.cora.allx").read_bytes()
         (raw / "ind.cora.allx").write_bytes(data[: len(data) // 3])
     elif case == "malicious":
+
         class Evil:
             def __reduce__(self):
                 return os.system, ("echo pwned",)
+
         _dump(raw / "ind.cora.graph", Evil())
     elif case == "bad test id":
         lines = (raw / "ind.cora.test.index").read_text().splitlines()
@@ -135,5 +172,8 @@ def test_bad_files(tmp_path, capsys, case, words):
 
 
 def test_only_cora_is_embedded(tmp_path, capsys):
-    assert_fails(run_cli(capsys, "prepare", "planetoid", "--name", "pubmed", "-o", tmp_path / "out"),
-                 "--root", "only cora is embedded")
+    assert_fails(
+        run_cli(capsys, "prepare", "planetoid", "--name", "pubmed", "-o", tmp_path / "out"),
+        "--root",
+        "only cora is embedded",
+    )

@@ -1,5 +1,6 @@
 """Bad input to `gnnsys prepare` (one line, status 2, nothing left behind),
 output-directory safety, and the prepare_* Python API."""
+
 import gzip
 import os
 import subprocess
@@ -10,9 +11,9 @@ import pytest
 
 from gnnsys.cli import main
 from gnnsys.datasets import load_dataset, writer
-from gnnsys.datasets.writer import tool_version
 from gnnsys.datasets.inspect import verify
 from gnnsys.datasets.prepare import prepare_arrays, prepare_ogb, prepare_planetoid
+from gnnsys.datasets.writer import tool_version
 from tests.datasets.conftest import assert_fails, graph_arrays, run_cli, write_gz, write_ogb
 
 
@@ -32,39 +33,74 @@ BAD = {
     "missing file": (lambda r: (r / "raw/node-feat.csv.gz").unlink(), ["node-feat.csv.gz", "file not found"]),
     "truncated gzip": (lambda r: _truncate(r / "raw/edge.csv.gz"), ["edge.csv.gz", "truncated"]),
     "not gzip": (lambda r: (r / "raw/edge.csv.gz").write_text("0,1\n"), ["edge.csv.gz", "not a valid gzip file"]),
-    "extra column": (lambda r: _set_line(r / "raw/edge.csv.gz", 7, "1,2,3"), ["edge.csv.gz: row 7: 3 fields, expected 2"]),
-    "missing column": (lambda r: _set_line(r / "raw/edge.csv.gz", 9, "4"),
-                       ["edge.csv.gz: row 9: empty or missing field in column 2"]),
-    "feature columns": (lambda r: _set_line(r / "raw/node-feat.csv.gz", 3, "1,2"),
-                        ["node-feat.csv.gz: row 3: empty or missing field in column 3"]),
-    "non-numeric": (lambda r: _set_line(r / "raw/edge.csv.gz", 12, "3,abc"),
-                    ["edge.csv.gz: row 12: non-numeric field 'abc' in column 2"]),
-    "non-integer id": (lambda r: _set_line(r / "raw/edge.csv.gz", 2, "3,1.5"),
-                       ["edge.csv.gz: row 2: column 2 holds 1.5, expected an integer"]),
-    "negative id": (lambda r: _set_line(r / "raw/edge.csv.gz", 5, "-1,2"),
-                    ["edge.csv.gz: row 5: node id -1 out of range [0, 40)"]),
-    "id out of range": (lambda r: _set_line(r / "raw/edge.csv.gz", 150, "3,40"),
-                        ["edge.csv.gz: row 150: node id 40 out of range [0, 40)"]),
-    "nan feature": (lambda r: _set_line(r / "raw/node-feat.csv.gz", 33, "1,2,nan,4,5,6"),
-                    ["node-feat.csv.gz: row 33: NaN or inf", "--nan-to-zero"]),
-    "inf feature": (lambda r: _set_line(r / "raw/node-feat.csv.gz", 0, "1,2,inf,4,5,6"),
-                    ["node-feat.csv.gz: row 0: NaN or inf"]),
-    "label out of range": (lambda r: _set_line(r / "raw/node-label.csv.gz", 4, "-7"),
-                           ["node-label.csv.gz: row 4: label -7 out of range"]),
-    "non-numeric label": (lambda r: _set_line(r / "raw/node-label.csv.gz", 6, "cs.AI"),
-                          ["node-label.csv.gz: row 6: non-numeric field 'cs.AI'"]),
-    "overlapping splits": (lambda r: write_gz(r / "split/time/test.csv.gz", [0, 1, 2, 3]),
-                           ["test.csv.gz", "overlaps split"]),
-    "empty split": (lambda r: (r / "split/time/valid.csv.gz").write_bytes(gzip.compress(b"")),
-                    ["valid.csv.gz: empty file"]),
-    "split id out of range": (lambda r: write_gz(r / "split/time/valid.csv.gz", [39, 40]),
-                              ["valid.csv.gz: row 1: node id 40 out of range"]),
-    "node count disagrees": (lambda r: write_gz(r / "raw/num-node-list.csv.gz", [41]),
-                             ["node-label.csv.gz: 40 rows, but num-node-list.csv.gz says 41 nodes"]),
-    "edge count disagrees": (lambda r: write_gz(r / "raw/num-edge-list.csv.gz", [170]),
-                             ["num-edge-list.csv.gz: says 170 edges", "edge.csv.gz holds 160"]),
-    "fewer feature rows": (lambda r: write_gz(r / "raw/node-feat.csv.gz", np.ones((39, 6))),
-                           ["node-feat.csv.gz: 39 feature rows for 40 nodes"]),
+    "extra column": (
+        lambda r: _set_line(r / "raw/edge.csv.gz", 7, "1,2,3"),
+        ["edge.csv.gz: row 7: 3 fields, expected 2"],
+    ),
+    "missing column": (
+        lambda r: _set_line(r / "raw/edge.csv.gz", 9, "4"),
+        ["edge.csv.gz: row 9: empty or missing field in column 2"],
+    ),
+    "feature columns": (
+        lambda r: _set_line(r / "raw/node-feat.csv.gz", 3, "1,2"),
+        ["node-feat.csv.gz: row 3: empty or missing field in column 3"],
+    ),
+    "non-numeric": (
+        lambda r: _set_line(r / "raw/edge.csv.gz", 12, "3,abc"),
+        ["edge.csv.gz: row 12: non-numeric field 'abc' in column 2"],
+    ),
+    "non-integer id": (
+        lambda r: _set_line(r / "raw/edge.csv.gz", 2, "3,1.5"),
+        ["edge.csv.gz: row 2: column 2 holds 1.5, expected an integer"],
+    ),
+    "negative id": (
+        lambda r: _set_line(r / "raw/edge.csv.gz", 5, "-1,2"),
+        ["edge.csv.gz: row 5: node id -1 out of range [0, 40)"],
+    ),
+    "id out of range": (
+        lambda r: _set_line(r / "raw/edge.csv.gz", 150, "3,40"),
+        ["edge.csv.gz: row 150: node id 40 out of range [0, 40)"],
+    ),
+    "nan feature": (
+        lambda r: _set_line(r / "raw/node-feat.csv.gz", 33, "1,2,nan,4,5,6"),
+        ["node-feat.csv.gz: row 33: NaN or inf", "--nan-to-zero"],
+    ),
+    "inf feature": (
+        lambda r: _set_line(r / "raw/node-feat.csv.gz", 0, "1,2,inf,4,5,6"),
+        ["node-feat.csv.gz: row 0: NaN or inf"],
+    ),
+    "label out of range": (
+        lambda r: _set_line(r / "raw/node-label.csv.gz", 4, "-7"),
+        ["node-label.csv.gz: row 4: label -7 out of range"],
+    ),
+    "non-numeric label": (
+        lambda r: _set_line(r / "raw/node-label.csv.gz", 6, "cs.AI"),
+        ["node-label.csv.gz: row 6: non-numeric field 'cs.AI'"],
+    ),
+    "overlapping splits": (
+        lambda r: write_gz(r / "split/time/test.csv.gz", [0, 1, 2, 3]),
+        ["test.csv.gz", "overlaps split"],
+    ),
+    "empty split": (
+        lambda r: (r / "split/time/valid.csv.gz").write_bytes(gzip.compress(b"")),
+        ["valid.csv.gz: empty file"],
+    ),
+    "split id out of range": (
+        lambda r: write_gz(r / "split/time/valid.csv.gz", [39, 40]),
+        ["valid.csv.gz: row 1: node id 40 out of range"],
+    ),
+    "node count disagrees": (
+        lambda r: write_gz(r / "raw/num-node-list.csv.gz", [41]),
+        ["node-label.csv.gz: 40 rows, but num-node-list.csv.gz says 41 nodes"],
+    ),
+    "edge count disagrees": (
+        lambda r: write_gz(r / "raw/num-edge-list.csv.gz", [170]),
+        ["num-edge-list.csv.gz: says 170 edges", "edge.csv.gz holds 160"],
+    ),
+    "fewer feature rows": (
+        lambda r: write_gz(r / "raw/node-feat.csv.gz", np.ones((39, 6))),
+        ["node-feat.csv.gz: 39 feature rows for 40 nodes"],
+    ),
 }
 
 
@@ -75,8 +111,9 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, capsys, small_chunks
     root = write_ogb(tmp_path / "ogbn_arxiv", a)
     breaker, words = BAD[case]
     breaker(root)
-    assert_fails(run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"), *words,
-                 folder=tmp_path, allowed=["ogbn_arxiv"])
+    assert_fails(
+        run_cli(capsys, "prepare", "ogb", root, "-o", tmp_path / "out"), *words, folder=tmp_path, allowed=["ogbn_arxiv"]
+    )
 
 
 def test_nan_to_zero(tmp_path, capsys):
@@ -99,8 +136,9 @@ def test_existing_output(tmp_path, capsys, monkeypatch):
 
     # A failing --overwrite run keeps the old dataset intact and leaves no temporaries.
     _set_line(root / "raw/edge.csv.gz", 3, "0,99")
-    assert_fails(run_cli(capsys, *args, "--overwrite"), "row 3: node id 99", folder=tmp_path,
-                 allowed=["ogbn_arxiv", "out"])
+    assert_fails(
+        run_cli(capsys, *args, "--overwrite"), "row 3: node id 99", folder=tmp_path, allowed=["ogbn_arxiv", "out"]
+    )
     assert load_dataset(out).meta["checksums"] == before and verify(out) == []
 
     # So does an interrupted one (Ctrl-C while the features are written).
@@ -127,8 +165,16 @@ def test_python_api(tmp_path):
     out = prepare_ogb(root, tmp_path / "a", reorder="degree", progress=False)
     ds = load_dataset(out)
     assert ds.order is not None and ds.meta["source"]["kind"] == "ogb"
-    out = prepare_arrays(out=tmp_path / "b", edges=np.stack([a["src"], a["dst"]]), features=a["x"],
-                         labels=a["y"], random_split="0.5,0.25,0.25", seed=3, dtype="float16", progress=False)
+    out = prepare_arrays(
+        out=tmp_path / "b",
+        edges=np.stack([a["src"], a["dst"]]),
+        features=a["x"],
+        labels=a["y"],
+        random_split="0.5,0.25,0.25",
+        seed=3,
+        dtype="float16",
+        progress=False,
+    )
     assert load_dataset(out).meta["features"]["dtype"] == "float16"
     assert prepare_planetoid(tmp_path / "c", dedup=True, progress=False) == tmp_path / "c"
     assert prepare_ogb.__name__ == "prepare_ogb" and "read_ogb" in prepare_ogb.__doc__
@@ -143,15 +189,23 @@ def test_version_and_help_texts(capsys):
     with pytest.raises(SystemExit):
         main(["prepare", "planetoid", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for words in ("--self-loops {keep,drop} keep or drop edges from a node to itself (default keep)",
-                  "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
-                  "--normalize-features {none,row} row: divide each feature row by its sum",
-                  "--remap-labels number the distinct labels 0..C-1"):
+    for words in (
+        "--self-loops {keep,drop} keep or drop edges from a node to itself (default keep)",
+        "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
+        "--normalize-features {none,row} row: divide each feature row by its sum",
+        "--remap-labels number the distinct labels 0..C-1",
+    ):
         assert words in text, words
 
 
-@pytest.mark.parametrize("command", ["info {ds} --json", "prepare planetoid --out {tmp}/cora --no-progress",
-                                     "train {ds} --epochs 1 --fanouts 3 --hidden 8 --no-progress"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "info {ds} --json",
+        "prepare planetoid --out {tmp}/cora --no-progress",
+        "train {ds} --epochs 1 --fanouts 3 --hidden 8 --no-progress",
+    ],
+)
 def test_output_into_a_closed_pipe_ends_quietly(make_dataset, tmp_path, command):
     """`gnnsys info --json | head` and the like: no BrokenPipeError traceback,
     the status of a process killed by SIGPIPE."""
@@ -159,8 +213,12 @@ def test_output_into_a_closed_pipe_ends_quietly(make_dataset, tmp_path, command)
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written
     try:
-        proc = subprocess.run([sys.executable, "-m", "gnnsys", *command.format(ds=ds.path, tmp=tmp_path).split()],
-                              stdout=write, stderr=subprocess.PIPE, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "gnnsys", *command.format(ds=ds.path, tmp=tmp_path).split()],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=300,
+        )
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr.decode()) == (141, "")

@@ -1,5 +1,6 @@
 """The readers on the real files of /work/shared/datasets (skipped without them):
 the counts its README states."""
+
 import numpy as np
 import pytest
 

@@ -41,8 +41,25 @@ def test_chunks_repeat_identically():
 
 def _prepare(tmp_path, name, seed, *extra):
     out = tmp_path / name
-    assert main(["prepare", "synthetic", "--like", "ogbn-arxiv", "--scale", "0.005", "--seed", str(seed),
-                 "--no-progress", "--out", str(out), *extra]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "synthetic",
+                "--like",
+                "ogbn-arxiv",
+                "--scale",
+                "0.005",
+                "--seed",
+                str(seed),
+                "--no-progress",
+                "--out",
+                str(out),
+                *extra,
+            ]
+        )
+        == 0
+    )
     return json.loads((out / "meta.json").read_text())
 
 
@@ -61,8 +78,7 @@ def test_cli_deterministic_per_seed(tmp_path):
 
 def test_python_api_short_name_to_undirected(tmp_path):
     directed = _prepare(tmp_path, "d", 0)
-    out = prepare_synthetic(out=tmp_path / "u", like="arxiv", scale=0.005, seed=0, to_undirected=True,
-                            progress=False)
+    out = prepare_synthetic(out=tmp_path / "u", like="arxiv", scale=0.005, seed=0, to_undirected=True, progress=False)
     undirected = json.loads((out / "meta.json").read_text())
     assert undirected["num_edges"] == 2 * directed["num_edges"]
     assert undirected["checksums"]["features.bin"] == directed["checksums"]["features.bin"]
@@ -138,11 +154,18 @@ def test_neighbourhood_makes_labels_learnable(tmp_path):
     assert with_neighbours < ds.meta["source"]["synthetic"]["label_ceiling"]
 
 
-@pytest.mark.parametrize("kwargs,argument", [
-    ({"like": "ogbn-nope"}, "--like"), ({"scale": 0.0}, "--scale"), ({"homophily": 1.5}, "--homophily"),
-    ({"homophily": 0.001}, "--homophily"), ({"label_noise": -0.1}, "--label-noise"),
-    ({"degree_exponent": 1.5}, "--degree-exponent"), ({"scale": 1e-6}, "--scale"),
-])
+@pytest.mark.parametrize(
+    "kwargs,argument",
+    [
+        ({"like": "ogbn-nope"}, "--like"),
+        ({"scale": 0.0}, "--scale"),
+        ({"homophily": 1.5}, "--homophily"),
+        ({"homophily": 0.001}, "--homophily"),
+        ({"label_noise": -0.1}, "--label-noise"),
+        ({"degree_exponent": 1.5}, "--degree-exponent"),
+        ({"scale": 1e-6}, "--scale"),
+    ],
+)
 def test_bad_arguments(kwargs, argument):
     with pytest.raises(DatasetError, match=f"^{argument}: "):
         read_synthetic(**{"like": "ogbn-arxiv", "scale": 0.01, **kwargs})
@@ -180,16 +203,18 @@ def test_attainable_accuracy_matches_the_bayes_classifier_on_the_graph():
         assert abs(measured - synth[key]) < 0.05
 
 
-@pytest.mark.parametrize("weights,nodes,starts", [
-    ([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], [0, 4]),
-    ([5.0, 0.5, 0.5, 1.0, 1.0, 100.0, 0.1], [0, 1, 2, 3, 4, 5, 6], [0, 3, 3, 7]),
-    ([3.0, 1.0, 2.0], [2, 0, 1], [0, 1, 3, 6]),  # positions wrap: position p is node nodes[p % 3]
-])
+@pytest.mark.parametrize(
+    "weights,nodes,starts",
+    [
+        ([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], [0, 4]),
+        ([5.0, 0.5, 0.5, 1.0, 1.0, 100.0, 0.1], [0, 1, 2, 3, 4, 5, 6], [0, 3, 3, 7]),
+        ([3.0, 1.0, 2.0], [2, 0, 1], [0, 1, 3, 6]),  # positions wrap: position p is node nodes[p % 3]
+    ],
+)
 def test_alias_tables_give_the_weights(weights, nodes, starts):
     weights, nodes, starts = np.array(weights), np.array(nodes, np.int32), np.array(starts)
     prob, alias = np.empty(starts[-1]), np.empty(starts[-1], np.int32)
-    _alias_tables(weights, nodes, starts, prob, alias, np.empty(starts[-1], np.int32),
-                  np.empty(starts[-1], np.int32))
+    _alias_tables(weights, nodes, starts, prob, alias, np.empty(starts[-1], np.int32), np.empty(starts[-1], np.int32))
     weight_at = weights[nodes[np.arange(starts[-1]) % nodes.shape[0]]]
     for a, b in zip(starts[:-1], starts[1:]):
         if a == b:

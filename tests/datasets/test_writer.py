@@ -41,14 +41,17 @@ def test_row_stride(make_dataset, align, stride):
     assert ds.meta["features"]["row_stride"] == stride
 
 
-@pytest.mark.parametrize("dim,dtype,align,stride", [
-    (128, "float16", 512, 256),  # two papers100M rows per 512 B block
-    (100, "float16", 512, 256),
-    (100, "float32", 512, 512),
-    (300, "float32", 512, 1536),
-    (1433, "float32", 128, 5760),
-    (1, "float16", 128, 2),
-])
+@pytest.mark.parametrize(
+    "dim,dtype,align,stride",
+    [
+        (128, "float16", 512, 256),  # two papers100M rows per 512 B block
+        (100, "float16", 512, 256),
+        (100, "float32", 512, 512),
+        (300, "float32", 512, 1536),
+        (1433, "float32", 128, 5760),
+        (1, "float16", 128, 2),
+    ],
+)
 def test_rows_pack_into_blocks_without_straddling(dim, dtype, align, stride):
     got = row_stride(dim, dtype, align)
     assert got == stride
@@ -85,6 +88,7 @@ def test_failed_overwrite_keeps_old_dataset(tmp_path):
     x = arrays["x"].copy()
     x[5, 2] = np.nan
     from gnnsys.datasets.source import array_feature_chunks
+
     bad.feature_chunks = array_feature_chunks(x, 13)
     with pytest.raises(DatasetError, match=r"row 5: NaN"):
         write_dataset(bad, out, PrepareOptions(overwrite=True, progress=False))
@@ -117,11 +121,14 @@ def test_normalize_rows_leaves_rows_summing_to_zero():
     assert normalize_rows(x).tolist() == [[0.25, 0.75, 0], [0, 0, 0], [2, -2, 0], [0.5, 0.25, 0.25]]
 
 
-@pytest.mark.parametrize("labels,problem", [
-    ([0, 1, 10**9], "1000000001 classes (labels up to 1000000000) for 20 nodes; use --remap-labels"),
-    ([0, 0, 9], "only 2 of the 10 classes 0..9 occur; use --remap-labels to number them 0..1"),
-    ([0, 1, -2], "row 2: label -2 out of range (classes are >= 0; -1 marks an unlabelled node)"),
-])
+@pytest.mark.parametrize(
+    "labels,problem",
+    [
+        ([0, 1, 10**9], "1000000001 classes (labels up to 1000000000) for 20 nodes; use --remap-labels"),
+        ([0, 0, 9], "only 2 of the 10 classes 0..9 occur; use --remap-labels to number them 0..1"),
+        ([0, 1, -2], "row 2: label -2 out of range (classes are >= 0; -1 marks an unlabelled node)"),
+    ],
+)
 def test_labels_far_from_dense_need_remap_labels(tmp_path, labels, problem):
     src, _ = random_source(num_nodes=20, num_edges=40)
     src.labels, src.num_classes = np.array(labels + [0] * 17), None
@@ -149,13 +156,16 @@ def test_dataset_follows_the_umask(tmp_path):
     assert {stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()} == {0o640}
 
 
-@pytest.mark.parametrize("existing,refusal", [
-    ("user files", "is neither a gnnsys dataset nor empty; --overwrite replaces only those"),
-    ("a file", "exists and is not a directory"),
-    ("the current directory", "is the current directory or holds it"),
-    ("empty", None),
-    ("a damaged dataset", None),
-])
+@pytest.mark.parametrize(
+    "existing,refusal",
+    [
+        ("user files", "is neither a gnnsys dataset nor empty; --overwrite replaces only those"),
+        ("a file", "exists and is not a directory"),
+        ("the current directory", "is the current directory or holds it"),
+        ("empty", None),
+        ("a damaged dataset", None),
+    ],
+)
 def test_overwrite_replaces_only_a_dataset_or_an_empty_directory(tmp_path, monkeypatch, existing, refusal):
     out = tmp_path / "out"
     if existing == "a file":
@@ -175,8 +185,9 @@ def test_overwrite_replaces_only_a_dataset_or_an_empty_directory(tmp_path, monke
         assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
         return
     with pytest.raises(DatasetError, match=re.escape(refusal)):
-        write_dataset(src, "." if existing == "the current directory" else out,
-                      PrepareOptions(overwrite=True, progress=False))
+        write_dataset(
+            src, "." if existing == "the current directory" else out, PrepareOptions(overwrite=True, progress=False)
+        )
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 

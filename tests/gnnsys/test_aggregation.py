@@ -1,6 +1,7 @@
 """gnnsys.aggregation: fp32 sums of bf16 rows over a CSR, forward and backward,
 against a float64 reference (within one bf16 rounding); the bf16 helpers of
 gnnsys.bf16 against torch's own conversion."""
+
 import numba
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 from gnnsys.aggregation import Adjacency, aggregate, aggregate_with_root
 from gnnsys.bf16 import as_numpy, load, store
 
-BF16_UNIT_ROUNDOFF = 2.0 ** -8  # one rounding to bf16 (8 significant bits) is off by at most this, relatively
+BF16_UNIT_ROUNDOFF = 2.0**-8  # one rounding to bf16 (8 significant bits) is off by at most this, relatively
 
 
 def random_adjacency(num_dst=40, num_src=70, seed=0, weighted=True):
@@ -58,8 +59,8 @@ def test_long_rows_keep_fp32_accumulation():
     (its spacing there is 2, so adding ~1 rounds away); fp32 sums them exactly."""
     indptr = torch.tensor([0, 500])
     adj = Adjacency(indptr, torch.zeros(500, dtype=torch.long), torch.ones(500), 1)
-    x = torch.full((1, 4), 1 + 2 ** -7, dtype=torch.bfloat16)
-    exact = 500 * (1 + 2 ** -7)
+    x = torch.full((1, 4), 1 + 2**-7, dtype=torch.bfloat16)
+    exact = 500 * (1 + 2**-7)
     assert aggregate(adj, x).float().tolist() == [[torch.tensor(exact).bfloat16().item()] * 4]
 
 
@@ -80,13 +81,13 @@ def test_root_rows_share_the_input_gradient(use_root):
     adj = random_adjacency(seed=6)
     x = torch.randn(adj.num_src, 4, dtype=torch.bfloat16, requires_grad=True)
     out, root = aggregate_with_root(adj, x)
-    assert torch.equal(root, x[:adj.num_dst]) and torch.equal(out, aggregate(adj, x))
+    assert torch.equal(root, x[: adj.num_dst]) and torch.equal(out, aggregate(adj, x))
     grad, grad_root = torch.randn(adj.num_dst, 4).bfloat16(), torch.randn(adj.num_dst, 4).bfloat16()
     torch.autograd.backward([out, root] if use_root else [out], [grad, grad_root] if use_root else [grad])
     expect = aggregate(adj.transposed(), grad).float()
     if use_root:
-        expect[:adj.num_dst] += grad_root.float()
-    torch.testing.assert_close(x.grad.float(), expect, rtol=2 ** -7, atol=1e-6)
+        expect[: adj.num_dst] += grad_root.float()
+    torch.testing.assert_close(x.grad.float(), expect, rtol=2**-7, atol=1e-6)
 
 
 def test_fp32_input_gets_an_fp32_gradient_from_a_bf16_output():
@@ -105,7 +106,7 @@ def test_transposed_is_the_transpose_with_ordered_rows():
     assert (t.num_dst, t.num_src) == (adj.num_src, adj.num_dst)
     torch.testing.assert_close(dense(t), dense(adj).T)
     for r in range(t.num_dst):
-        row = t.indices[t.indptr[r]:t.indptr[r + 1]]
+        row = t.indices[t.indptr[r] : t.indptr[r + 1]]
         assert torch.equal(row, row.sort()[0])
     assert adj.transposed() is t
 
@@ -131,8 +132,12 @@ def _round_trip(x, out):
 
 
 def test_bf16_helpers_round_like_torch():
-    x = torch.cat([torch.randn(10_000) * 1000, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-40,
-                                                             1 + 2 ** -8, 1 + 3 * 2 ** -8, 3.4e38])])
+    x = torch.cat(
+        [
+            torch.randn(10_000) * 1000,
+            torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-40, 1 + 2**-8, 1 + 3 * 2**-8, 3.4e38]),
+        ]
+    )
     out = torch.empty(x.shape[0], dtype=torch.bfloat16)
     _round_trip(x.numpy(), as_numpy(out))
     assert torch.equal(out.view(torch.int16), x.bfloat16().view(torch.int16))  # ties to even, overflow to inf

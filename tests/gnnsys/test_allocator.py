@@ -4,8 +4,10 @@ import sys
 
 import pytest
 
-glibc = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallinfo2"),
-                           reason="glibc malloc (mallinfo2) only")
+glibc = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallinfo2"),
+    reason="glibc malloc (mallinfo2) only",
+)
 
 # mmap'd bytes (mallinfo2's hblkhd) while a 64 MiB tensor is alive, in a fresh interpreter
 PROBE = """

@@ -1,5 +1,6 @@
 """Atomic checkpoints of tensors and plain data only (a pickled object is
 refused and never runs), and resume ending exactly like an uninterrupted run."""
+
 import logging
 import random
 from pathlib import Path
@@ -91,9 +92,11 @@ def test_resume_with_more_epochs_equals_longer_run(make_dataset, tmp_path):
     assert_same_run(again, full)
 
 
-TRAINERS = {"minibatch": lambda ds, **kw: train(ds, **FAST, **kw),
-            "fullgraph": lambda ds, **kw: train_fullgraph(ds, layers=2, hidden=16, progress=False, **kw),
-            "gnnpipe": lambda ds, **kw: train_fullgraph(ds, layers=2, hidden=16, chunks=2, progress=False, **kw)}
+TRAINERS = {
+    "minibatch": lambda ds, **kw: train(ds, **FAST, **kw),
+    "fullgraph": lambda ds, **kw: train_fullgraph(ds, layers=2, hidden=16, progress=False, **kw),
+    "gnnpipe": lambda ds, **kw: train_fullgraph(ds, layers=2, hidden=16, chunks=2, progress=False, **kw),
+}
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
@@ -105,8 +108,9 @@ def test_resume_without_checkpoint_says_so_and_starts_fresh(make_dataset, tmp_pa
         ckpt.mkdir()
     with caplog.at_level(logging.WARNING, logger="gnnsys.training.checkpoints"):
         resumed = TRAINERS[trainer](ds, epochs=2, checkpoint_dir=ckpt, resume=True)
-    assert [r.getMessage() for r in caplog.records if r.name == "gnnsys.training.checkpoints"] == \
-        [f"resume: no checkpoint in {ckpt}; training from the first epoch"]
+    assert [r.getMessage() for r in caplog.records if r.name == "gnnsys.training.checkpoints"] == [
+        f"resume: no checkpoint in {ckpt}; training from the first epoch"
+    ]
     assert comparable(resumed) == comparable(TRAINERS[trainer](ds, epochs=2))
 
 
@@ -132,8 +136,10 @@ def test_checkpoint_with_a_pickled_object_is_refused_and_never_runs(tmp_path):
     torch.save({"epoch": 1, "model": Payload(marker)}, tmp_path / FILE)
     with pytest.raises(DatasetError) as info:
         load_checkpoint(tmp_path)
-    assert str(info.value) == (f"{tmp_path / FILE}: refused: needs io.open, but a checkpoint holds only tensors and "
-                               "plain data (loading this file could run code)")
+    assert str(info.value) == (
+        f"{tmp_path / FILE}: refused: needs io.open, but a checkpoint holds only tensors and "
+        "plain data (loading this file could run code)"
+    )
     assert not marker.exists()
 
 
@@ -142,16 +148,29 @@ def test_resume_from_a_pickled_object_exits_2_in_one_line(make_dataset, tmp_path
     ds, _ = make_dataset()
     marker = tmp_path / "payload-ran"
     torch.save({"epoch": 1, "model": Payload(marker)}, tmp_path / FILE)
-    argv = ["train", str(ds.path), "--mode", mode, "--epochs", "2", "--hidden", "8", "--no-progress",
-            "--checkpoint-dir", str(tmp_path), "--resume"]
+    argv = [
+        "train",
+        str(ds.path),
+        "--mode",
+        mode,
+        "--epochs",
+        "2",
+        "--hidden",
+        "8",
+        "--no-progress",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--resume",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gnnsys train: error: {tmp_path / FILE}: refused: needs io.open")
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("value, kind", [(np.float64(0.5), "float64"), (np.arange(3), "ndarray"),
-                                         (Path("x"), "PosixPath"), ({1, 2}, "set")])
+@pytest.mark.parametrize(
+    "value, kind", [(np.float64(0.5), "float64"), (np.arange(3), "ndarray"), (Path("x"), "PosixPath"), ({1, 2}, "set")]
+)
 def test_save_refuses_what_a_weights_only_load_would(tmp_path, value, kind):
     with pytest.raises(TypeError, match=f"^checkpoint state\\['history'\\]\\[0\\] is a {kind}: "):
         save_checkpoint(tmp_path, {"history": [value]})

@@ -1,4 +1,5 @@
 """`gnnsys train`: table, JSON, argument errors, and a real kill + --resume."""
+
 import io
 import json
 import re
@@ -31,15 +32,39 @@ def test_train_prints_table_and_writes_json(make_dataset, tmp_path, capsys):
 def test_fullgraph_mode_passes_pipeline_options(make_dataset, tmp_path, argv, refresh_every):
     ds, _ = make_dataset()
     out = tmp_path / "result.json"
-    assert main(["train", str(ds.path), "--mode", "fullgraph", "--chunks", "2", "--layers", "2", "--epochs", "2",
-                 "--no-progress", "--json", str(out), *argv]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(ds.path),
+                "--mode",
+                "fullgraph",
+                "--chunks",
+                "2",
+                "--layers",
+                "2",
+                "--epochs",
+                "2",
+                "--no-progress",
+                "--json",
+                str(out),
+                *argv,
+            ]
+        )
+        == 0
+    )
     config = json.loads(out.read_text())["config"]
     assert config["chunks"] == 2 and config["refresh_every"] == refresh_every and config["layers"] == 2
 
 
-@pytest.mark.parametrize("argv,message", [(["--fanouts", "4,x"], "expected comma-separated integers"),
-                                          (["--fanouts", "4,0"], "positive or -1"),
-                                          (["--model", "gin"], "invalid choice")])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--fanouts", "4,x"], "expected comma-separated integers"),
+        (["--fanouts", "4,0"], "positive or -1"),
+        (["--model", "gin"], "invalid choice"),
+    ],
+)
 def test_bad_arguments_exit_2(make_dataset, capsys, argv, message):
     ds, _ = make_dataset()
     with pytest.raises(SystemExit) as e:
@@ -88,17 +113,25 @@ def test_sigkill_then_resume_equals_uninterrupted(make_dataset, tmp_path):
     out = tmp_path / "resumed.json"
     assert subprocess.run([sys.executable, "-m", "gnnsys", *argv, "--resume", "--json", str(out)]).returncode == 0
     assert main(["train", str(ds.path), "--epochs", "4", *FAST, "--json", str(tmp_path / "full.json")]) == 0
-    strip = lambda r: ([{k: v for k, v in e.items() if k not in ("time_s", "breakdown")}  # noqa: E731
-                        for e in r["epochs"]], r["best_epoch"], r["test"])
+
+    def strip(r):
+        epochs = [{k: v for k, v in e.items() if k not in ("time_s", "breakdown")} for e in r["epochs"]]
+        return epochs, r["best_epoch"], r["test"]
+
     full, resumed = json.loads((tmp_path / "full.json").read_text()), json.loads(out.read_text())
     assert strip(resumed) == strip(full)
     assert resumed["config"]["checkpoint_dir"] == str(ckpt)
 
 
-@pytest.mark.parametrize("argv, flag", [(["--chunks", "2"], "--chunks"),
-                                        (["--mode", "fullgraph", "--batch-size", "8"], "--batch-size"),
-                                        (["--refresh-every", "0"], "--refresh-every"),
-                                        (["--mode", "fullgraph", "--cache-rows", "8"], "--cache-rows")])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--chunks", "2"], "--chunks"),
+        (["--mode", "fullgraph", "--batch-size", "8"], "--batch-size"),
+        (["--refresh-every", "0"], "--refresh-every"),
+        (["--mode", "fullgraph", "--cache-rows", "8"], "--cache-rows"),
+    ],
+)
 def test_flag_of_another_mode_is_refused_in_one_line(make_dataset, capsys, argv, flag):
     ds, _ = make_dataset()
     assert main(["train", str(ds.path), *argv, "--no-progress"]) == 2
@@ -110,8 +143,10 @@ def test_flag_of_another_mode_is_refused_in_one_line(make_dataset, capsys, argv,
 def test_fanouts_of_every_neighbour_parse_with_a_space(make_dataset, tmp_path, argv):
     ds, _ = make_dataset()
     out = tmp_path / "r.json"
-    assert main(["train", str(ds.path), *argv, "--epochs", "1", "--batch-size", "8", "--no-progress",
-                 "--json", str(out)]) == 0
+    assert (
+        main(["train", str(ds.path), *argv, "--epochs", "1", "--batch-size", "8", "--no-progress", "--json", str(out)])
+        == 0
+    )
     assert json.loads(out.read_text())["config"]["fanouts"] == [int(v) for v in argv[-1].split("=")[-1].split(",")]
 
 
@@ -127,17 +162,38 @@ def test_verify_flag_checks_the_dataset_before_training(make_dataset, capsys):
 def test_resume_without_a_checkpoint_says_so_in_one_line(make_dataset, tmp_path):
     ds, _ = make_dataset()
     ckpt = tmp_path / "none"
-    run = subprocess.run([sys.executable, "-m", "gnnsys", "train", str(ds.path), "--epochs", "1", *FAST,
-                          "--checkpoint-dir", str(ckpt), "--resume"], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gnnsys",
+            "train",
+            str(ds.path),
+            "--epochs",
+            "1",
+            *FAST,
+            "--checkpoint-dir",
+            str(ckpt),
+            "--resume",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0
     assert run.stderr == f"resume: no checkpoint in {ckpt}; training from the first epoch\n"
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--batch-size", "8"], r"epoch (\d)/3: 4/4 batch, \d+\.\d s, loss=\d\.\d{4}, seeds_s=[\d,]+"),
-    (["--mode", "fullgraph"], r"full-graph: (\d)/3 epoch, \d+\.\d s, loss=\d\.\d{4}, valid=\d\.\d{4}"),
-    (["--mode", "fullgraph", "--chunks", "2"],
-     r"gnnpipe stage 0: (\d)/3 epoch, \d+\.\d s, loss=\d\.\d{4}, valid=\d\.\d{4}")])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--batch-size", "8"], r"epoch (\d)/3: 4/4 batch, \d+\.\d s, loss=\d\.\d{4}, seeds_s=[\d,]+"),
+        (["--mode", "fullgraph"], r"full-graph: (\d)/3 epoch, \d+\.\d s, loss=\d\.\d{4}, valid=\d\.\d{4}"),
+        (
+            ["--mode", "fullgraph", "--chunks", "2"],
+            r"gnnpipe stage 0: (\d)/3 epoch, \d+\.\d s, loss=\d\.\d{4}, valid=\d\.\d{4}",
+        ),
+    ],
+)
 def test_progress_off_a_terminal_is_one_line_per_epoch(make_dataset, capsys, argv, line):
     ds, _ = make_dataset()  # 30 training nodes: 4 minibatches of 8
     assert main(["train", str(ds.path), "--epochs", "3", "--hidden", "8", *argv]) == 0

@@ -1,4 +1,5 @@
 """gnnsys.cpu_features: flags decide where they tell, a cached GEMM benchmark elsewhere."""
+
 import json
 
 import pytest
@@ -19,25 +20,37 @@ def no_benchmark():
 
 
 def test_read_cpuinfo_keeps_the_model_and_the_flags_that_matter():
-    assert read_cpuinfo(AMX) == ("Intel Xeon Platinum 8480+", ("avx2", "avx512f", "avx512_fp16", "amx_tile",
-                                                             "amx_bf16"))
+    assert read_cpuinfo(AMX) == (
+        "Intel Xeon Platinum 8480+",
+        ("avx2", "avx512f", "avx512_fp16", "amx_tile", "amx_bf16"),
+    )
     assert read_cpuinfo("Processor\t: ARMv8\nFeatures\t: fp asimd bf16\n") == ("unknown CPU", None)
     assert read_cpuinfo(None) == ("unknown CPU", None)
 
 
-@pytest.mark.parametrize("cpuinfo, capability, bf16, fp16", [
-    (AVX2, "AVX2", False, False), (AVX512, "AVX512", False, False), (BF16, "AVX512", True, False),
-    (AMX, "AVX512", True, True)])
+@pytest.mark.parametrize(
+    "cpuinfo, capability, bf16, fp16",
+    [
+        (AVX2, "AVX2", False, False),
+        (AVX512, "AVX512", False, False),
+        (BF16, "AVX512", True, False),
+        (AMX, "AVX512", True, True),
+    ],
+)
 def test_flags_decide_without_a_benchmark(cpuinfo, capability, bf16, fp16):
     cpu = probe(cpuinfo, capability, {}, onednn=True, benchmark=no_benchmark)
     assert (cpu.bf16_gemm, cpu.native_bf16, cpu.native_fp16, cpu.decided_by) == (bf16, bf16, fp16, "flags")
     assert cpu.capability == capability and cpu.gemm_gflops is None
 
 
-@pytest.mark.parametrize("cpuinfo, env, onednn", [
-    (BF16, {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}, True),  # an emulated AVX2 CPU
-    (None, {}, True),  # no /proc/cpuinfo
-    (BF16, {}, False)])  # torch without oneDNN
+@pytest.mark.parametrize(
+    "cpuinfo, env, onednn",
+    [
+        (BF16, {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}, True),  # an emulated AVX2 CPU
+        (None, {}, True),  # no /proc/cpuinfo
+        (BF16, {}, False),
+    ],
+)  # torch without oneDNN
 def test_a_benchmark_decides_where_flags_cannot_tell_and_is_cached(tmp_path, cpuinfo, env, onednn):
     cache = tmp_path / "cache" / "cpu_features.json"
     for rates, fast in ((EMULATED_RATES, False), (NATIVE_RATES, True)):
@@ -52,8 +65,9 @@ def test_a_benchmark_decides_where_flags_cannot_tell_and_is_cached(tmp_path, cpu
 def test_the_cache_is_keyed_by_the_isa_variables(tmp_path):
     cache = tmp_path / "cpu_features.json"
     probe(BF16, "AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, True, benchmark=lambda: EMULATED_RATES, cache=cache)
-    other = probe(BF16, "AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True,
-                  benchmark=lambda: NATIVE_RATES, cache=cache)
+    other = probe(
+        BF16, "AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True, benchmark=lambda: NATIVE_RATES, cache=cache
+    )
     assert other.bf16_gemm and len(json.loads(cache.read_text())) == 2
 
 
@@ -73,8 +87,9 @@ def test_describe_names_the_capability_the_bf16_instructions_and_the_rates():
     flags = probe(AVX2, "AVX2", {}, True, benchmark=no_benchmark)
     assert flags.describe() == "AMD EPYC 7B12: torch AVX2, no avx512_bf16 or amx_bf16"
     emulated = probe(BF16, "AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, True, benchmark=lambda: EMULATED_RATES)
-    assert emulated.describe() == ("AMD EPYC 9B14: torch AVX2, avx512_bf16, ONEDNN_MAX_CPU_ISA=AVX2, "
-                                   "bf16 GEMM 1.1 vs fp32 37.0 GFLOP/s")
+    assert emulated.describe() == (
+        "AMD EPYC 9B14: torch AVX2, avx512_bf16, ONEDNN_MAX_CPU_ISA=AVX2, bf16 GEMM 1.1 vs fp32 37.0 GFLOP/s"
+    )
 
 
 def test_to_dict_is_json_with_the_native_instructions():

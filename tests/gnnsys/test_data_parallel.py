@@ -9,6 +9,7 @@ gradient of the mean loss over the union: both runs must take the same steps.
 A run without gradient averaging, or with overlapping or shifted shares,
 ends with other parameters.
 """
+
 import json
 import os
 import signal
@@ -68,8 +69,9 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_batches(dataset_dir, 
 
 @pytest.mark.parametrize("policy, replicate", [("lru", 0.0), ("static", 0.5)])
 def test_the_shared_cache_changes_no_result_and_serves_rows_between_ranks(dataset_dir, two_ranks, policy, replicate):
-    cached = train(dataset_dir, batch_size=4, workers=2, cache_rows=10, cache_policy=policy,
-                   replicate_frac=replicate, **OPTIONS)
+    cached = train(
+        dataset_dir, batch_size=4, workers=2, cache_rows=10, cache_policy=policy, replicate_frac=replicate, **OPTIONS
+    )
     assert trajectory(cached.to_dict()) == trajectory(two_ranks.to_dict())
     tiers = cached.epochs[-1]["tiers"]["cache"]  # rank 0's counters
     assert tiers["remote_hits"] > 0 and tiers["bytes_received"] > 0 and tiers["exchange_s"] > 0
@@ -124,13 +126,15 @@ def test_killed_rank_stops_all_and_the_run_resumes_to_the_uninterrupted_result(d
         train(dataset_dir, checkpoint_dir=tmp_path / "cut", resume=True, **dict(options, workers=1, epochs=4))
 
 
-@pytest.mark.parametrize("hook, cause", [(me.raise_on_rank_1, "RuntimeError: injected"),
-                                         (me.exit_on_rank_1, "exited with status 3")])
+@pytest.mark.parametrize(
+    "hook, cause", [(me.raise_on_rank_1, "RuntimeError: injected"), (me.exit_on_rank_1, "exited with status 3")]
+)
 def test_a_failing_rank_stops_every_rank_within_seconds(dataset_dir, tmp_path, hook, cause):
     began = time.monotonic()
     with pytest.raises(WorkerError, match=f"^worker 1 failed: {cause}$"):
-        train(dataset_dir, batch_size=4, workers=2, checkpoint_dir=tmp_path, on_epoch_end=hook,
-              **dict(OPTIONS, epochs=3))
+        train(
+            dataset_dir, batch_size=4, workers=2, checkpoint_dir=tmp_path, on_epoch_end=hook, **dict(OPTIONS, epochs=3)
+        )
     assert time.monotonic() - began < BOUND_S
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # complete, no temporary file left
 
@@ -143,16 +147,25 @@ def _cli_args(dataset_dir, out) -> list[str]:
     return args
 
 
-@pytest.mark.parametrize("launcher", [
-    [sys.executable, "-m", "gnnsys"],
-    [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gnnsys"]],
-    ids=["cli --workers 2", "torchrun"])
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        [sys.executable, "-m", "gnnsys"],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gnnsys"],
+    ],
+    ids=["cli --workers 2", "torchrun"],
+)
 def test_the_cli_and_torchrun_give_the_api_result(dataset_dir, two_ranks, tmp_path, launcher):
     """`gnnsys train --workers 2`, and torchrun with 2 processes (workers from WORLD_SIZE)."""
     out = tmp_path / "result.json"
     workers = ["--workers", "2"] if "torch.distributed.run" not in launcher else []
-    run = subprocess.run([*launcher, *_cli_args(dataset_dir, out), *workers], capture_output=True, text=True,
-                         timeout=240, env=dict(os.environ))
+    run = subprocess.run(
+        [*launcher, *_cli_args(dataset_dir, out), *workers],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ),
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     ran = json.loads(out.read_text())
     for a, b in zip(trajectory(ran), trajectory(two_ranks.to_dict()), strict=True):

@@ -1,6 +1,7 @@
 """What a user sees when a worker started by `launch` fails: one WorkerError
 line, plus the traceback of an unexpected error in the worker that failed
 first; never the survivors' communication errors or a leaked-semaphore warning."""
+
 import os
 import signal
 import subprocess
@@ -40,13 +41,18 @@ def fail(ctx, how):
             raise ValueError("a bug")
 
 
-@pytest.mark.parametrize("how, traceback, line", [
-    ("kill", None, "worker 1 failed: killed by signal SIGKILL"),
-    ("config", None, "worker 1 failed: ConfigError: lr: must be > 0"),
-    ("bug", "ValueError: a bug", "worker 1 failed: ValueError: a bug")])
+@pytest.mark.parametrize(
+    "how, traceback, line",
+    [
+        ("kill", None, "worker 1 failed: killed by signal SIGKILL"),
+        ("config", None, "worker 1 failed: ConfigError: lr: must be > 0"),
+        ("bug", "ValueError: a bug", "worker 1 failed: ValueError: a bug"),
+    ],
+)
 def test_a_failed_worker_is_one_line_and_a_bug_its_traceback(how, traceback, line):
-    run = subprocess.run([sys.executable, "-c", LAUNCH, str(Path(__file__).parent), how], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", LAUNCH, str(Path(__file__).parent), how], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 2
     *before, last = run.stderr.splitlines()
     assert last == line

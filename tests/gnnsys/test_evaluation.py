@@ -1,5 +1,6 @@
 """Evaluation: split scores, sampled evaluation (deterministic, close to the
 exact layer-wise metric on an easy graph) and the eval options."""
+
 import json
 
 import numpy as np
@@ -29,10 +30,20 @@ def easy_dataset(n=400, classes=2, seed=0):
 
     indptr, indices = build_csc(array_edge_chunks(src, dst), n, file="edges")
     perm = rng.permutation(n)
-    splits = {"train": torch.from_numpy(perm[:200]), "valid": torch.from_numpy(perm[200:300]),
-              "test": torch.from_numpy(perm[300:])}
-    return Dataset(name="easy", indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
-                   features=torch.from_numpy(x), labels=torch.from_numpy(y), splits=splits, num_classes=classes)
+    splits = {
+        "train": torch.from_numpy(perm[:200]),
+        "valid": torch.from_numpy(perm[200:300]),
+        "test": torch.from_numpy(perm[300:]),
+    }
+    return Dataset(
+        name="easy",
+        indptr=torch.from_numpy(indptr),
+        indices=torch.from_numpy(indices),
+        features=torch.from_numpy(x),
+        labels=torch.from_numpy(y),
+        splits=splits,
+        num_classes=classes,
+    )
 
 
 def test_sampled_evaluation_is_deterministic_and_close_to_layerwise():
@@ -67,10 +78,13 @@ def test_eval_modes_and_refusals(tmp_path):
     assert MinibatchOptions(eval="sampled").eval_mode == "sampled"
     ok = MinibatchOptions(eval="layerwise", scratch_dir=tmp_path, inference_dtype="bfloat16")
     assert ok.scratch_dir == str(tmp_path)
-    for keywords, option in [(dict(eval="exact"), "eval"), (dict(inference_dtype="int8"), "inference_dtype"),
-                             (dict(eval="sampled", scratch_dir=str(tmp_path)), "scratch_dir"),
-                             (dict(features="ssd", inference_dtype="float16"), "inference_dtype"),
-                             (dict(scratch_dir=str(tmp_path / "missing")), "scratch_dir")]:
+    for keywords, option in [
+        (dict(eval="exact"), "eval"),
+        (dict(inference_dtype="int8"), "inference_dtype"),
+        (dict(eval="sampled", scratch_dir=str(tmp_path)), "scratch_dir"),
+        (dict(features="ssd", inference_dtype="float16"), "inference_dtype"),
+        (dict(scratch_dir=str(tmp_path / "missing")), "scratch_dir"),
+    ]:
         with pytest.raises(ConfigError) as e:
             MinibatchOptions(**keywords)
         assert e.value.option == option and "\n" not in str(e.value)
@@ -80,8 +94,21 @@ def test_eval_modes_and_refusals(tmp_path):
 def test_cli_eval_flags(make_dataset, tmp_path, capsys):
     ds, _ = make_dataset()
     out = tmp_path / "result.json"
-    argv = ["train", str(ds.path), "--fanouts", "4,3", "--hidden", "16", "--batch-size", "8", "--epochs", "1",
-            "--no-progress", "--json", str(out)]
+    argv = [
+        "train",
+        str(ds.path),
+        "--fanouts",
+        "4,3",
+        "--hidden",
+        "16",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        "--no-progress",
+        "--json",
+        str(out),
+    ]
     assert main([*argv, "--eval", "layerwise", "--scratch-dir", str(tmp_path), "--inference-dtype", "bfloat16"]) == 0
     config = json.loads(out.read_text())["config"]
     assert config["eval"] == "layerwise" and config["inference_dtype"] == "bfloat16"

@@ -1,6 +1,7 @@
 """The feature tiers of minibatch training: host-memory plan (and the bytes
 held, measured against it), stack building, training through the SSD tier and
 a cache, `gnnsys info` placement advice."""
+
 import json
 
 import pytest
@@ -10,7 +11,15 @@ from gnnsys import train
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions
 from gnnsys.errors import ConfigError
-from gnnsys.feature_stack import FIRST_STAGING, GB, MAX_STAGING, build_feature_stack, plan_host_memory, tier_stats, tiers_of
+from gnnsys.feature_stack import (
+    FIRST_STAGING,
+    GB,
+    MAX_STAGING,
+    build_feature_stack,
+    plan_host_memory,
+    tier_stats,
+    tiers_of,
+)
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2, epochs=2, eval_every=2)
 
@@ -18,18 +27,23 @@ FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2
 def test_plan_sizes_every_part_stages_and_reads_ahead_with_what_is_left():
     from gnnsys.storage.cache import HybridPolicy, VictimBuffer
 
-    plan = plan_host_memory(10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500,
-                            host_mem_budget=0.02)
+    plan = plan_host_memory(
+        10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500, host_mem_budget=0.02
+    )
     assert (plan.cache_rows, plan.victim_rows) == (4000, 1000)
     policy = HybridPolicy.planned_bytes(4000, 10_000, scored=True, window_ids=1000)
-    fixed = {"cache.rows": 4000 * 1000, "cache.policy": policy,
-             "victim": VictimBuffer.planned_bytes(1000, 10_000, 1000)}
+    fixed = {
+        "cache.rows": 4000 * 1000,
+        "cache.policy": policy,
+        "victim": VictimBuffer.planned_bytes(1000, 10_000, 1000),
+    }
     left = 0.02 * GB - sum(fixed.values())
     assert plan.prefetch_rows == 2 * 500  # the window's worth, after the first staging
     assert plan.staging_bytes == left - 1000 * 1000  # then the staging takes the rest (under MAX_STAGING)
     assert plan.parts == {**fixed, "ssd.staging": plan.staging_bytes, "cache.prefetch": 1000 * 1000}
-    tight = plan_host_memory(10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500,
-                             host_mem_budget=0.0142)
+    tight = plan_host_memory(
+        10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500, host_mem_budget=0.0142
+    )
     assert FIRST_STAGING <= tight.staging_bytes < FIRST_STAGING + 1000 and 0 < tight.prefetch_rows < 1000  # shrank
     roomy = plan_host_memory(10_000, 1000, cache_rows=4000, lookahead=2, batch_rows=500, host_mem_budget=1)
     assert roomy.staging_bytes == MAX_STAGING and roomy.prefetch_rows == 2 * 500  # the window's worth at most
@@ -56,12 +70,20 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
 
     ds = ssd_dataset(make_dataset)
     batch_rows = estimate_batch_rows(ds, [4, 3], 16, seed=0)
-    stack, plan = build_feature_stack(ds, features="ssd", cache_rows=40, cache_policy=policy, lookahead=3,
-                                      host_mem_budget=budget, batch_rows=batch_rows,
-                                      presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy())
+    stack, plan = build_feature_stack(
+        ds,
+        features="ssd",
+        cache_rows=40,
+        cache_policy=policy,
+        lookahead=3,
+        host_mem_budget=budget,
+        batch_rows=batch_rows,
+        presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy(),
+    )
     loader = MinibatchLoader(ds, "train", [4, 3], batch_size=16, prefetch=0, features=stack, lookahead=3)
-    planned = {t: sum(n for k, n in plan.parts.items() if k.startswith(t + ".") or k == t)
-               for t in ("cache", "victim", "ssd")}
+    planned = {
+        t: sum(n for k, n in plan.parts.items() if k.startswith(t + ".") or k == t) for t in ("cache", "victim", "ssd")
+    }
     steps = 0
     for epoch in range(3):
         loader.set_epoch(epoch)
@@ -81,16 +103,23 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
 
 
 def ssd_dataset(make_dataset, **kwargs):
-    ds, _ = make_dataset(num_nodes=300, num_edges=2400, dim=12,
-                         options=PrepareOptions(progress=False, align=512), **kwargs)
+    ds, _ = make_dataset(
+        num_nodes=300, num_edges=2400, dim=12, options=PrepareOptions(progress=False, align=512), **kwargs
+    )
     return ds
 
 
 @pytest.mark.parametrize("policy", ["static", "presample", "lru", "sieve", "s3fifo"])
 def test_ssd_and_cache_stack_gathers_the_table(make_dataset, policy):
     ds = ssd_dataset(make_dataset)
-    stack, plan = build_feature_stack(ds, features="ssd", cache_rows=40, cache_policy=policy, host_mem_budget=0.01,
-                                      presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy())
+    stack, plan = build_feature_stack(
+        ds,
+        features="ssd",
+        cache_rows=40,
+        cache_policy=policy,
+        host_mem_budget=0.01,
+        presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy(),
+    )
     names = [type(t).__name__ for t in tiers_of(stack)]
     assert names == ["CachedFeatures", "SSDFeatures"] and plan.cache_rows == 40
     ids = torch.tensor([0, 299, 5, 5, 150, 0])
@@ -107,10 +136,18 @@ def test_ssd_needs_a_prepared_dataset(make_dataset):
 
     ds = ssd_dataset(make_dataset)
     dst = torch.repeat_interleave(torch.arange(ds.num_nodes), torch.diff(ds.indptr.long()))
-    masks = {name: torch.zeros(ds.num_nodes, dtype=torch.bool).index_fill_(0, ds.split(split), True)
-             for name, split in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))}
-    memory = Dataset.from_pyg(Data(x=ds.features.gather(torch.arange(ds.num_nodes)), y=ds.labels,
-                                   edge_index=torch.stack([ds.indices.long(), dst]), **masks))
+    masks = {
+        name: torch.zeros(ds.num_nodes, dtype=torch.bool).index_fill_(0, ds.split(split), True)
+        for name, split in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))
+    }
+    memory = Dataset.from_pyg(
+        Data(
+            x=ds.features.gather(torch.arange(ds.num_nodes)),
+            y=ds.labels,
+            edge_index=torch.stack([ds.indices.long(), dst]),
+            **masks,
+        )
+    )
     with pytest.raises(ConfigError, match="^features: 'ssd' reads a prepared dataset's features.bin"):
         build_feature_stack(memory, features="ssd", cache_rows=10)
 
@@ -118,8 +155,9 @@ def test_ssd_needs_a_prepared_dataset(make_dataset):
 def test_training_through_ssd_and_cache_equals_training_in_memory(make_dataset):
     ds = ssd_dataset(make_dataset)
     memory = train(ds, **FAST)
-    tiered = train(ds, **FAST, features="ssd", cache_rows=60, cache_policy="lru", host_mem_budget=0.01,
-                   eval="layerwise")
+    tiered = train(
+        ds, **FAST, features="ssd", cache_rows=60, cache_policy="lru", host_mem_budget=0.01, eval="layerwise"
+    )
     assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
     assert tiered.test == memory.test
     for record in tiered.epochs:  # each epoch's own counters
@@ -131,19 +169,60 @@ def test_training_through_ssd_and_cache_equals_training_in_memory(make_dataset):
 def test_cli_trains_from_ssd_and_reports_tiers(make_dataset, tmp_path, capsys):
     ds = ssd_dataset(make_dataset)
     out = tmp_path / "result.json"
-    assert main(["train", str(ds.path), "--features", "ssd", "--cache-rows", "50", "--cache-policy", "sieve",
-                 "--host-mem-budget", "0.01", "--fanouts", "4,3", "--hidden", "8", "--epochs", "1",
-                 "--batch-size", "32", "--no-progress", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(ds.path),
+                "--features",
+                "ssd",
+                "--cache-rows",
+                "50",
+                "--cache-policy",
+                "sieve",
+                "--host-mem-budget",
+                "0.01",
+                "--fanouts",
+                "4,3",
+                "--hidden",
+                "8",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--no-progress",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads(out.read_text())["epochs"][0]
-    assert set(record["tiers"]) == {"cache", "ssd", "host_bytes"} and record["tiers"]["ssd"]["read_amplification"] >= 1.0
+    assert (
+        set(record["tiers"]) == {"cache", "ssd", "host_bytes"} and record["tiers"]["ssd"]["read_amplification"] >= 1.0
+    )
     held = record["tiers"]["host_bytes"]
     assert held["cache.rows"] == 50 * 48 and held["total"] <= 0.01 * GB
 
 
 def test_cli_refuses_a_budget_too_small_in_one_line(make_dataset, capsys):
     ds = ssd_dataset(make_dataset)
-    assert main(["train", str(ds.path), "--features", "ssd", "--cache-rows", "100", "--host-mem-budget", "0.001",
-                 "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                str(ds.path),
+                "--features",
+                "ssd",
+                "--cache-rows",
+                "100",
+                "--host-mem-budget",
+                "0.001",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error: host_mem_budget: 0.001 GB cannot hold" in err
 
@@ -181,8 +260,16 @@ def test_file_truncated_during_training_stops_the_loop_with_a_clear_error(make_d
 def test_training_with_lookahead_victim_buffer_and_read_ahead_equals_training_in_memory(make_dataset, policy):
     ds = ssd_dataset(make_dataset)
     memory = train(ds, **FAST)
-    tiered = train(ds, **FAST, features="ssd", cache_rows=30, cache_policy=policy, lookahead=3, victim_rows=20,
-                   host_mem_budget=0.01)
+    tiered = train(
+        ds,
+        **FAST,
+        features="ssd",
+        cache_rows=30,
+        cache_policy=policy,
+        lookahead=3,
+        victim_rows=20,
+        host_mem_budget=0.01,
+    )
     assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
     tiers = tiered.epochs[-1]["tiers"]
     assert set(tiers) == {"cache", "victim", "ssd", "host_bytes"}

@@ -1,17 +1,18 @@
 """Single-process full-graph training and the in-process pipeline (one stage)."""
+
 import pytest
 import torch
 from torch_geometric.data import Data
 
-from gnnsys.datasets import Dataset, DatasetError
+from gnnsys.datasets import Dataset
+from gnnsys.dropout import hash_dropout
 from gnnsys.errors import ConfigError
 from gnnsys.fullgraph import train_fullgraph
-from gnnsys.training.options import FullGraphOptions
-from gnnsys.dropout import hash_dropout
-from gnnsys.units import InputProjection, build_units, full_forward, units_for
 from gnnsys.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
 from gnnsys.partition import chunk_graph, relabel_csc
 from gnnsys.samplers import Block
+from gnnsys.training.options import FullGraphOptions
+from gnnsys.units import InputProjection, build_units, full_forward, units_for
 
 FAST = dict(hidden=8, epochs=3, dropout=0.0, progress=False, seed=3, lr=0.02)
 
@@ -24,8 +25,9 @@ def tiny_dataset(n=90, edges=360, seed=0, classes=3):
     y = torch.randint(0, classes, (n,), generator=g)
     x = torch.randn(n, 6, generator=g) + torch.nn.functional.one_hot(y, 6).float()
     perm = torch.randperm(n, generator=g)
-    return Dataset.from_pyg(Data(x=x, edge_index=ei, y=y, train_idx=perm[:45], val_idx=perm[45:65],
-                                 test_idx=perm[65:]), name="tiny")
+    return Dataset.from_pyg(
+        Data(x=x, edge_index=ei, y=y, train_idx=perm[:45], val_idx=perm[45:65], test_idx=perm[65:]), name="tiny"
+    )
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
@@ -47,8 +49,15 @@ def _stage_and_reference(model, chunks, method="rcm", dropout=0.0):
     units = build_units(model, 6, 8, 3, 4, norm="layer", residual=True, dropout=dropout, input_proj=True)
     plans = build_chunk_plans(ip, ix, part.chunk_ptr, gcn=model == "gcn")
     train = torch.arange(0, 90, 2)
-    stage = PipelineStage(list(units), plans, [u.in_dim for u in units], num_nodes=90, features=x,
-                          labels=ds.labels[part.perm], train_ids=train)
+    stage = PipelineStage(
+        list(units),
+        plans,
+        [u.in_dim for u in units],
+        num_nodes=90,
+        features=x,
+        labels=ds.labels[part.perm],
+        train_ids=train,
+    )
     return stage, units, x, Block.full_graph(ip, ix), ds.labels[part.perm], train
 
 
@@ -90,13 +99,15 @@ def test_history_holds_training_mode_values_and_evaluation_leaves_it_alone():
     assert all(torch.equal(a, b) for a, b in zip(before, stage.hist))
     leaves, _, _ = stage.forward_pass([3, 1, 0, 2])
     for c, plan in enumerate(stage.plans):
-        assert torch.equal(stage.hist[2][plan.start:plan.stop], leaves[2][c].detach())
+        assert torch.equal(stage.hist[2][plan.start : plan.stop], leaves[2][c].detach())
 
 
 def test_evaluating_more_often_does_not_change_pipelined_training():
     ds = tiny_dataset()
-    runs = [train_fullgraph(ds, model="gcn", layers=4, chunks=4, eval_every=every, **dict(FAST, dropout=0.5, epochs=6))
-            for every in (1, 3)]
+    runs = [
+        train_fullgraph(ds, model="gcn", layers=4, chunks=4, eval_every=every, **dict(FAST, dropout=0.5, epochs=6))
+        for every in (1, 3)
+    ]
     assert [e["loss"] for e in runs[0].epochs] == [e["loss"] for e in runs[1].epochs]
 
 
@@ -201,8 +212,15 @@ def test_chunked_training_stays_close_to_reference():
     assert pipe.config["partition_used"] in ("metis", "rcm") and len(pipe.config["chunk_sizes"]) == 4
 
 
-@pytest.mark.parametrize("costs, stages, expect", [([1, 1, 1, 1], 2, [0, 2, 4]), ([5, 1, 1, 1, 1, 1], 2, [0, 1, 6]),
-                                                  ([1, 2, 3, 4, 5], 3, [0, 3, 4, 5]), ([3], 1, [0, 1])])
+@pytest.mark.parametrize(
+    "costs, stages, expect",
+    [
+        ([1, 1, 1, 1], 2, [0, 2, 4]),
+        ([5, 1, 1, 1, 1, 1], 2, [0, 1, 6]),
+        ([1, 2, 3, 4, 5], 3, [0, 3, 4, 5]),
+        ([3], 1, [0, 1]),
+    ],
+)
 def test_stage_plan_minimises_the_slowest_stage(costs, stages, expect):
     assert plan_stages(costs, stages) == expect
 
@@ -215,12 +233,20 @@ def test_reference_resumes_to_the_same_result(tmp_path):
     assert [e["loss"] for e in resumed.epochs] == [e["loss"] for e in full.epochs]
 
 
-@pytest.mark.parametrize("kwargs, name", [({"model": "mlp"}, "model"), ({"workers": 9, "layers": 2}, "workers"),
-                                          ({"chunks": 3, "norm": "batch"}, "norm"), ({"resume": True}, "resume"),
-                                          ({"partition": "kmeans"}, "partition"),
-                                          ({"refresh_every": -1}, "refresh_every"),
-                                          ({"chunks": 10_000}, "chunks"), ({"workers": 1.5}, "workers"),
-                                          ({"input_dropout": 1.0}, "input_dropout")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"model": "mlp"}, "model"),
+        ({"workers": 9, "layers": 2}, "workers"),
+        ({"chunks": 3, "norm": "batch"}, "norm"),
+        ({"resume": True}, "resume"),
+        ({"partition": "kmeans"}, "partition"),
+        ({"refresh_every": -1}, "refresh_every"),
+        ({"chunks": 10_000}, "chunks"),
+        ({"workers": 1.5}, "workers"),
+        ({"input_dropout": 1.0}, "input_dropout"),
+    ],
+)
 def test_bad_options_name_the_option(kwargs, name):
     with pytest.raises(ConfigError, match=f"^{name}:"):
         train_fullgraph(tiny_dataset(), **dict(FAST, **kwargs))

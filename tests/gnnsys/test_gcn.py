@@ -1,6 +1,7 @@
 """GCN on sampled blocks: whole-graph degrees (`gcn_degree`, `MiniBatch.attach_degree`)
 from the CPU and the GPU sampler (Triton's interpreter without CUDA), exact with
 every neighbour, the whole graph's rows on average with a fanout."""
+
 import itertools
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_attach_degree_gives_each_block_its_source_prefix(kind):
     degree = gcn_degree(indptr, indices)
     mb = sample(kind, indptr, indices, [3, 2], [4, 9, 17], seed=1)
     for block in mb.blocks:
-        assert torch.equal(block.full_degree, degree[mb.input_nodes[:block.num_src]])
+        assert torch.equal(block.full_degree, degree[mb.input_nodes[: block.num_src]])
     assert mb.attach_degree(degree) is mb
 
 

@@ -1,6 +1,7 @@
 """GNNPipe over 2 and 4 gloo processes equals the same chunked schedule in
 one process (forward, gradients, Adam steps), and with one chunk equals
 single-process full-graph training."""
+
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -16,8 +17,17 @@ def tiny_dataset(n=80, edges=320):
     ei = torch.randint(0, n, (2, edges), generator=g)
     y = torch.randint(0, 3, (n,), generator=g)
     perm = torch.randperm(n, generator=g)
-    return Dataset.from_pyg(Data(x=torch.randn(n, 5, generator=g), edge_index=torch.cat([ei, ei.flip(0)], 1), y=y,
-                                 train_idx=perm[:40], val_idx=perm[40:60], test_idx=perm[60:]), name="tiny")
+    return Dataset.from_pyg(
+        Data(
+            x=torch.randn(n, 5, generator=g),
+            edge_index=torch.cat([ei, ei.flip(0)], 1),
+            y=y,
+            train_idx=perm[:40],
+            val_idx=perm[40:60],
+            test_idx=perm[60:],
+        ),
+        name="tiny",
+    )
 
 
 def trajectory(result):

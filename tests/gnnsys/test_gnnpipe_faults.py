@@ -1,6 +1,7 @@
 """A worker that raises or dies stops every worker within seconds with an
 error naming it (one line through the CLI); a pipelined run killed mid-way
 resumes from per-worker checkpoints to the uninterrupted result."""
+
 import os
 import signal
 import subprocess
@@ -39,8 +40,10 @@ def crash_after_second_epoch(record):
         raise RuntimeError("injected crash")
 
 
-@pytest.mark.parametrize("how, cause", [("raise", "ValueError: boom in stage 1"), ("exit", "exited with status 3"),
-                                        ("kill", "killed by signal SIGKILL")])
+@pytest.mark.parametrize(
+    "how, cause",
+    [("raise", "ValueError: boom in stage 1"), ("exit", "exited with status 3"), ("kill", "killed by signal SIGKILL")],
+)
 def test_failing_worker_stops_everyone_with_a_named_error(how, cause):
     t = time.monotonic()
     with pytest.raises(WorkerError, match=f"^worker 1 failed: {cause}") as info:
@@ -55,8 +58,14 @@ def test_pipeline_resumes_from_worker_checkpoints(tmp_path):
     ds = tiny_dataset()
     full = train_fullgraph(ds, workers=1, chunks=2, **dict(FAST, epochs=3))
     with pytest.raises(WorkerError, match="worker 1 failed: RuntimeError: injected crash"):
-        train_fullgraph(ds, workers=2, chunks=2, checkpoint_dir=tmp_path, on_epoch_end=me.crash_after_second_epoch,
-                        **dict(FAST, epochs=3))
+        train_fullgraph(
+            ds,
+            workers=2,
+            chunks=2,
+            checkpoint_dir=tmp_path,
+            on_epoch_end=me.crash_after_second_epoch,
+            **dict(FAST, epochs=3),
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["worker0", "worker1"]
     resumed = train_fullgraph(ds, workers=2, chunks=2, checkpoint_dir=tmp_path, resume=True, **dict(FAST, epochs=3))
     for a, b in zip(trajectory(full), trajectory(resumed)):
@@ -84,7 +93,28 @@ sys.exit(main(sys.argv[2:]))
 def test_killed_worker_is_one_line_through_the_cli(make_dataset):
     """No gloo traceback from the surviving worker, no leaked-semaphore warning."""
     ds, _ = make_dataset()
-    run = subprocess.run([sys.executable, "-c", KILL_A_WORKER, str(Path(__file__).parent), "train", str(ds.path),
-                          "--mode", "fullgraph", "--workers", "2", "--layers", "2", "--hidden", "8", "--epochs", "3",
-                          "--no-progress"], capture_output=True, text=True, timeout=3 * BOUND_S)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            KILL_A_WORKER,
+            str(Path(__file__).parent),
+            "train",
+            str(ds.path),
+            "--mode",
+            "fullgraph",
+            "--workers",
+            "2",
+            "--layers",
+            "2",
+            "--hidden",
+            "8",
+            "--epochs",
+            "3",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3 * BOUND_S,
+    )
     assert (run.returncode, run.stderr) == (2, "gnnsys train: error: worker 1 failed: killed by signal SIGKILL\n")

@@ -1,6 +1,7 @@
 """The same pipeline code runs under torchrun (env:// rendezvous): the CLI
 started by torchrun reports, on its last stage, the result of a run launched
 by gnnsys itself."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,22 @@ def test_torchrun_equals_spawned_workers(tmp_path):
     options = dict(model="sage", layers=3, hidden=8, workers=2, chunks=3, epochs=2, seed=5)
     spawned = train_fullgraph(data, progress=False, **options)
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "gnnsys", "train",
-           str(data), "--mode", "fullgraph", "--no-progress", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gnnsys",
+        "train",
+        str(data),
+        "--mode",
+        "fullgraph",
+        "--no-progress",
+        "--json",
+        str(out),
+    ]
     for k, v in options.items():
         cmd += [f"--{k}", str(v)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))

@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.sh on this CPU machine: --dry-run runs the install step
 with pip's --dry-run (nothing is installed) and plans every other step; bad
 arguments are one-line errors with exit status 2. The real run needs a GPU."""
+
 import importlib.util
 import json
 import subprocess
@@ -36,16 +37,26 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
     pure_wheel(wheels, "gnnsys_check_probe", "1.0")  # a module this Python lacks: carried, pip would install it
     pure_wheel(wheels, "tqdm", "0.0.1")  # one it has: left out, its own tqdm untouched
     out = tmp_path / "out"
-    r = gpu_check("--dry-run", "--python", sys.executable, "--wheels", str(wheels), "--out", str(out),
-                  "--budget", "300", "--skip", "bench-epoch")
+    r = gpu_check(
+        "--dry-run",
+        "--python",
+        sys.executable,
+        "--wheels",
+        str(wheels),
+        "--out",
+        str(out),
+        "--budget",
+        "300",
+        "--skip",
+        "bench-epoch",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads((out / "gpu_check.json").read_text())
     steps = {s["name"]: s for s in report["steps"]}
     would = next(line for line in steps["install"]["output_tail"] if line.startswith("Would install"))
     assert would.split()[2:] == ["gnnsys-0.1.0", "gnnsys_check_probe-1.0"]
     assert "tqdm is already importable" in r.stdout
-    assert list(steps) == ["install", "smoke", "gpu-tests", "kernel-tests", "memcheck", "bench-gather",
-                           "bench-epoch"]
+    assert list(steps) == ["install", "smoke", "gpu-tests", "kernel-tests", "memcheck", "bench-gather", "bench-epoch"]
     install = steps["install"]
     assert install["status"] == "passed" and "--dry-run" in install["command"] and "--no-index" in install["command"]
     assert {steps[n]["status"] for n in ("smoke", "gpu-tests", "kernel-tests", "bench-gather")} == {"planned"}
@@ -55,14 +66,20 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
     assert importlib.util.find_spec("gnnsys_check_probe") is None  # nothing was installed
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--budget", "soon"], "--budget must be a whole number of seconds > 0, got 'soon'"),
-    (["--frobnicate"], "unknown argument '--frobnicate'"),
-    (["--skip", "smoke,lunch"], "--skip: unknown step 'lunch' (steps: install smoke gpu-tests kernel-tests memcheck "
-                                   "bench-gather bench-epoch)"),
-    (["--python", "/nonexistent/python3"], "--python: no interpreter '/nonexistent/python3'"),
-    (["--out"], "--out needs a directory"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--budget", "soon"], "--budget must be a whole number of seconds > 0, got 'soon'"),
+        (["--frobnicate"], "unknown argument '--frobnicate'"),
+        (
+            ["--skip", "smoke,lunch"],
+            "--skip: unknown step 'lunch' (steps: install smoke gpu-tests kernel-tests memcheck "
+            "bench-gather bench-epoch)",
+        ),
+        (["--python", "/nonexistent/python3"], "--python: no interpreter '/nonexistent/python3'"),
+        (["--out"], "--out needs a directory"),
+    ],
+)
 def test_bad_arguments_are_one_line_errors(args, message):
     r = gpu_check("--dry-run", *args)
     assert r.returncode == 2 and r.stdout == ""

@@ -5,6 +5,7 @@ stored rows (ids on the host, on the GPU, strided, expanded, out of range, an
 `out` allocated on "cuda"), the loader's batches wholly on the device with
 the right labels, and a tiny train() on each.
 """
+
 import math
 
 import pytest
@@ -38,6 +39,15 @@ def test_placement_device_sampler(make_dataset, placement, device, sampler):
         assert {t.device for t in _tensors(mb)} == {gpu}
         assert torch.equal(mb.y.cpu(), ds.labels[mb.seeds.cpu()])
         assert torch.equal(mb.x.cpu(), want[mb.input_nodes.cpu()])
-    result = gnnsys.train(ds, epochs=2, fanouts=(5, 5), batch_size=64, hidden=16, device=device,
-                          features=placement, sampler=sampler, progress=False)
+    result = gnnsys.train(
+        ds,
+        epochs=2,
+        fanouts=(5, 5),
+        batch_size=64,
+        hidden=16,
+        device=device,
+        features=placement,
+        sampler=sampler,
+        progress=False,
+    )
     assert all(math.isfinite(e["loss"]) for e in result.epochs) and result.test is not None

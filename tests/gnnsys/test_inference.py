@@ -2,13 +2,14 @@
 in-memory layer-wise inference computed), in one pass or several, for any
 chunking; it reads what it says, keeps within its scratch directory and
 cleans up, and fails in one line when the scratch space is short."""
+
 import errno
 import os
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch
 
 from gnnsys.datasets import Dataset
 from gnnsys.errors import ConfigError
@@ -44,16 +45,17 @@ def test_layerwise_equals_full_graph(make_dataset, conv, batch_size, norm):
     out = layerwise_inference(model, ds, nodes, batch_size=batch_size)
     assert model.training  # mode restored
     torch.testing.assert_close(out, expect[nodes], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(layerwise_inference(model, ds, batch_size=batch_size), expect, rtol=1e-4,
-                               atol=1e-5)
+    torch.testing.assert_close(layerwise_inference(model, ds, batch_size=batch_size), expect, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat"])
 @pytest.mark.parametrize("norm,residual", [(None, False), ("layer", True), ("batch", True)])
-@pytest.mark.parametrize("budget,chunk_bytes,several", [(None, None, False), (60_000, 1, True),
-                                                        (120_000, 40_000, True), (None, 1, False)])
-def test_streaming_equals_full_graph_for_any_budget_and_chunk(make_dataset, conv, norm, residual, budget,
-                                                              chunk_bytes, several):
+@pytest.mark.parametrize(
+    "budget,chunk_bytes,several", [(None, None, False), (60_000, 1, True), (120_000, 40_000, True), (None, 1, False)]
+)
+def test_streaming_equals_full_graph_for_any_budget_and_chunk(
+    make_dataset, conv, norm, residual, budget, chunk_bytes, several
+):
     ds, arrays = make_dataset(num_nodes=600, num_edges=4000, dim=5, num_classes=3)  # has self-loops, repeats
     model, expect = _model(conv, ds, arrays["x"], norm, residual)
     out, stats = layerwise_inference(model, ds, host_mem_budget=budget, chunk_bytes=chunk_bytes, return_stats=True)
@@ -67,13 +69,19 @@ def test_streaming_equals_full_graph_for_any_budget_and_chunk(make_dataset, conv
 def test_in_memory_features_and_another_source(make_dataset):
     ds, arrays = make_dataset(num_nodes=80, num_edges=500, dim=5)
     model, expect = _model("sage", ds, arrays["x"])
-    memory = Dataset(name="m", indptr=ds.indptr, indices=ds.indices, features=torch.from_numpy(arrays["x"]),
-                     labels=ds.labels, splits=ds.splits, num_classes=3)
+    memory = Dataset(
+        name="m",
+        indptr=ds.indptr,
+        indices=ds.indices,
+        features=torch.from_numpy(arrays["x"]),
+        labels=ds.labels,
+        splits=ds.splits,
+        num_classes=3,
+    )
     out, stats = layerwise_inference(model, memory, return_stats=True)
     torch.testing.assert_close(out, expect, rtol=1e-4, atol=1e-5)
     assert stats.layers[0].bytes_read == 80 * 5 * 4  # the rows gathered, once
-    torch.testing.assert_close(layerwise_inference(model, ds, features=memory.features), expect, rtol=1e-4,
-                               atol=1e-5)
+    torch.testing.assert_close(layerwise_inference(model, ds, features=memory.features), expect, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("conv,reads", [("sage", 1), ("gcn", 1), ("gat", 2)])
@@ -176,8 +184,12 @@ def test_any_chunking_gives_the_same_rows(make_dataset):
     models = {conv: _model(conv, ds, arrays["x"], "layer", True, layers=2) for conv in ("sage", "gcn", "gat")}
 
     @settings(max_examples=25, deadline=None, derandomize=True)
-    @given(conv=st.sampled_from(sorted(models)), budget=st.integers(80_000, 400_000),
-                      chunk=st.integers(1, 10_000), nodes=st.lists(st.integers(0, 399), min_size=1, max_size=30))
+    @given(
+        conv=st.sampled_from(sorted(models)),
+        budget=st.integers(80_000, 400_000),
+        chunk=st.integers(1, 10_000),
+        nodes=st.lists(st.integers(0, 399), min_size=1, max_size=30),
+    )
     def check(conv, budget, chunk, nodes):
         model, expect = models[conv]
         ids = torch.tensor(nodes)

@@ -1,5 +1,6 @@
 """MinibatchLoader: contents, determinism vs a synchronous run, prefetch bound,
 error propagation, prompt shutdown."""
+
 import threading
 import time
 import traceback
@@ -165,15 +166,18 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
     assert wait_until(lambda: not live_stage_threads(), 1.0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(prefetch=-1), "prefetch"),
-    (dict(num_workers=0), "num_workers"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(epoch=-1), "epoch"),
-    (dict(lookahead=-1), "lookahead"),
-    (dict(lookahead=2), "stack with a cache"),
-    (dict(rank=2, world_size=2), "rank"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(prefetch=-1), "prefetch"),
+        (dict(num_workers=0), "num_workers"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(epoch=-1), "epoch"),
+        (dict(lookahead=-1), "lookahead"),
+        (dict(lookahead=2), "stack with a cache"),
+        (dict(rank=2, world_size=2), "rank"),
+    ],
+)
 def test_bad_loader_arguments(make_dataset, kwargs, match):
     ds, _ = make_dataset()
     with pytest.raises(ValueError, match=match):
@@ -199,8 +203,9 @@ def test_sampler_object_and_feature_source_are_used(make_dataset):
 
     ds, _ = make_dataset()
     sampler = CountingSampler(NeighborSampler(ds.indptr, ds.indices, [3, 2], seed=7))
-    loader = MinibatchLoader(ds, "train", batch_size=8, prefetch=2, seed=7, sampler=sampler,
-                             features=HalvedFeatures(ds.features))
+    loader = MinibatchLoader(
+        ds, "train", batch_size=8, prefetch=2, seed=7, sampler=sampler, features=HalvedFeatures(ds.features)
+    )
     by_name = MinibatchLoader(ds, "train", [3, 2], batch_size=8, prefetch=0, seed=7)
     batches = list(loader)
     assert sampler.calls == len(batches) == len(by_name)
@@ -239,13 +244,22 @@ class WindowRecorder(HalvedFeatures, FeatureSource):
 def test_lookahead_window_precedes_each_gather(make_dataset, prefetch, num_workers, lookahead):
     ds, _ = make_dataset(num_nodes=120, num_edges=1500)
     source = WindowRecorder(ds.features)
-    loader = MinibatchLoader(ds, "train", [4, 2], batch_size=8, seed=3, prefetch=prefetch, num_workers=num_workers,
-                             features=source, lookahead=lookahead)
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        [4, 2],
+        batch_size=8,
+        seed=3,
+        prefetch=prefetch,
+        num_workers=num_workers,
+        features=source,
+        lookahead=lookahead,
+    )
     batches = [mb.input_nodes.tolist() for mb in loader]
     windows, gathers = source.log[0::2], source.log[1::2]
     assert [g for _, g in gathers] == batches and all(kind == "window" for kind, _ in windows)
     for j, (_, window) in enumerate(windows):  # the next `lookahead` batches, fewer at the end of the epoch
-        assert window == batches[j + 1:j + 1 + lookahead]
+        assert window == batches[j + 1 : j + 1 + lookahead]
     reference = MinibatchLoader(ds, "train", [4, 2], batch_size=8, seed=3, prefetch=0)
     for mb, ref in zip(loader, reference, strict=True):  # the window changes no batch
         assert torch.equal(mb.input_nodes, ref.input_nodes) and torch.equal(mb.x, ref.x / 2)

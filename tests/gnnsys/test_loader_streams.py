@@ -8,6 +8,7 @@ stage and the consumer wait on events (never the host), tensors are recorded
 on the streams that use them, the id check runs at hand-out, and nothing on
 the sampling or gather path synchronises.
 """
+
 import threading
 
 import pytest
@@ -75,8 +76,16 @@ def entries(log, kind):
 def test_stages_order_through_events_and_never_synchronise(make_dataset, prefetch, workers):
     ds, _ = make_dataset(num_nodes=80, num_edges=600, dim=5)
     streams = RecordingStreams()
-    loader = MinibatchLoader(ds, "train", batch_size=8, prefetch=prefetch, num_workers=workers, streams=streams,
-                             sampler=LoggingSampler(ds, streams), features=DeferredSource(torch.randn(80, 5), streams))
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        batch_size=8,
+        prefetch=prefetch,
+        num_workers=workers,
+        streams=streams,
+        sampler=LoggingSampler(ds, streams),
+        features=DeferredSource(torch.randn(80, 5), streams),
+    )
     consumer = threading.current_thread().name
     sample_streams = [s.name for s in loader._sample_streams]
     gather = loader._gather_stream.name
@@ -103,7 +112,7 @@ def test_stages_order_through_events_and_never_synchronise(make_dataset, prefetc
     for k, wait in enumerate(handed):
         assert recorded[wait[2]][2] == gather and log.index(recorded[wait[2]]) > log.index(entries(log, "gather")[k])
         consume = log.index(next(e for e in log if e[0] == "consume" and e[1] == k))
-        window = log[log.index(wait):consume]
+        window = log[log.index(wait) : consume]
         assert {e[1] for e in window if e[0] == "record_stream" and e[2] == consumer_stream} >= log[consume][2]
         assert ("check", k, consumer) in window
     assert all(e[3] == consumer for e in entries(log, "wait_event") if e[1] == consumer_stream)
@@ -112,8 +121,15 @@ def test_stages_order_through_events_and_never_synchronise(make_dataset, prefetc
 def test_a_bad_id_raises_when_its_batch_is_handed_out(make_dataset):
     ds, _ = make_dataset(num_nodes=80, num_edges=600, dim=5)
     streams = RecordingStreams()
-    loader = MinibatchLoader(ds, "train", [3, 2], batch_size=8, prefetch=2, streams=streams,
-                             features=DeferredSource(torch.randn(80, 5), streams, bad_batch=2))
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        [3, 2],
+        batch_size=8,
+        prefetch=2,
+        streams=streams,
+        features=DeferredSource(torch.randn(80, 5), streams, bad_batch=2),
+    )
     seen = []
     with pytest.raises(IndexError, match="out of range") as e:
         for mb in loader:
@@ -130,9 +146,15 @@ def test_labels_follow_the_batch_to_the_device(make_dataset, monkeypatch):
     monkeypatch.setattr(gnnsys.loader, "normalize_device", torch.device)
     ds, arrays = make_dataset(num_nodes=80, num_edges=600, dim=5)
     streams = RecordingStreams()  # only the stand-in sampler and source log to it
-    loader = MinibatchLoader(ds, "train", batch_size=16, prefetch=0, device="meta",
-                             sampler=LoggingSampler(ds, streams, "meta"),
-                             features=DeferredSource(torch.randn(80, 5), streams))
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        batch_size=16,
+        prefetch=0,
+        device="meta",
+        sampler=LoggingSampler(ds, streams, "meta"),
+        features=DeferredSource(torch.randn(80, 5), streams),
+    )
     mb = next(iter(loader))
     assert {t.device.type for t in _tensors(mb)} == {"meta"}
 

@@ -1,4 +1,5 @@
 """GNNLayer / GNN over hand-made blocks, checked against PyG on the whole graph."""
+
 import math
 
 import pytest
@@ -34,7 +35,7 @@ def sub_block(indptr, indices, dst_nodes):
     local = {v: i for i, v in enumerate(srcs)}
     rows, cols = [0], []
     for v in dst_nodes:
-        nbrs = indices[indptr[v]:indptr[v + 1]].tolist()
+        nbrs = indices[indptr[v] : indptr[v + 1]].tolist()
         for u in nbrs:
             if u not in local:
                 local[u] = len(srcs)
@@ -42,8 +43,13 @@ def sub_block(indptr, indices, dst_nodes):
         cols += sorted(local[u] for u in nbrs)
         rows.append(len(cols))
     srcs = torch.tensor(srcs)
-    block = Block(torch.tensor(rows), torch.tensor(cols, dtype=torch.long), len(srcs), len(dst_nodes),
-                  full_degree=gcn_degree(indptr, indices)[srcs])
+    block = Block(
+        torch.tensor(rows),
+        torch.tensor(cols, dtype=torch.long),
+        len(srcs),
+        len(dst_nodes),
+        full_degree=gcn_degree(indptr, indices)[srcs],
+    )
     return block, srcs
 
 

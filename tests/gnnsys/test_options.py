@@ -1,4 +1,5 @@
 """Typed options: defaults, checks when built, dataset completion, resume keys."""
+
 import dataclasses
 
 import pytest
@@ -24,17 +25,29 @@ def test_fullgraph_deep_defaults(layers, deep):
     assert FullGraphOptions(**o.to_dict()) == o
 
 
-@pytest.mark.parametrize("cls, keywords, option", [
-    (MinibatchOptions, {"lr": "0.1"}, "lr"), (MinibatchOptions, {"residual": 1}, "residual"),
-    (MinibatchOptions, {"hidden": True}, "hidden"), (MinibatchOptions, {"fanoutz": [1]}, "fanoutz"),
-    (MinibatchOptions, {"prefetch": -1}, "prefetch"), (MinibatchOptions, {"sampler": "tpu"}, "sampler"),
-    (FullGraphOptions, {"balance": "guess"}, "balance"), (FullGraphOptions, {"timeout_s": 0}, "timeout_s"),
-    (FullGraphOptions, {"history_momentum": 1.0}, "history_momentum"), (FullGraphOptions, {"layers": None}, "layers"),
-    (FullGraphOptions, {"fanouts": [2]}, "fanouts"), (MinibatchOptions, {"lr": -0.01}, "lr"),
-    (MinibatchOptions, {"lr": float("nan")}, "lr"), (FullGraphOptions, {"weight_decay": -1}, "weight_decay"),
-    (MinibatchOptions, {"device": "banana"}, "device"), (FullGraphOptions, {"device": "meta"}, "device"),
-    (MinibatchOptions, {"input_dropout": -0.1}, "input_dropout"),
-    (FullGraphOptions, {"input_dropout": 1.0}, "input_dropout")])
+@pytest.mark.parametrize(
+    "cls, keywords, option",
+    [
+        (MinibatchOptions, {"lr": "0.1"}, "lr"),
+        (MinibatchOptions, {"residual": 1}, "residual"),
+        (MinibatchOptions, {"hidden": True}, "hidden"),
+        (MinibatchOptions, {"fanoutz": [1]}, "fanoutz"),
+        (MinibatchOptions, {"prefetch": -1}, "prefetch"),
+        (MinibatchOptions, {"sampler": "tpu"}, "sampler"),
+        (FullGraphOptions, {"balance": "guess"}, "balance"),
+        (FullGraphOptions, {"timeout_s": 0}, "timeout_s"),
+        (FullGraphOptions, {"history_momentum": 1.0}, "history_momentum"),
+        (FullGraphOptions, {"layers": None}, "layers"),
+        (FullGraphOptions, {"fanouts": [2]}, "fanouts"),
+        (MinibatchOptions, {"lr": -0.01}, "lr"),
+        (MinibatchOptions, {"lr": float("nan")}, "lr"),
+        (FullGraphOptions, {"weight_decay": -1}, "weight_decay"),
+        (MinibatchOptions, {"device": "banana"}, "device"),
+        (FullGraphOptions, {"device": "meta"}, "device"),
+        (MinibatchOptions, {"input_dropout": -0.1}, "input_dropout"),
+        (FullGraphOptions, {"input_dropout": 1.0}, "input_dropout"),
+    ],
+)
 def test_bad_values_name_the_option(cls, keywords, option):
     with pytest.raises(ConfigError, match=f"^{option}: "):
         cls.build(keywords=keywords)

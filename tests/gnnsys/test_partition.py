@@ -1,4 +1,5 @@
 """Chunking for GNNPipe: permutations, contiguous chunks, locality, halos."""
+
 import numpy as np
 import pytest
 import torch
@@ -63,8 +64,14 @@ def test_relabel_keeps_every_edge_and_halo_counts_match_brute_force():
     assert halo_sizes(ip, ix, part.chunk_ptr).tolist() == expect
 
 
-@pytest.mark.parametrize("kwargs, message", [({"num_chunks": 0}, "num_chunks"), ({"num_chunks": 500}, "num_chunks"),
-                                            ({"num_chunks": 2, "method": "kmeans"}, "method")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_chunks": 0}, "num_chunks"),
+        ({"num_chunks": 500}, "num_chunks"),
+        ({"num_chunks": 2, "method": "kmeans"}, "method"),
+    ],
+)
 def test_bad_arguments_say_which(kwargs, message):
     indptr, indices = ring_csc()
     with pytest.raises(ValueError, match=message):

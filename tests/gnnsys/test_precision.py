@@ -2,6 +2,7 @@
 dropout in bf16, the full-graph reference and GNNPipe under bf16-mixed, and
 precision in checkpoints. Every test runs on an injected CPU (`cpu`), by
 default one with native bf16 GEMMs, so that none depends on this machine's."""
+
 import logging
 import sys
 from pathlib import Path
@@ -27,24 +28,32 @@ from test_models import random_csc  # noqa: E402
 
 BF16_CPU = cpu_features.probe("model name: AMD EPYC 9B14\nflags: avx2 avx512f avx512_bf16\n", "AVX512", {}, True)
 AVX2_CPU = cpu_features.probe("model name: AMD EPYC 7B12\nflags: avx2 f16c\n", "AVX2", {}, True)
-EMULATED_CPU = cpu_features.probe("model name: AMD EPYC 9B14\nflags: avx2 avx512f avx512_bf16\n", "AVX2",
-                                  {"ONEDNN_MAX_CPU_ISA": "AVX2"}, True, benchmark=lambda: {"fp32": 37.0, "bf16": 1.1})
+EMULATED_CPU = cpu_features.probe(
+    "model name: AMD EPYC 9B14\nflags: avx2 avx512f avx512_bf16\n",
+    "AVX2",
+    {"ONEDNN_MAX_CPU_ISA": "AVX2"},
+    True,
+    benchmark=lambda: {"fp32": 37.0, "bf16": 1.1},
+)
 
 
 @pytest.fixture(autouse=True)
 def cpu(monkeypatch):
     """cpu(features): the CPU gnnsys.precision sees (BF16_CPU until a test sets
     another); worker processes see its verdict through GNNSYS_CPU_BF16."""
+
     def inject(features):
         monkeypatch.setattr(cpu_features, "detect", lambda: features)
         monkeypatch.setenv("GNNSYS_CPU_BF16", "1" if features.bf16_gemm else "0")
+
     inject(BF16_CPU)
     return inject
 
 
 # -- the choice per machine ----------------------------------------------------------------
-@pytest.mark.parametrize("features, auto, bf16", [(BF16_CPU, "bf16-mixed", "bf16-mixed"), (AVX2_CPU, "32", "32"),
-                                                  (EMULATED_CPU, "32", "32")])
+@pytest.mark.parametrize(
+    "features, auto, bf16", [(BF16_CPU, "bf16-mixed", "bf16-mixed"), (AVX2_CPU, "32", "32"), (EMULATED_CPU, "32", "32")]
+)
 def test_auto_and_bf16_mixed_resolve_by_the_cpus_bf16_gemms(cpu, features, auto, bf16):
     cpu(features)
     assert [resolve_precision(n, "cpu") for n in ("auto", "bf16-mixed", "32")] == [auto, bf16, "32"]
@@ -58,16 +67,19 @@ def test_bf16_mixed_without_native_bf16_warns_in_one_line_naming_the_capability(
         assert resolve_precision("bf16-mixed", "cpu") == "32"
         assert resolve_precision("auto", "cpu") == "32"
     [record] = caplog.records
-    assert record.getMessage() == ("precision: bf16-mixed runs its matmuls in fp32 on this CPU, whose bf16 matmuls "
-                                   "are not native (AMD EPYC 7B12: torch AVX2, no avx512_bf16 or amx_bf16); "
-                                   "bf16-stored features stay bf16")
+    assert record.getMessage() == (
+        "precision: bf16-mixed runs its matmuls in fp32 on this CPU, whose bf16 matmuls "
+        "are not native (AMD EPYC 7B12: torch AVX2, no avx512_bf16 or amx_bf16); "
+        "bf16-stored features stay bf16"
+    )
 
 
 @pytest.mark.parametrize("native, auto", [(True, "bf16-mixed"), (False, "32")])
 def test_auto_on_cuda_takes_bf16_where_the_gpu_has_it(monkeypatch, native, auto):
     seen = []
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: seen.append(
-        including_emulation) or native)
+    monkeypatch.setattr(
+        torch.cuda, "is_bf16_supported", lambda including_emulation=True: seen.append(including_emulation) or native
+    )
     assert resolve_precision("auto", "cuda") == auto
     assert seen == [False]  # torch's emulated bf16 is not native
     assert resolve_precision("32", "cuda:1") == "32"
@@ -112,18 +124,29 @@ def test_autocast_and_compute_dtype(name, dtype):
     assert out.dtype == (dtype or torch.float32)
 
 
-@pytest.mark.parametrize("name, stored, fed", [
-    ("32", torch.float32, torch.float32), ("32", torch.bfloat16, torch.float32),
-    ("bf16-mixed", torch.bfloat16, torch.bfloat16), ("bf16-mixed", torch.float32, torch.float32),
-    ("bf16-mixed", torch.float16, torch.float32), ("16-mixed", torch.float16, torch.float16),
-    ("16-mixed", torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize(
+    "name, stored, fed",
+    [
+        ("32", torch.float32, torch.float32),
+        ("32", torch.bfloat16, torch.float32),
+        ("bf16-mixed", torch.bfloat16, torch.bfloat16),
+        ("bf16-mixed", torch.float32, torch.float32),
+        ("bf16-mixed", torch.float16, torch.float32),
+        ("16-mixed", torch.float16, torch.float16),
+        ("16-mixed", torch.bfloat16, torch.float32),
+    ],
+)
 def test_features_are_fed_as_stored_only_in_the_compute_dtype(name, stored, fed):
     assert Precision(name, torch.device("cpu")).input_dtype(stored) == fed
 
 
-@pytest.mark.parametrize("name, device, match", [
-    ("64", "cpu", "must be one of auto, 32, bf16-mixed, 16-mixed, got '64'"),
-    ("16-mixed", "cpu", "16-mixed needs a CUDA device")])
+@pytest.mark.parametrize(
+    "name, device, match",
+    [
+        ("64", "cpu", "must be one of auto, 32, bf16-mixed, 16-mixed, got '64'"),
+        ("16-mixed", "cpu", "16-mixed needs a CUDA device"),
+    ],
+)
 def test_bad_precisions_are_config_errors(name, device, match):
     with pytest.raises(ConfigError, match=f"^precision: {match}"):
         make_precision(name, device)
@@ -211,13 +234,20 @@ def test_gnn_trains_in_bf16_mixed_with_fp32_loss():
 # -- trainers ------------------------------------------------------------------------------
 def bf16_dataset():
     ds = tiny_dataset()
-    return Dataset(name="tiny-bf16", indptr=ds.indptr, indices=ds.indices,
-                   features=ds.features[torch.arange(ds.num_nodes)].bfloat16(), labels=ds.labels,
-                   splits=ds.splits, num_classes=ds.num_classes)
+    return Dataset(
+        name="tiny-bf16",
+        indptr=ds.indptr,
+        indices=ds.indices,
+        features=ds.features[torch.arange(ds.num_nodes)].bfloat16(),
+        labels=ds.labels,
+        splits=ds.splits,
+        num_classes=ds.num_classes,
+    )
 
 
-@pytest.mark.parametrize("model, pipeline", [("sage", {}), ("gcn", {}), ("sage", {"chunks": 3}),
-                                             ("gcn", {"chunks": 2})])
+@pytest.mark.parametrize(
+    "model, pipeline", [("sage", {}), ("gcn", {}), ("sage", {"chunks": 3}), ("gcn", {"chunks": 2})]
+)
 def test_fullgraph_trains_in_bf16_mixed_close_to_fp32(model, pipeline):
     options = dict(FAST, epochs=20, model=model, **pipeline)
     ref = [e["loss"] for e in train_fullgraph(tiny_dataset(), **options).epochs]
@@ -241,8 +271,9 @@ def test_the_reference_feeds_bf16_features_without_an_upcast():
     from gnnsys.fullgraph import ReferenceTrainer
 
     ds = bf16_dataset()
-    assert ReferenceTrainer(ds, FullGraphOptions(precision="bf16-mixed", **FAST).for_dataset(ds)).x.dtype \
-        == torch.bfloat16
+    assert (
+        ReferenceTrainer(ds, FullGraphOptions(precision="bf16-mixed", **FAST).for_dataset(ds)).x.dtype == torch.bfloat16
+    )
     assert ReferenceTrainer(ds, FullGraphOptions(precision="32", **FAST).for_dataset(ds)).x.dtype == torch.float32
 
 
@@ -265,11 +296,14 @@ def _with_precision(options, name):
 def test_resume_refuses_another_precision_naming_both(tmp_path, pipeline):
     ds = tiny_dataset()
     train_fullgraph(ds, checkpoint_dir=tmp_path, precision="bf16-mixed", **dict(FAST, epochs=1, **pipeline))
-    with pytest.raises(DatasetError, match="was written with precision bf16-mixed, this run asks for 32; "
-                                           "resume with --precision bf16-mixed$"):
+    with pytest.raises(
+        DatasetError,
+        match="was written with precision bf16-mixed, this run asks for 32; resume with --precision bf16-mixed$",
+    ):
         train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, precision="32", **dict(FAST, **pipeline))
-    resumed = train_fullgraph(ds, checkpoint_dir=tmp_path, resume=True, precision="bf16-mixed",
-                              **dict(FAST, **pipeline))
+    resumed = train_fullgraph(
+        ds, checkpoint_dir=tmp_path, resume=True, precision="bf16-mixed", **dict(FAST, **pipeline)
+    )
     assert [e["epoch"] for e in resumed.epochs] == [0, 1, 2]
 
 
@@ -287,8 +321,9 @@ def test_the_gradient_scaler_state_is_saved_and_restored():
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(model.parameters())
     saved = Precision("16-mixed", torch.device("cpu"))
-    saved.load_state_dict({"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 10,
-                           "_growth_tracker": 3})
+    saved.load_state_dict(
+        {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 10, "_growth_tracker": 3}
+    )
     state = training_state(options, 2, [], model, opt, saved)
     restored = Precision("16-mixed", torch.device("cpu"))
     restore_training_state(state, "ckpt", options, model, opt, restored)

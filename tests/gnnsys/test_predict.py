@@ -1,6 +1,7 @@
 """`gnnsys.predict` and `gnnsys predict`: scores, labels and embeddings from a
 checkpoint, written atomically; checkpoints of another dataset or model are
 refused in one line."""
+
 import numpy as np
 import pytest
 import torch
@@ -39,8 +40,9 @@ def test_scores_labels_and_embeddings(trained, tmp_path):
     model.eval()
     with torch.no_grad():
         first = model.layers[0](ds.features[torch.arange(90)], Block.full_graph(ds.indptr, ds.indices))
-    out = gnnsys.predict(ds, ckpt, tmp_path / "emb" / "e.npy", output="embeddings", layer=1, dtype="bfloat16",
-                         host_mem_budget=200_000)
+    out = gnnsys.predict(
+        ds, ckpt, tmp_path / "emb" / "e.npy", output="embeddings", layer=1, dtype="bfloat16", host_mem_budget=200_000
+    )
     assert out == tmp_path / "emb" / "e.npy"
     np.testing.assert_allclose(np.load(out), first.numpy(), rtol=1e-4, atol=1e-5)
 
@@ -50,9 +52,28 @@ def test_cli_writes_each_output(trained, tmp_path, capsys):
     np.save(tmp_path / "ids.npy", np.array([3, 1, 4], dtype=np.int32))
     base = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--no-progress"]
     assert main([*base, "--out", str(tmp_path / "s.npy")]) == 0
-    assert main([*base, "--out", str(tmp_path / "l.npy"), "--output", "labels", "--nodes", str(tmp_path / "ids.npy"),
-                 "--host-mem-budget", "0.001", "--dtype", "float16", "--scratch-dir", str(tmp_path),
-                 "--batch-size", "2"]) == 0
+    assert (
+        main(
+            [
+                *base,
+                "--out",
+                str(tmp_path / "l.npy"),
+                "--output",
+                "labels",
+                "--nodes",
+                str(tmp_path / "ids.npy"),
+                "--host-mem-budget",
+                "0.001",
+                "--dtype",
+                "float16",
+                "--scratch-dir",
+                str(tmp_path),
+                "--batch-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert main([*base, "--out", str(tmp_path / "e.npy"), "--output", "embeddings", "--layer", "1"]) == 0
     text = capsys.readouterr().out
     assert f"wrote scores 90x4 to {tmp_path / 's.npy'}" in text and "wrote labels 3 to" in text
@@ -85,8 +106,9 @@ def test_checkpoints_of_another_dataset_or_model_are_refused(trained, make_datas
     train_fullgraph(ds, model="sage", layers=2, checkpoint_dir=tmp_path / "full", epochs=1, progress=False)
     err = _error(["predict", str(ds.path), "--checkpoint", str(tmp_path / "full"), "--out", str(out)], capsys)
     assert "not a checkpoint of minibatch training" in err
-    assert "holds no checkpoint.pt" in _error(["predict", str(ds.path), "--checkpoint", str(tmp_path),
-                                               "--out", str(out)], capsys)
+    assert "holds no checkpoint.pt" in _error(
+        ["predict", str(ds.path), "--checkpoint", str(tmp_path), "--out", str(out)], capsys
+    )
     assert not out.exists()
 
 

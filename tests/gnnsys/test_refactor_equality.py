@@ -3,6 +3,7 @@ metrics recorded before the training core was restructured (issue 11), in
 minibatch, full-graph and 2-worker GNNPipe modes. The reference numbers in
 data/cora_before_refactor.json were produced by the same command lines on
 the code before the change (2-core x86_64, torch 2.13.0 CPU)."""
+
 import json
 from pathlib import Path
 

@@ -1,4 +1,5 @@
 """gnnsys.train / TrainResult and the metrics they report, on tiny datasets."""
+
 import json
 
 import pytest
@@ -6,8 +7,8 @@ import torch
 
 from gnnsys import ConfigError, GPUUnavailableError, TrainResult, train
 from gnnsys.models import GNN
-from gnnsys.training.metrics import accuracy, evaluate, resolve_metric, roc_auc
 from gnnsys.training.loop import BREAKDOWN
+from gnnsys.training.metrics import accuracy, evaluate, resolve_metric, roc_auc
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2)
 
@@ -77,13 +78,29 @@ def test_learns_an_easy_task(make_dataset):
     assert result.test > 0.85
 
 
-@pytest.mark.parametrize("options,name", [
-    (dict(layers=3), "layers"), (dict(model="gin"), "model"), (dict(fanouts=[0, 2]), "fanouts"),
-    (dict(epochs=0), "epochs"), (dict(resume=True), "resume"), (dict(metric="auc"), "metric"),
-    (dict(dropout=1.0), "dropout"), (dict(fanouts="15,10"), "fanouts"), (dict(batch_size=1.5), "batch_size"),
-    (dict(epochs="3"), "epochs"), (dict(seed="a"), "seed"), (dict(device=5), "device"),
-    (dict(device="banana"), "device"), (dict(features="nvme"), "features"), (dict(workers=0), "workers"),
-    (dict(cache_rows=-1), "cache_rows"), (dict(lookahead=2), "lookahead"), (dict(precision="64"), "precision")])
+@pytest.mark.parametrize(
+    "options,name",
+    [
+        (dict(layers=3), "layers"),
+        (dict(model="gin"), "model"),
+        (dict(fanouts=[0, 2]), "fanouts"),
+        (dict(epochs=0), "epochs"),
+        (dict(resume=True), "resume"),
+        (dict(metric="auc"), "metric"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(fanouts="15,10"), "fanouts"),
+        (dict(batch_size=1.5), "batch_size"),
+        (dict(epochs="3"), "epochs"),
+        (dict(seed="a"), "seed"),
+        (dict(device=5), "device"),
+        (dict(device="banana"), "device"),
+        (dict(features="nvme"), "features"),
+        (dict(workers=0), "workers"),
+        (dict(cache_rows=-1), "cache_rows"),
+        (dict(lookahead=2), "lookahead"),
+        (dict(precision="64"), "precision"),
+    ],
+)
 def test_bad_options_name_the_option(make_dataset, options, name):
     ds, _ = make_dataset()
     with pytest.raises(ConfigError, match=f"^{name}: "):
@@ -129,8 +146,8 @@ def test_bf16_mixed_trains_close_to_fp32_and_feeds_bf16_rows_as_stored(make_data
     monkeypatch.setattr(MinibatchTrainer, "_step", lambda self, mb: fed.append(mb.x.dtype) or step(self, mb))
     fp32 = train(ds, **FAST, epochs=3, dropout=0.0, precision="32")
     bf16 = train(ds, **FAST, epochs=3, dropout=0.0, precision="bf16-mixed")
-    assert set(fed[:len(fed) // 2]) == {torch.float32}
-    assert set(fed[len(fed) // 2:]) == {torch.bfloat16 if stored == "bfloat16" else torch.float32}
+    assert set(fed[: len(fed) // 2]) == {torch.float32}
+    assert set(fed[len(fed) // 2 :]) == {torch.bfloat16 if stored == "bfloat16" else torch.float32}
     assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # fp32 master weights
     for a, b in zip(fp32.epochs, bf16.epochs):
         assert b["loss"] == pytest.approx(a["loss"], rel=0.05) and b["loss"] != a["loss"]

@@ -1,4 +1,5 @@
 """Block.to and MiniBatch.to keep the cached adjacencies, moved with the block."""
+
 import pytest
 import torch
 
@@ -12,7 +13,8 @@ def cached_block():
     block = Block(torch.tensor([0, 2, 3, 5]), torch.tensor([1, 3, 0, 2, 4]), num_src=5, num_dst=3)
     block.adj_t()
     block.cache["gcn_self_loops"] = torch.sparse_csr_tensor(
-        torch.tensor([0, 3, 5, 7]), torch.tensor([0, 1, 3, 0, 1, 2, 4]), torch.rand(7), size=(3, 5))
+        torch.tensor([0, 3, 5, 7]), torch.tensor([0, 1, 3, 0, 1, 2, 4]), torch.rand(7), size=(3, 5)
+    )
     return block
 
 

@@ -4,6 +4,7 @@ Without CUDA the kernel runs in Triton's interpreter (TRITON_INTERPRET=1 is
 set before triton is first imported, see tests/storage/test_triton_gather.py);
 with CUDA the same tests run compiled on the GPU.
 """
+
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +36,9 @@ def random_csc(n=40, m=300, seed=0, index_dtype=np.int32):
     return csc(rng.integers(0, n, m), rng.integers(0, n, m), n, index_dtype)
 
 
-@pytest.mark.parametrize("fanouts,replace", [([3, 2], False), ([5, -1], False), ([0, 4], False),
-                                             ([4, 3, 2], True), ([25], False)])
+@pytest.mark.parametrize(
+    "fanouts,replace", [([3, 2], False), ([5, -1], False), ([0, 4], False), ([4, 3, 2], True), ([25], False)]
+)
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_same_minibatch_as_cpu_sampler(fanouts, replace, index_dtype):
     indptr, indices = random_csc(index_dtype=index_dtype)
@@ -112,6 +114,10 @@ def test_device_cuda_is_cuda_zero_everywhere():
 
 
 def test_bench_epoch_gpu_parses_args():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_epoch_gpu.py"), "--help"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_epoch_gpu.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "--graph" in r.stdout

@@ -1,6 +1,7 @@
 """LABOR-0 sampling: per-edge marginals, shared draws, fewer input rows,
 determinism, the GPU kernel against the CPU one, the option end to end and
 the benchmark's report."""
+
 import importlib.util
 import json
 from pathlib import Path
@@ -52,13 +53,16 @@ def kept(mb, block=-1):
     """{global destination: sorted global sources} of one block (default the seeds')."""
     nodes, b = mb.input_nodes.cpu().numpy(), mb.blocks[block]
     ip, ix = b.indptr.cpu().numpy(), b.indices.cpu().numpy()
-    return {int(nodes[r]): sorted(nodes[ix[ip[r]:ip[r + 1]]].tolist()) for r in range(b.num_dst)}
+    return {int(nodes[r]): sorted(nodes[ix[ip[r] : ip[r + 1]]].tolist()) for r in range(b.num_dst)}
 
 
 def same(a, b) -> bool:
     return torch.equal(a.input_nodes.cpu(), b.input_nodes.cpu()) and all(
-        (x.num_src, x.num_dst) == (y.num_src, y.num_dst) and torch.equal(x.indptr.cpu(), y.indptr.cpu())
-        and torch.equal(x.indices.cpu(), y.indices.cpu()) for x, y in zip(a.blocks, b.blocks, strict=True))
+        (x.num_src, x.num_dst) == (y.num_src, y.num_dst)
+        and torch.equal(x.indptr.cpu(), y.indptr.cpu())
+        and torch.equal(x.indices.cpu(), y.indices.cpu())
+        for x, y in zip(a.blocks, b.blocks, strict=True)
+    )
 
 
 @pytest.mark.parametrize("fanout", [1, 3, 6])
@@ -71,10 +75,10 @@ def test_each_edge_is_kept_with_probability_min_1_k_over_d(fanout):
     for batch in range(draws):
         got = kept(sampler.sample(np.arange(len(degrees)), epoch=0, batch=batch))
         for s, sources in got.items():
-            counts[indptr[s]:indptr[s + 1]] += np.isin(indices[indptr[s]:indptr[s + 1]], sources)
+            counts[indptr[s] : indptr[s + 1]] += np.isin(indices[indptr[s] : indptr[s + 1]], sources)
     for s, d in enumerate(degrees):
         p = min(1.0, fanout / d)
-        edge = counts[indptr[s]:indptr[s + 1]]
+        edge = counts[indptr[s] : indptr[s + 1]]
         assert np.all(np.abs(edge - draws * p) <= 5 * np.sqrt(draws * p * (1 - p)) + 1e-9), (s, d, edge)
 
 
@@ -100,7 +104,7 @@ def test_draws_are_shared_across_a_layer(graph_seed, fanout, batch):
     for a in range(30):
         for b in range(30):
             if deg[a] <= deg[b]:
-                shared = set(indices[indptr[a]:indptr[a + 1]].tolist())
+                shared = set(indices[indptr[a] : indptr[a + 1]].tolist())
                 assert set(got[b]) & shared <= set(got[a])
 
 
@@ -122,8 +126,10 @@ def test_fewer_distinct_sources_than_uniform():
 def test_fewer_input_rows_over_three_layers():
     indptr, indices = random_csc(n=2000, m=40000, seed=3)
     seeds = np.arange(0, 2000, 16)
-    rows = {cls: np.mean([cls(indptr, indices, [10, 5, 5], seed=s).sample(seeds).input_nodes.numel()
-                          for s in range(5)]) for cls in (NeighborSampler, LaborSampler)}
+    rows = {
+        cls: np.mean([cls(indptr, indices, [10, 5, 5], seed=s).sample(seeds).input_nodes.numel() for s in range(5)])
+        for cls in (NeighborSampler, LaborSampler)
+    }
     assert rows[LaborSampler] < 0.9 * rows[NeighborSampler], rows
 
 
@@ -153,10 +159,10 @@ def test_layout_and_full_layers():
     assert mb.input_nodes.unique().numel() == mb.input_nodes.numel()
     assert mb.blocks[0].num_dst == mb.blocks[1].num_src and mb.blocks[0].num_src == mb.input_nodes.numel()
     for v, sources in kept(mb).items():  # fanout -1: every in-neighbour
-        assert sources == sorted(indices[indptr[v]:indptr[v + 1]].tolist())
+        assert sources == sorted(indices[indptr[v] : indptr[v + 1]].tolist())
     for b in mb.blocks:
         assert b.indptr.dtype == b.indices.dtype == torch.int64
-        assert all(torch.all(b.indices[b.indptr[r]:b.indptr[r + 1]].diff() >= 0) for r in range(b.num_dst))
+        assert all(torch.all(b.indices[b.indptr[r] : b.indptr[r + 1]].diff() >= 0) for r in range(b.num_dst))
     assert LaborSampler(indptr, indices, [0]).sample(seeds).blocks[0].num_edges == 0
 
 
@@ -185,8 +191,9 @@ def test_gpu_sampler_draws_what_the_cpu_sampler_draws(fanouts, index_dtype):
     seeds = torch.tensor([5, 1, 30, 2, 17])
     want = LaborSampler(indptr, indices, fanouts, seed=7).sample(seeds, epoch=1, batch=3)
     for kind in ("gpu", "gpu-pinned"):
-        sampler = make_sampler(kind, torch.from_numpy(indptr), torch.from_numpy(indices), fanouts, DEVICE, seed=7,
-                               sampling="labor")
+        sampler = make_sampler(
+            kind, torch.from_numpy(indptr), torch.from_numpy(indices), fanouts, DEVICE, seed=7, sampling="labor"
+        )
         got = sampler.sample(seeds, 1, 3)
         assert same(got, want) and got.input_nodes.device == sampler.device
 
@@ -226,8 +233,17 @@ def test_training_reaches_the_labor_sampler(make_dataset, monkeypatch):
 
     monkeypatch.setattr(gnnsys.loader, "make_sampler", spy)
     ds, _ = make_dataset(num_nodes=80, num_edges=500)
-    result = gnnsys.train(ds, sampling="labor", eval="sampled", epochs=2, fanouts=[4, 3], hidden=16, batch_size=16,
-                          progress=False, prefetch=2)
+    result = gnnsys.train(
+        ds,
+        sampling="labor",
+        eval="sampled",
+        epochs=2,
+        fanouts=[4, 3],
+        hidden=16,
+        batch_size=16,
+        progress=False,
+        prefetch=2,
+    )
     assert result.config["sampling"] == "labor" and len(result.epochs) == 2
     assert made and all(isinstance(s, LaborSampler) for s in made)
 

@@ -1,11 +1,11 @@
 """NeighborSampler: sampled edges exist, counts, uniformity, determinism, layout."""
+
 import threading
 
 import numba
 import numpy as np
 import pytest
 import torch
-
 from numba.core.caching import NullCache
 
 from gnnsys.datasets import Dataset
@@ -26,13 +26,13 @@ def random_csc(num_nodes=80, num_edges=900, seed=0, index_dtype=np.int32):
 
 
 def neighbours(indptr, indices, v):
-    return indices[indptr[v]:indptr[v + 1]]
+    return indices[indptr[v] : indptr[v + 1]]
 
 
 def check_layout(mb, seeds):
     """Seeds first, dst nodes first among srcs, nested blocks, sorted rows."""
     assert torch.equal(mb.seeds, torch.as_tensor(seeds, dtype=torch.long))
-    assert torch.equal(mb.input_nodes[:len(seeds)], mb.seeds)
+    assert torch.equal(mb.input_nodes[: len(seeds)], mb.seeds)
     assert mb.input_nodes.unique().numel() == mb.input_nodes.numel()
     assert mb.blocks[0].num_src == mb.input_nodes.numel()
     assert mb.blocks[-1].num_dst == len(seeds)
@@ -44,7 +44,7 @@ def check_layout(mb, seeds):
         if b.num_edges:
             assert int(b.indices.min()) >= 0 and int(b.indices.max()) < b.num_src
         for r in range(b.num_dst):
-            row = b.indices[b.indptr[r]:b.indptr[r + 1]]
+            row = b.indices[b.indptr[r] : b.indptr[r + 1]]
             assert torch.all(row[1:] >= row[:-1])
 
 
@@ -54,7 +54,7 @@ def edges_of(mb):
     out = []
     for b in mb.blocks:
         ip, ix = b.indptr.numpy(), b.indices.numpy()
-        out.append([(nodes[r], nodes[ix[ip[r]:ip[r + 1]]]) for r in range(b.num_dst)])
+        out.append([(nodes[r], nodes[ix[ip[r] : ip[r + 1]]]) for r in range(b.num_dst)])
     return out
 
 
@@ -98,7 +98,7 @@ def test_full_neighbourhood_block_is_exact():
     assert torch.equal(block.indptr, torch.from_numpy(indptr))
     got = mb.input_nodes[block.indices].numpy()
     for v in range(dst.shape[0]):
-        assert sorted(got[indptr[v]:indptr[v + 1]]) == sorted(neighbours(indptr, indices, v))
+        assert sorted(got[indptr[v] : indptr[v + 1]]) == sorted(neighbours(indptr, indices, v))
 
 
 def test_zero_in_degree_and_empty_seeds():
@@ -198,11 +198,14 @@ def test_floyd_subsets_are_uniform():
     assert chi2 < 27.9  # p = 0.001 for 9 degrees of freedom
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(fanouts=[]), ValueError, "fanouts"),
-    (dict(fanouts=[3, -2]), ValueError, "fanouts"),
-    (dict(fanouts=[3], seed=-1), ValueError, "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(fanouts=[]), ValueError, "fanouts"),
+        (dict(fanouts=[3, -2]), ValueError, "fanouts"),
+        (dict(fanouts=[3], seed=-1), ValueError, "seed"),
+    ],
+)
 def test_bad_arguments(kwargs, error, match):
     indptr, indices = random_csc()
     with pytest.raises(error, match=match):
@@ -231,12 +234,15 @@ def _node_with_neighbours(indptr, at_least=2):
     return int(np.flatnonzero(np.diff(indptr) >= at_least)[0])
 
 
-@pytest.mark.parametrize("corruption, message", [
-    ("id past the end", r"indices: node {v}'s in-neighbour list holds node id 80, out of range \[0, 80\)"),
-    ("negative id", r"indices: node {v}'s in-neighbour list holds node id -1, out of range"),
-    ("reversed range", r"indptr: node {v}'s edge range \[\d+, -?\d+\) is not inside the \d+ edges"),
-    ("range past the end", r"indptr: node {v}'s edge range \[\d+, 1000000000000\) is not inside the \d+ edges"),
-])
+@pytest.mark.parametrize(
+    "corruption, message",
+    [
+        ("id past the end", r"indices: node {v}'s in-neighbour list holds node id 80, out of range \[0, 80\)"),
+        ("negative id", r"indices: node {v}'s in-neighbour list holds node id -1, out of range"),
+        ("reversed range", r"indptr: node {v}'s edge range \[\d+, -?\d+\) is not inside the \d+ edges"),
+        ("range past the end", r"indptr: node {v}'s edge range \[\d+, 1000000000000\) is not inside the \d+ edges"),
+    ],
+)
 @pytest.mark.parametrize("replace", [False, True])
 def test_a_corrupted_graph_raises_instead_of_reading_outside_it(corruption, message, replace):
     """The sampler checks each node's edge range and each sampled id inside
@@ -245,9 +251,9 @@ def test_a_corrupted_graph_raises_instead_of_reading_outside_it(corruption, mess
     indptr, indices = random_csc()
     v = _node_with_neighbours(indptr)
     if corruption == "id past the end":
-        indices[indptr[v]:indptr[v + 1]] = 80
+        indices[indptr[v] : indptr[v + 1]] = 80
     elif corruption == "negative id":
-        indices[indptr[v]:indptr[v + 1]] = -1
+        indices[indptr[v] : indptr[v + 1]] = -1
     elif corruption == "reversed range":
         indptr[v + 1] = indptr[v] - 1
     else:
@@ -265,10 +271,15 @@ def test_training_on_a_dataset_corrupted_in_memory_raises():
 
     indptr, indices = random_csc()
     g = torch.Generator().manual_seed(0)
-    ds = Dataset(name="mem", indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
-                 features=torch.randn(80, 4, generator=g), labels=torch.randint(0, 3, (80,), generator=g),
-                 splits={"train": torch.arange(0, 40), "valid": torch.arange(40, 60), "test": torch.arange(60, 80)},
-                 num_classes=3)
+    ds = Dataset(
+        name="mem",
+        indptr=torch.from_numpy(indptr),
+        indices=torch.from_numpy(indices),
+        features=torch.randn(80, 4, generator=g),
+        labels=torch.randint(0, 3, (80,), generator=g),
+        splits={"train": torch.arange(0, 40), "valid": torch.arange(40, 60), "test": torch.arange(60, 80)},
+        num_classes=3,
+    )
     v = _node_with_neighbours(indptr[:41], at_least=1)
     ds.indices[ds.indptr[v]] = 10**6
     with pytest.raises(DatasetError, match=r"in-neighbour list holds node id 1000000, out of range \[0, 80\)"):

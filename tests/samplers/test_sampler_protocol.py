@@ -1,4 +1,5 @@
 """Both neighbour samplers satisfy the `Sampler` protocol and sample on their `device`."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,17 +1,21 @@
 """SeedBatches: batch counts, coverage, shuffle as a function of (seed, epoch)."""
+
 import pytest
 import torch
 
 from gnnsys.samplers import SeedBatches
 
 
-@pytest.mark.parametrize("n, batch_size, drop_last, sizes", [
-    (10, 3, False, [3, 3, 3, 1]),
-    (10, 3, True, [3, 3, 3]),
-    (9, 3, True, [3, 3, 3]),
-    (2, 5, True, []),
-    (0, 4, False, []),
-])
+@pytest.mark.parametrize(
+    "n, batch_size, drop_last, sizes",
+    [
+        (10, 3, False, [3, 3, 3, 1]),
+        (10, 3, True, [3, 3, 3]),
+        (9, 3, True, [3, 3, 3]),
+        (2, 5, True, []),
+        (0, 4, False, []),
+    ],
+)
 def test_batch_sizes(n, batch_size, drop_last, sizes):
     seeds = SeedBatches(torch.arange(n), batch_size, drop_last=drop_last)
     batches = seeds.epoch(0)
@@ -34,11 +38,14 @@ def test_no_shuffle_keeps_order():
     assert [b.tolist() for b in batches] == [[5, 3, 9], [1]] and batches[0].dtype == torch.int64
 
 
-@pytest.mark.parametrize("args, error, match", [
-    ((torch.arange(4), 0), ValueError, "batch_size"),
-    ((torch.ones(3), 2), TypeError, "ids"),
-    ((torch.ones(2, 2, dtype=torch.long), 2), TypeError, "ids"),
-])
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        ((torch.arange(4), 0), ValueError, "batch_size"),
+        ((torch.ones(3), 2), TypeError, "ids"),
+        ((torch.ones(2, 2, dtype=torch.long), 2), TypeError, "ids"),
+    ],
+)
 def test_bad_seed_arguments(args, error, match):
     with pytest.raises(error, match=match):
         SeedBatches(*args)

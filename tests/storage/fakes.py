@@ -6,6 +6,7 @@ logs every stream and event call (with the calling thread's name) in order;
 runtime calls; `pretend_cuda` makes gnnsys believe a GPU is present, for
 code that only names a CUDA device.
 """
+
 from __future__ import annotations
 
 import threading
@@ -201,5 +202,6 @@ class OfferLog(CountingSource):
         self.offers: list = []
 
     def offer(self, ids, rows, next_use):
-        self.offers.append((torch.as_tensor(ids).numpy().copy(), rows.clone(),
-                            torch.as_tensor(next_use).numpy().copy()))
+        self.offers.append(
+            (torch.as_tensor(ids).numpy().copy(), rows.clone(), torch.as_tensor(next_use).numpy().copy())
+        )

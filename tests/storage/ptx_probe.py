@@ -12,6 +12,7 @@ the bit widths of the global loads and stores of the kernel's element type,
 registers and spill bytes. Exits 3 when the CUDA backend's compiler (ptxas)
 is not available.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,12 @@ from triton.compiler.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-GATHER_CASES = {"fp32-100": (torch.float32, 100), "fp32-128": (torch.float32, 128),
-                "fp32-602": (torch.float32, 602), "fp16-100": (torch.float16, 100)}
+GATHER_CASES = {
+    "fp32-100": (torch.float32, 100),
+    "fp32-128": (torch.float32, 128),
+    "fp32-602": (torch.float32, 602),
+    "fp16-100": (torch.float16, 100),
+}
 SAMPLER_FANOUTS = (5, 15, 32)
 _MEMORY_OP = re.compile(r"\b(ld|st)\.global((?:\.[a-z0-9]+)*?)(?:\.v(\d))?\.([bsuf])(\d+)\b")
 
@@ -46,7 +51,7 @@ def aligned(nbytes: int, align: int = 128) -> torch.Tensor:
     """A uint8 host tensor of `nbytes` starting on an `align`-byte boundary (as cudaMalloc's)."""
     buf = torch.empty(nbytes + align, dtype=torch.uint8)
     skip = (-buf.data_ptr()) % align
-    return buf[skip:skip + nbytes]
+    return buf[skip : skip + nbytes]
 
 
 def compile_launch(kernel, args: tuple, meta: dict):
@@ -59,8 +64,9 @@ def compile_launch(kernel, args: tuple, meta: dict):
     log = io.StringIO()
     knobs.nvidia.dump_ptxas_log = True
     with contextlib.redirect_stdout(log):
-        compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=TARGET,
-                                  options=options.__dict__)
+        compiled = triton.compile(
+            ASTSource(kernel, signature, constexprs, attrs), target=TARGET, options=options.__dict__
+        )
     return compiled, log.getvalue()
 
 
@@ -72,9 +78,12 @@ def report(compiled, ptxas_log: str, elem_bits: int) -> dict:
             widths[op].add(int(bits) * int(vec or 1))
     regs = re.search(r"Used (\d+) registers", ptxas_log)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", ptxas_log)
-    return {"loads_bits": sorted(widths["ld"]), "stores_bits": sorted(widths["st"]),
-            "registers": int(regs.group(1)) if regs else None,
-            "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else None}
+    return {
+        "loads_bits": sorted(widths["ld"]),
+        "stores_bits": sorted(widths["st"]),
+        "registers": int(regs.group(1)) if regs else None,
+        "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else None,
+    }
 
 
 def gather_case(dtype: torch.dtype, dim: int, num_rows: int = 1000, n: int = 4096) -> dict:
@@ -102,8 +111,9 @@ def sampler_case(fanout: int, n: int = 1024, num_nodes: int = 10_000) -> dict:
     nodes = torch.zeros(n, dtype=torch.int64)
     out = torch.empty((n, fanout), dtype=torch.int64)
     counts = torch.empty(n, dtype=torch.int64)
-    grid, args, meta = sample_launch_args(indptr, indices, nodes, 0x1234_5678_9ABC_DEF0, out, counts, fanout,
-                                          replace=False, max_programs=528)
+    grid, args, meta = sample_launch_args(
+        indptr, indices, nodes, 0x1234_5678_9ABC_DEF0, out, counts, fanout, replace=False, max_programs=528
+    )
     compiled, log = compile_launch(_sample_kernel, args, meta)
     return report(compiled, log, 64)
 
@@ -112,13 +122,16 @@ def main() -> int:
     try:
         from triton.backends.nvidia.compiler import get_ptxas
 
-        get_ptxas(TARGET.arch).path
+        get_ptxas(TARGET.arch)
     except Exception as e:  # noqa: BLE001 -- any failure to import or locate ptxas means "no compiler"
         print(f"ptx_probe: the CUDA backend's ptxas is not available ({type(e).__name__}: {e})", file=sys.stderr)
         return 3
-    result = {"triton": triton.__version__, "target": f"sm_{TARGET.arch}",
-              "gather": {name: gather_case(*case) for name, case in GATHER_CASES.items()},
-              "sampler": {str(f): sampler_case(f) for f in SAMPLER_FANOUTS}}
+    result = {
+        "triton": triton.__version__,
+        "target": f"sm_{TARGET.arch}",
+        "gather": {name: gather_case(*case) for name, case in GATHER_CASES.items()},
+        "sampler": {str(f): sampler_case(f) for f in SAMPLER_FANOUTS},
+    }
     print(json.dumps(result))
     return 0
 

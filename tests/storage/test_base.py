@@ -1,4 +1,5 @@
 """The tier contract (gnnsys.feature_source) and the stack helpers of storage/base.py."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """gnnsys.storage.cache: exact rows through every policy, each policy against a
 hand-computed trace, and the policy ordering on a recorded sampling trace."""
+
 import numpy as np
 import pytest
 import torch
@@ -16,8 +17,9 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 def random_bits_table(dtype, dim=3, seed=0) -> torch.Tensor:
     """A [NUM_ROWS, dim] table of random bit patterns (NaNs and infinities included)."""
-    raw = torch.randint(0, 256, (NUM_ROWS, dim * dtype.itemsize), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(seed))
+    raw = torch.randint(
+        0, 256, (NUM_ROWS, dim * dtype.itemsize), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+    )
     return raw.view(dtype)
 
 
@@ -46,7 +48,7 @@ def test_rows_through_the_cache_equal_the_base(policy, capacity, dtype, window):
     batches = request_batches()
     cache = CachedFeatures(RowTable.from_tensor(x), capacity, policy, **policy_options(policy, batches))
     for i, ids in enumerate(batches):
-        cache.set_window(batches[i + 1:i + 1 + window])
+        cache.set_window(batches[i + 1 : i + 1 + window])
         got = cache.gather(ids)
         assert got.dtype == dtype and got.shape == (ids.numel(), 3)
         assert torch.equal(got.view(torch.uint8), x[ids.long()].view(torch.uint8))
@@ -64,8 +66,17 @@ def test_gather_into_out_async_and_stats_reset():
     ids = torch.tensor([4, 4, 9])
     assert cache.gather(ids, out=out) is out and torch.equal(out, x[ids])
     assert torch.equal(cache.gather_async(ids).wait(), x[ids])
-    assert cache.stats() == {"hits": 2, "misses": 2, "requested": 6, "hit_rate": 0.5, "prefetched": 0,
-                             "prefetch_hits": 0, "prefetch_skipped": 0, "prefetch_capacity": 0, "read_rate": 0.5}
+    assert cache.stats() == {
+        "hits": 2,
+        "misses": 2,
+        "requested": 6,
+        "hit_rate": 0.5,
+        "prefetched": 0,
+        "prefetch_hits": 0,
+        "prefetch_skipped": 0,
+        "prefetch_capacity": 0,
+        "read_rate": 0.5,
+    }
     cache.reset_stats()
     assert cache.stats()["requested"] == 0
     with pytest.raises(IndexError):
@@ -111,17 +122,23 @@ T, F = True, False
 SIEVE_VS_LRU = [[0], [1], [1], [0], [2], [1]]
 
 
-@pytest.mark.parametrize("name, trace, expected", [
-    ("lru", SIEVE_VS_LRU, [[F], [F], [T], [T], [F], [F]]),
-    # at [0, 1, 2] both cached rows are used by the batch: 2 streams past, 0 stays
-    ("lru", [[0, 1], [2], [0, 1], [0, 1, 2], [0]], [[F, F], [F], [F, T], [T, T, F], [T]]),
-    ("sieve", SIEVE_VS_LRU, [[F], [F], [T], [T], [F], [T]]),
-    # 0 and 1 move to main at [2]; 2 and 3 leave the small FIFO for the ghost
-    # list; 2 comes back into main from the ghost; main's frequency sweep
-    # evicts 2 for 4; 4 returns from the ghost into main.
-    ("s3fifo", [[0], [1], [1], [0], [2], [1], [3], [2], [1, 2], [4], [2], [4], [1, 4]],
-     [[F], [F], [T], [T], [F], [T], [F], [F], [T, T], [F], [F], [F], [T, T]]),
-])
+@pytest.mark.parametrize(
+    "name, trace, expected",
+    [
+        ("lru", SIEVE_VS_LRU, [[F], [F], [T], [T], [F], [F]]),
+        # at [0, 1, 2] both cached rows are used by the batch: 2 streams past, 0 stays
+        ("lru", [[0, 1], [2], [0, 1], [0, 1, 2], [0]], [[F, F], [F], [F, T], [T, T, F], [T]]),
+        ("sieve", SIEVE_VS_LRU, [[F], [F], [T], [T], [F], [T]]),
+        # 0 and 1 move to main at [2]; 2 and 3 leave the small FIFO for the ghost
+        # list; 2 comes back into main from the ghost; main's frequency sweep
+        # evicts 2 for 4; 4 returns from the ghost into main.
+        (
+            "s3fifo",
+            [[0], [1], [1], [0], [2], [1], [3], [2], [1, 2], [4], [2], [4], [1, 4]],
+            [[F], [F], [T], [T], [F], [T], [F], [F], [T, T], [F], [F], [F], [T, T]],
+        ),
+    ],
+)
 def test_policy_matches_the_hand_computed_trace(name, trace, expected):
     assert run_trace(make_policy(name, 2, 6), trace) == expected
 
@@ -160,8 +177,11 @@ def recorded_trace(epochs=3):
     indptr = np.searchsorted(dst, np.arange(n + 1)).astype(np.int64)
     sampler = NeighborSampler(indptr, src.astype(np.int64), [5, 5])
     seeds = SeedBatches(rng.permutation(n)[:400], 50)
-    trace = [np.unique(sampler.sample(b, e, i).input_nodes.numpy()) for e in range(epochs)
-             for i, b in enumerate(seeds.epoch(e))]
+    trace = [
+        np.unique(sampler.sample(b, e, i).input_nodes.numpy())
+        for e in range(epochs)
+        for i, b in enumerate(seeds.epoch(e))
+    ]
     return n, indptr, sampler, seeds, trace
 
 
@@ -175,7 +195,7 @@ def test_policy_ordering_on_a_recorded_trace(fraction):
         options = {"trace": trace} if name == "belady" else {"score": score}
         policy = make_policy(name, cap, n, **options)
         policy.warm()
-        windows = [trace[t + 1:t + 5] for t in range(len(trace))]
+        windows = [trace[t + 1 : t + 5] for t in range(len(trace))]
         hits[name] = sum(sum(h) for h in run_trace(policy, trace, windows))
     assert hits["hybrid"] >= hits["lru"]
     assert all(h <= hits["belady"] for h in hits.values()), hits
@@ -197,11 +217,17 @@ def test_scores():
     assert presample_hotness(FakeSampler(), FakeSeeds(), [0, 1]).tolist() == [3.0, 1.0, 0.0, 4.0]
 
 
-@pytest.mark.parametrize("name, options, error", [
-    ("nope", {}, ConfigError), ("static", {}, ConfigError), ("hybrid", {}, ConfigError),
-    ("lru", {"score": [1.0, 2.0]}, ConfigError), ("lru", {"score": [-1.0] * 6}, ConfigError),
-    ("hybrid", {"score": [1.0] * 6, "decay": 0.0}, ConfigError),
-])
+@pytest.mark.parametrize(
+    "name, options, error",
+    [
+        ("nope", {}, ConfigError),
+        ("static", {}, ConfigError),
+        ("hybrid", {}, ConfigError),
+        ("lru", {"score": [1.0, 2.0]}, ConfigError),
+        ("lru", {"score": [-1.0] * 6}, ConfigError),
+        ("hybrid", {"score": [1.0] * 6, "decay": 0.0}, ConfigError),
+    ],
+)
 def test_bad_options_are_refused(name, options, error):
     with pytest.raises(error):
         make_policy(name, 2, 6, **options)

@@ -9,6 +9,7 @@ multiple of 16 bytes: fp32 x 602 (2408 B) and fp16 x 100 (200 B) rows start
 8 bytes off a 16-byte boundary every other row, so their stores are 64-bit.
 Skipped when triton or its CUDA backend's ptxas is absent.
 """
+
 import json
 import os
 import subprocess
@@ -34,8 +35,10 @@ def ptx() -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("case,load_bits,store_bits", [("fp32-100", 128, 128), ("fp32-128", 128, 128),
-                                                       ("fp32-602", 128, 64), ("fp16-100", 128, 64)])
+@pytest.mark.parametrize(
+    "case,load_bits,store_bits",
+    [("fp32-100", 128, 128), ("fp32-128", 128, 128), ("fp32-602", 128, 64), ("fp16-100", 128, 64)],
+)
 def test_gather_moves_rows_in_vectors(ptx, case, load_bits, store_bits):
     report = ptx["gather"][case]
     assert report["loads_bits"] == [load_bits] and report["stores_bits"] == [store_bits], report
@@ -44,7 +47,9 @@ def test_gather_moves_rows_in_vectors(ptx, case, load_bits, store_bits):
 
 def test_sampler_registers_and_spills(ptx):
     for fanout, report in ptx["sampler"].items():
-        print(f"sampler kernel, fanout {fanout}: {report['registers']} registers, "
-              f"{report['spill_bytes']} bytes spilled ({ptx['target']}, triton {ptx['triton']})")
+        print(
+            f"sampler kernel, fanout {fanout}: {report['registers']} registers, "
+            f"{report['spill_bytes']} bytes spilled ({ptx['target']}, triton {ptx['triton']})"
+        )
     assert sorted(ptx["sampler"], key=int) == ["5", "15", "32"]
     assert all(r["registers"] and r["spill_bytes"] == 0 for r in ptx["sampler"].values()), ptx["sampler"]

@@ -2,6 +2,7 @@
 per-device cache, and `gnnsys info --probe-io`. Nothing here depends on how
 fast the disk is: models are built by hand, and probes are only checked for
 what they recorded."""
+
 import json
 import os
 import shutil
@@ -20,8 +21,18 @@ from gnnsys.storage.io_probe import IOModel, cache_path, io_model, probe
 from gnnsys.storage.uring_io import uring_available
 from tests.conftest import random_source
 
-MEASURED = {"file": "f", "device": "1:2", "block": 512, "large_read": 1 << 17, "large_depth": 32,
-            "seq_read": 1 << 20, "seq_depth": 8, "at": 0.0, "seconds": 0.0, "loadavg": [0.0, 0.0, 0.0]}
+MEASURED = {
+    "file": "f",
+    "device": "1:2",
+    "block": 512,
+    "large_read": 1 << 17,
+    "large_depth": 32,
+    "seq_read": 1 << 20,
+    "seq_depth": 8,
+    "at": 0.0,
+    "seconds": 0.0,
+    "loadavg": [0.0, 0.0, 0.0],
+}
 
 
 def model(threads=None, uring=None, bandwidth=1e9, read_size=512) -> IOModel:
@@ -52,8 +63,9 @@ def test_request_cost_excludes_the_read_bytes_and_small_batches_run_at_their_own
     m = model(threads={1: 10_000.0, 32: 100_000.0}, bandwidth=1e9, read_size=1000)
     assert m.request_s("threads", 32) == pytest.approx(1e-5 - 1e-6)
     # 1 request runs at depth 1 (100 us), 64 requests at the tier's depth 32 (10 us each)
-    np.testing.assert_allclose(m.cost("threads", 32, [1, 64], [1000, 64_000]),
-                               [1e-4 - 1e-6 + 1e-6, 64 * (1e-5 - 1e-6) + 64e-6])
+    np.testing.assert_allclose(
+        m.cost("threads", 32, [1, 64], [1000, 64_000]), [1e-4 - 1e-6 + 1e-6, 64 * (1e-5 - 1e-6) + 64e-6]
+    )
     assert m.request_s("threads", 1) == pytest.approx(1e-4 - 1e-6)
     assert model(threads={1: 1e12}).request_s("threads", 1) == 0  # never negative
 
@@ -117,7 +129,9 @@ def test_io_model_is_cached_per_device_and_read_size(tmp_path, quick_probe):
     io_model(path, 512, refresh=True)
     io_model(path, 512, max_age=0)
     assert len(quick_probe) == 4 and {p.name for p in cached.parent.iterdir()} == {
-        cached.name, cached.name.replace("-512", "-1024")}
+        cached.name,
+        cached.name.replace("-512", "-1024"),
+    }
 
 
 def test_io_model_is_none_for_small_files_and_without_o_direct(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ through a stand-in for the CUDA runtime (tests/storage/fakes.py), and the
 stream ordering through recording stand-ins for streams and events. The GPU
 tests are marked `gpu` and skip without one.
 """
+
 import gc
 import logging
 
@@ -13,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from gnnsys.datasets import RowTable
 from gnnsys.errors import GPUUnavailableError
 from gnnsys.storage import pinned as pinned_module
 from gnnsys.storage.cuda_stream import SideStreamGather, prefetch
 from gnnsys.storage.gpu_features import PendingGather, TableFeatures, copy_rows_into
-from gnnsys.datasets import RowTable
 from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place, pin_table, release_pin
 from tests.storage.fakes import FakePinning, RecordingStreams
 
@@ -95,7 +96,7 @@ def no_registration_left():
 def table_source(x: torch.Tensor) -> TableFeatures:
     """x's rows in a 128-byte-stride table gathered by the Triton kernel (interpreted on the CPU)."""
     table = torch.zeros(x.shape[0], 128, dtype=torch.uint8)
-    table[:, :x.shape[1] * 4] = x.view(torch.uint8)
+    table[:, : x.shape[1] * 4] = x.view(torch.uint8)
     return TableFeatures(table, x.shape[1], torch.float32)
 
 
@@ -127,7 +128,9 @@ def test_side_stream_orders_the_gather_with_events():
     event = next(e[1] for e in streams.log if e[0] == "record")
     assert streams.log == [
         ("wait_stream", side, consumer, me),  # ids were made on the caller's stream
-        ("use", side, me), ("record", event, side, me), ("leave", side, me),
+        ("use", side, me),
+        ("record", event, side, me),
+        ("leave", side, me),
         ("record_stream", id(ids), side, me),  # read on the side stream
         ("wait_event", consumer, event, me),  # the caller's stream waits on the GPU, the host does not
         ("record_stream", id(rows), consumer, me),  # made on the side stream, used on the caller's
@@ -153,8 +156,11 @@ def test_pin_in_place_registers_once_and_unregisters_after_pending_work():
     pin = pin_table(table, pinning, progress=False)
     assert pin.in_place and pin.tensor.data_ptr() == table.ctypes.data
     release_pin(pinning, pin)
-    assert pinning.log == [("register", table.ctypes.data, table.nbytes), ("synchronize",),
-                           ("unregister", table.ctypes.data)]
+    assert pinning.log == [
+        ("register", table.ctypes.data, table.nbytes),
+        ("synchronize",),
+        ("unregister", table.ctypes.data),
+    ]
 
 
 def test_memory_pinned_by_someone_else_is_used_as_it_is():

@@ -1,4 +1,5 @@
 """placement="auto" and the named placements; GPU cases skip without CUDA."""
+
 import logging
 
 import numpy as np
@@ -50,8 +51,9 @@ def test_gpu_placements_need_cuda(placement):
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("gpu_budget,host_budget,expect", [(1.0, 1.0, "gpu"), (0.0, 1.0, "pinned"),
-                                                           (0.0, 0.0, "cpu-gather")])
+@pytest.mark.parametrize(
+    "gpu_budget,host_budget,expect", [(1.0, 1.0, "gpu"), (0.0, 1.0, "pinned"), (0.0, 0.0, "cpu-gather")]
+)
 def test_auto_on_gpu_follows_the_budgets(make_dataset, gpu_budget, host_budget, expect):
     ds, arrays = make_dataset(num_nodes=64, dim=9)  # a read-only memmap: not pinnable in place
     x = place_features(ds, "auto", "cuda", gpu_memory_budget=gpu_budget, host_memory_budget=host_budget)

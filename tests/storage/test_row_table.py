@@ -1,11 +1,12 @@
 """RowTable.gather: exact rows for every stored dtype and row layout, `out` reuse."""
+
 import numpy as np
 import pytest
 import torch
 
 from gnnsys.datasets.features_file import row_stride
-from gnnsys.storage import RowTable
 from gnnsys.datasets.gather_cpu import word_view
+from gnnsys.storage import RowTable
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -13,7 +14,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 def padded_table(x: torch.Tensor, stride: int) -> np.ndarray:
     raw = x.contiguous().view(torch.uint8).reshape(x.shape[0], -1).numpy()
     table = np.zeros((x.shape[0], stride), np.uint8)
-    table[:, :raw.shape[1]] = raw
+    table[:, : raw.shape[1]] = raw
     return table
 
 

@@ -1,6 +1,7 @@
 """gnnsys.storage.cache.shared: the ownership rule, and gathers through a cache
 shared by 2 to 4 gloo processes equal the base bit for bit, keep ownership
 disjoint, serve replicated rows without exchange, and survive a bad id."""
+
 import sys
 import time
 from pathlib import Path
@@ -12,8 +13,7 @@ import torch.distributed as dist
 
 from gnnsys.distributed import launch
 from gnnsys.errors import ConfigError
-from gnnsys.storage.cache.ownership import (REPLICATED, Ownership, exchange_bytes, serve_step,
-                                            shard_policy)
+from gnnsys.storage.cache.ownership import REPLICATED, Ownership, exchange_bytes, serve_step, shard_policy
 from gnnsys.storage.cache.shared import SharedCachedFeatures
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import this module by name
@@ -26,8 +26,9 @@ LAUNCH = {"timeout_s": 30, "deadline_s": 60}
 
 def table(dtype=torch.float16) -> torch.Tensor:
     """The same [NUM_ROWS, DIM] table of random bit patterns (NaNs included) on every rank."""
-    raw = torch.randint(0, 256, (NUM_ROWS, DIM * dtype.itemsize), dtype=torch.uint8,
-                        generator=torch.Generator().manual_seed(0))
+    raw = torch.randint(
+        0, 256, (NUM_ROWS, DIM * dtype.itemsize), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
     return raw.view(dtype)
 
 
@@ -43,6 +44,7 @@ def same(got, x, ids) -> bool:
 
 # ----- the ownership rule, in one process -----
 
+
 @pytest.mark.parametrize("world, capacity, frac", [(1, 10, 0.0), (3, 4, 0.25), (4, 5, 0.0), (2, 7, 1.0), (3, 30, 0.5)])
 @pytest.mark.parametrize("ties", [False, True])
 def test_the_hottest_rows_are_replicated_then_striped_and_the_rest_go_by_id(world, capacity, frac, ties):
@@ -50,7 +52,7 @@ def test_the_hottest_rows_are_replicated_then_striped_and_the_rest_go_by_id(worl
     o = Ownership(NUM_ROWS, world, capacity, frac, score)
     r = round(frac * min(capacity, NUM_ROWS))
     order = np.lexsort((np.arange(NUM_ROWS), -score))  # hottest first, ties to the lower id
-    ranked = order[:r + world * (min(capacity, NUM_ROWS) - r)]
+    ranked = order[: r + world * (min(capacity, NUM_ROWS) - r)]
     assert np.array_equal(o.ranked, ranked)
     assert o.num_replicated == r and np.array_equal(o.replicated, np.sort(ranked[:r]))
     assert (o.owner[ranked[:r]] == REPLICATED).all()
@@ -61,7 +63,7 @@ def test_the_hottest_rows_are_replicated_then_striped_and_the_rest_go_by_id(worl
     assert np.array_equal(np.sort(np.concatenate(shards + [o.replicated])), np.arange(NUM_ROWS))
     for k, shard in enumerate(shards):  # a static cache of a rank's free slots holds its stripe (ties: as hot)
         policy = shard_policy(shard, "static", o.capacity - r, score=score)
-        warm, stripe = shard[policy.warm()[0]], ranked[r + k::world]
+        warm, stripe = shard[policy.warm()[0]], ranked[r + k :: world]
         assert np.array_equal(np.sort(score[warm]), np.sort(score[stripe]))
         if not ties:
             assert np.array_equal(np.sort(warm), np.sort(stripe))
@@ -102,8 +104,9 @@ def test_serve_step_looks_up_the_union_once_and_counts_hits_per_requester():
         looked.append(local)
         return np.isin(shard[local], list(cached))
 
-    union, where, own_hits, peer_hits, misses = serve_step(shard, access, np.array([5, 7]),
-                                                           np.array([5, 9, 11, 2, 9]), [3, 0, 2])
+    union, where, own_hits, peer_hits, misses = serve_step(
+        shard, access, np.array([5, 7]), np.array([5, 9, 11, 2, 9]), [3, 0, 2]
+    )
     assert np.array_equal(union, [2, 5, 7, 9, 11]) and len(looked) == 1
     assert np.array_equal(union[where], [5, 7, 5, 9, 11, 2, 9])
     assert own_hits == 1 and peer_hits.tolist() == [2, 0, 1] and misses == 3
@@ -121,6 +124,7 @@ def test_the_shared_cache_needs_an_initialised_process_group():
 
 # ----- gloo processes -----
 
+
 def make_cache(policy, capacity, frac, x=None, score=True):
     base = CountingRows(table() if x is None else x)
     options = {"score": scores()} if score else {}
@@ -129,24 +133,33 @@ def make_cache(policy, capacity, frac, x=None, score=True):
 
 def check_exact(ctx):
     """Every id-set case, for several policies, with the base's reads matching the misses."""
-    rank, world = ctx.rank, ctx.world_size
+    rank = ctx.rank
     g = torch.Generator().manual_seed(100 + rank)
-    for policy, frac, capacity in [("static", 0.0, 5), ("static", 0.5, 4), ("lru", 0.0, 3), ("lru", 0.34, 6),
-                                   ("sieve", 0.0, 4), ("s3fifo", 0.25, 8), ("hybrid", 0.2, 5)]:
+    for policy, frac, capacity in [
+        ("static", 0.0, 5),
+        ("static", 0.5, 4),
+        ("lru", 0.0, 3),
+        ("lru", 0.34, 6),
+        ("sieve", 0.0, 4),
+        ("s3fifo", 0.25, 8),
+        ("hybrid", 0.2, 5),
+    ]:
         base, cache = make_cache(policy, capacity, frac)
         x, o = base.x, cache.ownership
         warm_reads = base.rows_read
         mine = np.flatnonzero((o.owner == rank) | (o.owner == REPLICATED))
         theirs = np.flatnonzero((o.owner != rank) & (o.owner != REPLICATED))
-        cases = [torch.randint(0, NUM_ROWS, (5 + 7 * rank,), generator=g),  # a different size on every rank
-                 torch.tensor([3, 3, 3, 0, 3, NUM_ROWS - 1, 0], dtype=torch.int32),
-                 torch.from_numpy(np.repeat(theirs, 2)),
-                 torch.from_numpy(mine[::-1].copy()),
-                 torch.empty(0, dtype=torch.long) if rank == 0 else torch.randint(0, NUM_ROWS, (9,), generator=g),
-                 torch.empty(0, dtype=torch.long)]
+        cases = [
+            torch.randint(0, NUM_ROWS, (5 + 7 * rank,), generator=g),  # a different size on every rank
+            torch.tensor([3, 3, 3, 0, 3, NUM_ROWS - 1, 0], dtype=torch.int32),
+            torch.from_numpy(np.repeat(theirs, 2)),
+            torch.from_numpy(mine[::-1].copy()),
+            torch.empty(0, dtype=torch.long) if rank == 0 else torch.randint(0, NUM_ROWS, (9,), generator=g),
+            torch.empty(0, dtype=torch.long),
+        ]
         cases += [torch.randint(0, NUM_ROWS, (20,), generator=g) for _ in range(6)]  # evictions for the dynamic ones
         for i, ids in enumerate(cases):
-            cache.set_window(cases[i + 1:i + 3])
+            cache.set_window(cases[i + 1 : i + 3])
             assert same(cache.gather(ids), x, ids), (policy, frac, i)
         into = torch.full((len(cases[0]), DIM), 7.0, dtype=x.dtype)
         assert cache.gather(cases[0], out=into) is into and same(into, x, cases[0])
@@ -240,10 +253,12 @@ def check_bad_input(ctx):
     base, cache = make_cache("lru", 4, 0.0)
     x, o = base.x, cache.ownership
     remote = torch.from_numpy(np.flatnonzero(o.owner != rank)[:5])
-    bad = [(torch.tensor([1, NUM_ROWS]), None, IndexError, f"id {NUM_ROWS} out of range"),
-           (torch.tensor([-1, 2]), None, IndexError, "id -1 out of range"),
-           (torch.tensor([1.0]), None, TypeError, "int32 or int64"),
-           (remote, torch.empty(2, DIM, dtype=x.dtype), ValueError, "out must be")]
+    bad = [
+        (torch.tensor([1, NUM_ROWS]), None, IndexError, f"id {NUM_ROWS} out of range"),
+        (torch.tensor([-1, 2]), None, IndexError, "id -1 out of range"),
+        (torch.tensor([1.0]), None, TypeError, "int32 or int64"),
+        (remote, torch.empty(2, DIM, dtype=x.dtype), ValueError, "out must be"),
+    ]
     for ids, out, error, message in bad:
         if rank == 1:
             with pytest.raises(error, match=message):

@@ -1,6 +1,7 @@
 """SSDFeatures (storage/ssd.py), its read planner and its two read engines (a
 thread pool and io_uring): exact rows from aligned direct reads, read merging
 and amplification, the buffered fallback, engine choice, and errors."""
+
 import ctypes
 import errno
 import logging
@@ -11,14 +12,13 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch
 
 from gnnsys.datasets import PrepareOptions, load_dataset, write_dataset
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.storage import FeatureSource
-from gnnsys.storage import uring_io
+from gnnsys.storage import FeatureSource, uring_io
 from gnnsys.storage.direct_io import ReadPool, RowsFile, aligned, choose_gap, open_rows_file, plan_reads, row_blocks
 from gnnsys.storage.io_probe import IOModel
 from gnnsys.storage.ssd import SSDFeatures
@@ -62,9 +62,14 @@ def _id_sets(stride: int, rng) -> dict:
     edges = np.flatnonzero((starts % 512 == 0) | ((starts + stride) % 512 == 0))
     edges = np.unique(np.clip(np.concatenate([edges - 1, edges, edges + 1]), 0, N - 1))
     repeated = rng.permutation(np.repeat(rng.choice(N, 20, replace=False), 3))
-    return {"random": torch.from_numpy(rng.choice(N, 120, replace=False)), "edges": torch.from_numpy(edges),
-            "repeated": torch.from_numpy(repeated), "last": torch.tensor([N - 1], dtype=torch.int32),
-            "empty": torch.empty(0, dtype=torch.int64), "all": torch.arange(N)}
+    return {
+        "random": torch.from_numpy(rng.choice(N, 120, replace=False)),
+        "edges": torch.from_numpy(edges),
+        "repeated": torch.from_numpy(repeated),
+        "last": torch.tensor([N - 1], dtype=torch.int32),
+        "empty": torch.empty(0, dtype=torch.int64),
+        "all": torch.arange(N),
+    }
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -130,13 +135,24 @@ def test_read_amplification_of_512_byte_rows(make_dataset, engine):
         assert s["reads"] == -(-N * 512 // 4096) and s["bytes_read"] == N * 512
         assert s["file_fraction"] == 1.0 and s["gathers"] == 1 and s["max_gap_mean"] == s["max_gap_last"] == 0
         ssd.reset_stats()
-        assert ssd.stats() == {"bytes_read": 0, "useful_bytes": 0, "reads": 0, "rows": 0, "unique_rows": 0,
-                               "gathers": 0, "read_amplification": 1.0, "file_fraction": 0.0, "max_gap_mean": 0.0,
-                               "max_gap_last": 0}
+        assert ssd.stats() == {
+            "bytes_read": 0,
+            "useful_bytes": 0,
+            "reads": 0,
+            "rows": 0,
+            "unique_rows": 0,
+            "gathers": 0,
+            "read_amplification": 1.0,
+            "file_fraction": 0.0,
+            "max_gap_mean": 0.0,
+            "max_gap_last": 0,
+        }
 
 
-@pytest.mark.parametrize("stride,row_bytes,block,max_read", [(384, 280, 512, 2048), (128, 28, 512, 4096),
-                                                             (4096, 280, 512, 4096), (512, 400, 4096, 16384)])
+@pytest.mark.parametrize(
+    "stride,row_bytes,block,max_read",
+    [(384, 280, 512, 2048), (128, 28, 512, 4096), (4096, 280, 512, 4096), (512, 400, 4096, 16384)],
+)
 def test_plan_reads_are_aligned_bounded_and_cover_each_row(stride, row_bytes, block, max_read):
     rng = np.random.default_rng(stride)
     rows = np.unique(np.concatenate([rng.choice(1000, 300, replace=False), np.arange(40, 90)])).astype(np.int64)
@@ -162,8 +178,12 @@ def test_plan_reads_merge_rows_at_most_max_gap_apart(gap_blocks):
     expected = {0: [0, 1, 2, 4], 1: [0, 2, 4], 3: [0, 4], 8: [0, 4]}[gap_blocks]
     assert plan.first.tolist() == expected
     assert plan.length.sum() == 512 * (5 + sum(g for g in (1, 3, 12) if g <= gap_blocks))
-    assert (plan.src == plan.staged[np.searchsorted(plan.first, np.arange(5), side="right") - 1]
-            + rows * 512 - plan.offset[np.searchsorted(plan.first, np.arange(5), side="right") - 1]).all()
+    assert (
+        plan.src
+        == plan.staged[np.searchsorted(plan.first, np.arange(5), side="right") - 1]
+        + rows * 512
+        - plan.offset[np.searchsorted(plan.first, np.arange(5), side="right") - 1]
+    ).all()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -179,7 +199,7 @@ def test_rows_through_gap_merging_equal_the_table(make_dataset, engine, max_gap)
 @pytest.mark.parametrize("bad", [-1, 1.5, "8k", True])
 def test_a_bad_gap_is_refused(make_dataset, bad):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
-    with pytest.raises(ConfigError, match=f"^max_gap: must be \"auto\" or an int >= 0 bytes, got {bad!r}$"):
+    with pytest.raises(ConfigError, match=f'^max_gap: must be "auto" or an int >= 0 bytes, got {bad!r}$'):
         SSDFeatures(ds.path, max_gap=bad)
 
 
@@ -206,10 +226,12 @@ def test_chosen_gap_minimises_the_modelled_cost_over_every_threshold():
     large enough that no run is split, so requests are the model's)."""
 
     @settings(max_examples=100, deadline=None, derandomize=True)
-    @given(rows=st.sets(st.integers(0, 3000), min_size=1, max_size=120),
-                      layout=st.sampled_from([(512, 400, 512), (384, 280, 512), (128, 28, 512), (4096, 280, 512),
-                                              (512, 400, 4096)]),
-                      rates=st.lists(st.floats(1e3, 1e6), min_size=2, max_size=2), seq=st.floats(1e7, 1e10))
+    @given(
+        rows=st.sets(st.integers(0, 3000), min_size=1, max_size=120),
+        layout=st.sampled_from([(512, 400, 512), (384, 280, 512), (128, 28, 512), (4096, 280, 512), (512, 400, 4096)]),
+        rates=st.lists(st.floats(1e3, 1e6), min_size=2, max_size=2),
+        seq=st.floats(1e7, 1e10),
+    )
     def check(rows, layout, rates, seq):
         stride, row_bytes, block = layout
         rows = np.array(sorted(rows), np.int64)
@@ -366,6 +388,7 @@ def test_auto_takes_uring_where_available(make_dataset, caplog):
 @pytest.mark.parametrize("case", ["setup-forbidden", "not-x86-64"])
 def test_uring_probe_says_why_it_is_unavailable(monkeypatch, case):
     if case == "setup-forbidden":
+
         def refuse(*args):
             ctypes.set_errno(errno.EPERM)
             return -1

@@ -6,6 +6,7 @@ helpers pick compiled or interpreted at import), so it is set here, before
 any gnnsys module imports triton. With CUDA the same tests run compiled on
 the GPU and the variable is left alone.
 """
+
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def padded_table(x: torch.Tensor, stride: int) -> torch.Tensor:
     """x's rows as a [n, stride] uint8 table, zero padded (the features.bin layout)."""
     raw = x.view(torch.uint8).reshape(x.shape[0], -1)
     table = torch.zeros(x.shape[0], stride, dtype=torch.uint8)
-    table[:, :raw.shape[1]] = raw
+    table[:, : raw.shape[1]] = raw
     return table.to(DEVICE)
 
 
@@ -44,8 +45,9 @@ IDS = [3, 3, 40, 0, 17, 2, 40, 9]  # unsorted, repeated
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("dim,stride", [(7, 128), (33, 256), (64, 256), (5, None), (3, None), (100, 512),
-                                        (602, 2432), (25, 112)])
+@pytest.mark.parametrize(
+    "dim,stride", [(7, 128), (33, 256), (64, 256), (5, None), (3, None), (100, 512), (602, 2432), (25, 112)]
+)
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 def test_gather_is_bit_exact(dtype, dim, stride, id_dtype):
     x = torch.randn(41, dim, generator=torch.Generator().manual_seed(dim)).to(dtype)
@@ -94,15 +96,18 @@ def test_out_of_range_id_is_never_read(bad):
         handle.check()
 
 
-@pytest.mark.parametrize("table_ptr,stride,row_bytes,expect", [
-    # elem, load_vec, store_vec, rotate, row_v, load_v, src_stride_v, base_off_v
-    (4096, 512, 400, (4, 4, 4, False, 25, 25, 32, 0)),  # fp32 x 100 (products): 16-byte loads and stores
-    (4096, 2432, 2408, (4, 4, 2, False, 301, 151, 152, 0)),  # fp32 x 602: stores 8 bytes, loads the padded row
-    (4096, 256, 200, (4, 4, 2, False, 25, 13, 16, 0)),  # fp16 x 100
-    (4096, 28, 28, (4, 1, 1, True, 7, 7, 7, 0)),  # unaligned in-memory rows: rotated, 4-byte words
-    (4096 + 6, 10, 10, (2, 1, 1, True, 5, 5, 5, 3)),  # a table starting 6 bytes past a line
-    (4096 + 32, 112, 100, (4, 4, 1, True, 25, 7, 7, 2)),  # 16-byte loads of rotated rows
-])
+@pytest.mark.parametrize(
+    "table_ptr,stride,row_bytes,expect",
+    [
+        # elem, load_vec, store_vec, rotate, row_v, load_v, src_stride_v, base_off_v
+        (4096, 512, 400, (4, 4, 4, False, 25, 25, 32, 0)),  # fp32 x 100 (products): 16-byte loads and stores
+        (4096, 2432, 2408, (4, 4, 2, False, 301, 151, 152, 0)),  # fp32 x 602: stores 8 bytes, loads the padded row
+        (4096, 256, 200, (4, 4, 2, False, 25, 13, 16, 0)),  # fp16 x 100
+        (4096, 28, 28, (4, 1, 1, True, 7, 7, 7, 0)),  # unaligned in-memory rows: rotated, 4-byte words
+        (4096 + 6, 10, 10, (2, 1, 1, True, 5, 5, 5, 3)),  # a table starting 6 bytes past a line
+        (4096 + 32, 112, 100, (4, 4, 1, True, 25, 7, 7, 2)),  # 16-byte loads of rotated rows
+    ],
+)
 def test_plan_vector_widths_and_rotation(table_ptr, stride, row_bytes, expect):
     from gnnsys.storage.triton_gather import plan_gather
 
@@ -113,8 +118,11 @@ def test_plan_vector_widths_and_rotation(table_ptr, stride, row_bytes, expect):
 
 def strided_ids():
     """Non-contiguous id tensors: a step, a stride-0 expand, a transposed column."""
-    return {"step": torch.arange(40)[::5], "expand": torch.tensor([7]).expand(6),
-            "column": torch.tensor([[3, 9], [0, 1], [40, 2]]).t()[0]}
+    return {
+        "step": torch.arange(40)[::5],
+        "expand": torch.tensor([7]).expand(6),
+        "column": torch.tensor([[3, 9], [0, 1], [40, 2]]).t()[0],
+    }
 
 
 @pytest.mark.parametrize("kind", ["step", "expand", "column"])
@@ -134,6 +142,10 @@ def test_cuda_device_is_normalised(monkeypatch):
 
 
 def test_bench_gather_gpu_parses_args():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gather_gpu.py"), "--help"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_gather_gpu.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "--row-bytes" in r.stdout

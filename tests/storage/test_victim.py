@@ -2,6 +2,7 @@
 tiers, what the cache offers, the buffer's bound and order, the prefetch
 thread (admission, waiting, failure, shutdown), and device reads on a
 recorded trace."""
+
 import gc
 import threading
 
@@ -16,8 +17,7 @@ from tests.storage.fakes import CountingSource, OfferLog
 from tests.storage.test_cache import NUM_ROWS, policy_options, random_bits_table, recorded_trace, request_batches
 
 # (cache rows, victim rows, window, prefetch)
-TIERS = [(0, 0, 1, False), (7, 5, 1, True), (7, 5, 3, False), (40, 3, 3, True), (500, 5, 2, True),
-         (7, 0, 2, True)]
+TIERS = [(0, 0, 1, False), (7, 5, 1, True), (7, 5, 3, False), (40, 3, 3, True), (500, 5, 2, True), (7, 0, 2, True)]
 
 
 def victim_stack(x, capacity, victim_rows, policy, batches, prefetch):
@@ -33,7 +33,7 @@ def test_rows_through_the_tiers_equal_the_base(policy, capacity, victim_rows, wi
     batches = request_batches()
     victim, cache = victim_stack(x, capacity, victim_rows, policy, batches, prefetch)
     for i, ids in enumerate(batches):
-        cache.set_window(batches[i + 1:i + 1 + window])
+        cache.set_window(batches[i + 1 : i + 1 + window])
         cache.wait_prefetch()
         got = cache.gather(ids)
         assert got.dtype == dtype and got.shape == (ids.numel(), 3)
@@ -51,7 +51,7 @@ def test_the_cache_offers_exactly_its_evicted_rows_the_window_uses(policy):
     cache = CachedFeatures(log, 7, policy, **policy_options(policy, batches))
     offered = 0
     for i, ids in enumerate(batches):
-        window = batches[i + 1:i + 3]
+        window = batches[i + 1 : i + 3]
         cache.set_window(window)
         before = set(np.flatnonzero(cache.policy.slot_of >= 0))
         cache.gather(ids)
@@ -96,7 +96,7 @@ def test_hybrid_offers_a_window_row_it_evicts_for_a_nearer_one():
     cache = CachedFeatures(victim, 1, "hybrid", score=np.ones(4))
     trace = [[0], [1], [1], [0]]
     for i, ids in enumerate(trace):
-        cache.set_window(trace[i + 1:i + 3])
+        cache.set_window(trace[i + 1 : i + 3])
         assert torch.equal(cache.gather(torch.tensor(ids)), x[ids])
     # warmed with 0; 0 (needed in 2 batches) gave its slot to 1 (needed next) and came back from the buffer
     assert [r.tolist() for r in device.reads] == [[0], [1]]
@@ -147,9 +147,9 @@ def prefetching_lru(rows: int):
 @pytest.mark.parametrize("lookahead", [1, 2])
 def test_prefetch_reads_the_farthest_batch_ahead_so_its_gather_reads_nothing(lookahead):
     x, device, cache = prefetching_lru(10)
-    trace = [[0, 1], [2, 3], [4, 5]][:lookahead + 1]
+    trace = [[0, 1], [2, 3], [4, 5]][: lookahead + 1]
     for i, ids in enumerate(trace):
-        cache.set_window(trace[i + 1:])
+        cache.set_window(trace[i + 1 :])
         cache.wait_prefetch()
         assert torch.equal(cache.gather(torch.tensor(ids)), x[ids])
     # the last batch is read first, ahead of the others, and then served from what was read
@@ -167,7 +167,7 @@ def test_gathers_before_the_batch_read_for_serve_their_misses_from_the_prefetch(
     x, device, cache = prefetching_lru(10)
     trace = [[0], [2, 9], [2, 3]]
     for i, ids in enumerate(trace):
-        cache.set_window(trace[i + 1:])
+        cache.set_window(trace[i + 1 :])
         cache.wait_prefetch()
         assert torch.equal(cache.gather(torch.tensor(ids)), x[ids])
     assert [r.tolist() for r in device.reads] == [[2, 3], [0], [9]]
@@ -279,7 +279,7 @@ def test_hybrid_with_victim_and_prefetch_reads_no_more_than_hybrid_alone():
         base = device if victim_rows is None else VictimBuffer(device, victim_rows)
         cache = CachedFeatures(base, 100, "hybrid", prefetch=prefetch, score=score)
         for t, ids in enumerate(trace):
-            cache.set_window(trace[t + 1:t + 5])
+            cache.set_window(trace[t + 1 : t + 5])
             cache.wait_prefetch()
             assert torch.equal(cache.gather(torch.from_numpy(ids)), x[ids])
         cache.close()
