@@ -54,7 +54,7 @@ class HostMemoryPlan:
     cache_rows: int
     victim_rows: int
     staging_bytes: int | None
-    prefetch_rows: int | None
+    lookahead_fill_rows: int | None
     row_bytes: int
     parts: dict = field(default_factory=dict)
     budget: int | None = None
@@ -130,7 +130,7 @@ def plan_host_memory(
         parts["ssd.engine"] = engine_bytes
     sizes = dict(cache_rows=cache_rows, victim_rows=victim_rows, row_bytes=row_bytes)
     if host_mem_budget is None:
-        return HostMemoryPlan(staging_bytes=None, prefetch_rows=None, parts=parts, **sizes)
+        return HostMemoryPlan(staging_bytes=None, lookahead_fill_rows=None, parts=parts, **sizes)
     budget = int(host_mem_budget * GB)
     left = budget - sum(parts.values())
     if left < min_staging:
@@ -142,18 +142,20 @@ def plan_host_memory(
             f"{_mib(sum(needed.values()))} in all; raise it or shrink the cache",
         )
     staging = min(left, max(FIRST_STAGING, min_staging))
-    prefetch_rows = min((left - staging) // row_bytes, window) if lookahead and cache_rows else 0
-    parts["ssd.staging"] = staging = min(left - prefetch_rows * row_bytes, MAX_STAGING)
+    lookahead_fill_rows = min((left - staging) // row_bytes, window) if lookahead and cache_rows else 0
+    parts["ssd.staging"] = staging = min(left - lookahead_fill_rows * row_bytes, MAX_STAGING)
     if lookahead and cache_rows:
-        parts["cache.prefetch"] = prefetch_rows * row_bytes
-        if prefetch_rows < window:
+        parts["cache.lookahead_fill"] = lookahead_fill_rows * row_bytes
+        if lookahead_fill_rows < window:
             log.info(
                 "reading ahead is limited to %s rows of the %s a %d-batch window may need by the host-memory budget",
-                f"{prefetch_rows:,}",
+                f"{lookahead_fill_rows:,}",
                 f"{window:,}",
                 lookahead,
             )
-    return HostMemoryPlan(staging_bytes=staging, prefetch_rows=prefetch_rows, parts=parts, budget=budget, **sizes)
+    return HostMemoryPlan(
+        staging_bytes=staging, lookahead_fill_rows=lookahead_fill_rows, parts=parts, budget=budget, **sizes
+    )
 
 
 def estimate_batch_rows(
@@ -241,8 +243,8 @@ def build_feature_stack(
             plan.cache_rows,
             policy,
             score=score,
-            prefetch=lookahead > 0,
-            prefetch_rows=plan.prefetch_rows,
+            lookahead_fill=lookahead > 0,
+            lookahead_fill_rows=plan.lookahead_fill_rows,
             device=device if on_gpu else None,
         )
     log.info(

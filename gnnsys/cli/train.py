@@ -106,7 +106,7 @@ def add_tier_arguments(p):
     g.add_argument(
         "--lookahead",
         type=int,
-        help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, prefetch)",
+        help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, lookahead fill)",
     )
     g.add_argument(
         "--victim-rows",

@@ -8,8 +8,8 @@ tests and benchmarks). The interface every policy implements is
 `CachePolicy` (policy.py); hotness.py computes the static scores.
 `VictimBuffer(base, capacity)` (victim.py) sits between a cache and its base
 and keeps the rows the cache evicts that the lookahead window still needs;
-`CachedFeatures(..., prefetch=True)` reads the rows of the window's farthest
-batch ahead on a thread (prefetch.py). `SharedCachedFeatures` (shared.py)
+`CachedFeatures(..., lookahead_fill=True)` reads the rows of the window's farthest
+batch ahead on a thread (lookahead_fill.py). `SharedCachedFeatures` (shared.py)
 joins the caches of the ranks of a torch.distributed group into one, each
 rank owning a disjoint share of the hot rows (ownership.py).
 """

@@ -5,8 +5,8 @@ The cache holds copies of `capacity` rows in a [capacity, dim] tensor on its
 the hot rows in GPU memory, and rows come back on that device) and a policy (storage/cache/policy.py) decides
 which. It is derived data: rows are only ever copied in from the base, never
 written back. Rows it evicts that the lookahead window still needs go to the
-first tier below with `offer` (a VictimBuffer, victim.py); with prefetch=True
-a thread (prefetch.py) reads the rows of the farthest batch of the window
+first tier below with `offer` (a VictimBuffer, victim.py); with lookahead_fill=True
+a thread (lookahead_fill.py) reads the rows of the farthest batch of the window
 ahead of time.
 """
 
@@ -28,7 +28,7 @@ from .belady import BeladyPolicy
 from .hybrid import HybridPolicy
 from .lru import LRUPolicy
 from .policy import CachePolicy
-from .prefetch import Prefetcher
+from .lookahead_fill import LookaheadFill
 from .s3fifo import S3FIFOPolicy
 from .sieve import SievePolicy
 from .static import StaticPolicy
@@ -59,21 +59,21 @@ class CachedFeatures(FeatureSource):
     cache evicts whose next use lies in the window is copied out before its
     slot is overwritten and offered, with that use, to the first tier below
     that is a VictimBuffer; rows not in the window are dropped.
-    prefetch=True: see set_window; prefetch_rows bounds the rows read ahead
-    and held at once (None: the window's). close() stops the prefetch thread
+    lookahead_fill=True: see set_window; lookahead_fill_rows bounds the rows read ahead
+    and held at once (None: the window's). close() stops the lookahead-fill thread
     (also when the cache is collected), then closes the base. device: where
     the cached rows live and gathered rows are returned (default the base's
     device); rows read from the base are copied there. A cache over a stack
     that already holds one is refused (ConfigError).
 
     stats(): hits and misses (distinct ids per batch), requested rows (every
-    id, repeats included), hit_rate, prefetched (rows the prefetch read from
-    the base), prefetch_hits (misses served from prefetched rows instead
-    of the base), prefetch_skipped (rows not read ahead for lack of room),
-    prefetch_capacity (rows; None: unbounded), and read_rate: the rows read
-    from the base by gathers and by the prefetch per distinct row looked up,
+    id, repeats included), hit_rate, filled (rows the lookahead fill read from
+    the base), fill_hits (misses served from rows filled ahead instead
+    of the base), fill_skipped (rows not read ahead for lack of room),
+    fill_capacity (rows; None: unbounded), and read_rate: the rows read
+    from the base by gathers and by the lookahead fill per distinct row looked up,
     the share of the batches' rows the tiers below had to serve (with a
-    prefetch it can differ from 1 - hit_rate); reset_stats() zeroes them.
+    lookahead fill it can differ from 1 - hit_rate); reset_stats() zeroes them.
     """
 
     name = "cache"
@@ -84,8 +84,8 @@ class CachedFeatures(FeatureSource):
         capacity: int,
         policy="lru",
         *,
-        prefetch: bool = False,
-        prefetch_rows: int | None = None,
+        lookahead_fill: bool = False,
+        lookahead_fill_rows: int | None = None,
         device=None,
         **options,
     ):
@@ -108,8 +108,8 @@ class CachedFeatures(FeatureSource):
         self._rows = torch.empty((self.policy.capacity, self.shape[1]), dtype=self.dtype, device=self.device)
         self._victim = base if base.name == "victim" else None
         self._lock = threading.Condition()
-        self.prefetcher = Prefetcher(base, self.policy, self._lock, prefetch_rows) if prefetch else None
-        self._finalizer = weakref.finalize(self, self.prefetcher.close) if prefetch else None
+        self.fill = LookaheadFill(base, self.policy, self._lock, lookahead_fill_rows) if lookahead_fill else None
+        self._finalizer = weakref.finalize(self, self.fill.close) if lookahead_fill else None
         ids, slots = self.policy.warm()
         if ids.shape[0]:
             base.gather_into(torch.from_numpy(ids), self._rows, torch.from_numpy(slots))
@@ -118,42 +118,42 @@ class CachedFeatures(FeatureSource):
     def set_window(self, batches) -> None:
         """The ids of the K batches sampled after the next gather (nearest
         first), before each gather: the policy records each row's next use
-        (hybrid also ranks by it). With prefetch, the rows of the farthest
+        (hybrid also ranks by it). With the lookahead fill, the rows of the farthest
         batch that are neither cached nor read already are read from the base
-        on the prefetch thread (at most one read runs and one more waits; a
+        on the lookahead-fill thread (at most one read runs and one more waits; a
         newer window replaces the waiting one) and held beside the cache until
         that batch's gather; every gather serves its misses from them, and
-        the policy then treats them as rows just read (prefetch.py says why
+        the policy then treats them as rows just read (lookahead_fill.py says why
         they are not admitted early). A gather waits for a read only if that
         read is for this batch (or an earlier one); rows still being read for
         a later batch it reads itself. A failure of the thread is raised by
-        the next gather (with a note saying so) and stops prefetching."""
+        the next gather (with a note saying so) and stops the lookahead fill."""
         batches = [torch.as_tensor(b).cpu().numpy().astype(np.int64, copy=False).ravel() for b in batches]
         with self._lock:
             self.policy.set_window(batches)
-            if self.prefetcher is not None and batches and batches[-1].shape[0]:
-                self.prefetcher.request(self.policy.batches + 1 + len(batches), np.unique(batches[-1]))
+            if self.fill is not None and batches and batches[-1].shape[0]:
+                self.fill.request(self.policy.batches + 1 + len(batches), np.unique(batches[-1]))
 
-    def wait_prefetch(self) -> None:
-        """Block until the prefetch thread has read every requested row (a
+    def wait_lookahead_fill(self) -> None:
+        """Block until the lookahead-fill thread has read every requested row (a
         failure is raised by the next gather, not here)."""
-        if self.prefetcher is not None:
-            self.prefetcher.wait()
+        if self.fill is not None:
+            self.fill.wait()
 
     def close(self) -> None:
-        """Stop the prefetch thread and wait for it, then close the base."""
+        """Stop the lookahead-fill thread and wait for it, then close the base."""
         if self._finalizer is not None:
             self._finalizer()
         super().close()
 
     def host_bytes(self) -> dict:
-        """{"rows", "policy", "prefetch"}: bytes of the cached rows (when on the
+        """{"rows", "policy", "lookahead_fill"}: bytes of the cached rows (when on the
         host), of the policy's arrays, and of the rows read ahead and held now."""
         with self._lock:
             return {
                 "rows": self._rows.nbytes if self.device.type == "cpu" else 0,
                 "policy": self.policy.host_bytes(),
-                "prefetch": self.prefetcher.host_bytes() if self.prefetcher is not None else 0,
+                "lookahead_fill": self.fill.host_bytes() if self.fill is not None else 0,
             }
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -169,7 +169,7 @@ class CachedFeatures(FeatureSource):
         """The distinct sorted ids `uniq`, as one batch, into out[at]."""
         uniq, at = uniq.numpy(), at.numpy()
         with self._lock:
-            ahead = self.prefetcher.take(self.policy.batches + 1) if self.prefetcher is not None else []
+            ahead = self.fill.take(self.policy.batches + 1) if self.fill is not None else []
             miss = np.flatnonzero(self.policy.slot_of[uniq] < 0)
             self._read(uniq, miss, out, at, ahead)  # before the policy changes: a failed read leaves it
             hit, slot = self.policy.access(uniq)
@@ -183,7 +183,7 @@ class CachedFeatures(FeatureSource):
 
     def _read(self, uniq, miss, out, at, ahead) -> None:
         """Rows `miss` (positions in `uniq`) into out[at[miss]]: from the
-        prefetched reads `ahead` ((sorted ids, rows) each) where there, the
+        rows filled ahead `ahead` ((sorted ids, rows) each) where there, the
         rest from the base in one gather_into."""
         for ahead_ids, ahead_rows in ahead:
             if not miss.shape[0]:
@@ -191,7 +191,7 @@ class CachedFeatures(FeatureSource):
             where = np.minimum(np.searchsorted(ahead_ids, uniq[miss]), ahead_ids.shape[0] - 1)
             found = ahead_ids[where] == uniq[miss]
             copy_rows(ahead_rows, where[found], out, at[miss[found]])
-            self._prefetch_hits += int(found.sum())
+            self._fill_hits += int(found.sum())
             miss = miss[~found]
         if miss.shape[0]:
             self.base.gather_into(torch.from_numpy(uniq[miss]), out, torch.from_numpy(at[miss]))
@@ -212,29 +212,29 @@ class CachedFeatures(FeatureSource):
         """The counters of the class doc since the last reset_stats."""
         with self._lock:
             looked = self._hits + self._misses
-            p = self.prefetcher
-            prefetched = p.rows_read if p is not None else 0
+            p = self.fill
+            filled = p.rows_read if p is not None else 0
             return {
                 "hits": self._hits,
                 "misses": self._misses,
                 "requested": self._requested,
                 "hit_rate": self._hits / looked if looked else 0.0,
-                "prefetched": prefetched,
-                "prefetch_hits": self._prefetch_hits,
-                "prefetch_skipped": p.skipped if p is not None else 0,
-                "prefetch_capacity": p.capacity if p is not None else 0,
-                "read_rate": (self._base_reads + prefetched) / looked if looked else 0.0,
+                "filled": filled,
+                "fill_hits": self._fill_hits,
+                "fill_skipped": p.skipped if p is not None else 0,
+                "fill_capacity": p.capacity if p is not None else 0,
+                "read_rate": (self._base_reads + filled) / looked if looked else 0.0,
             }
 
     def reset_stats(self) -> None:
         """Zero the counters."""
         with self._lock:
-            self._hits = self._misses = self._requested = self._prefetch_hits = self._base_reads = 0
-            if self.prefetcher is not None:
-                self.prefetcher.rows_read = self.prefetcher.skipped = 0
+            self._hits = self._misses = self._requested = self._fill_hits = self._base_reads = 0
+            if self.fill is not None:
+                self.fill.rows_read = self.fill.skipped = 0
 
     def __repr__(self):
-        extra = ", prefetch" if self.prefetcher is not None else ""
+        extra = ", lookahead fill" if self.fill is not None else ""
         return (
             f"CachedFeatures({self.policy.name}, {self.policy.capacity:,} of {self.shape[0]:,} rows{extra}, "
             f"over {type(self.base).__name__})"

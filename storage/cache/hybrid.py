@@ -1,7 +1,7 @@
 """`hybrid` (after LSM-GNN): eviction weighs the static score, recent reuse
 and each row's next use within the lookahead window of batches already
 sampled. The window comes from whoever samples ahead (a loader or a
-prefetcher) through `set_window`; without one the policy ranks rows by score
+lookahead fill) through `set_window`; without one the policy ranks rows by score
 and recent reuse only.
 """
 

@@ -337,7 +337,7 @@ class SharedCachedFeatures(FeatureSource):
         super().close()
 
     def host_bytes(self) -> dict:
-        """This rank's own cache's parts (rows, policy, prefetch), its shard's
+        """This rank's own cache's parts (rows, policy, lookahead fill), its shard's
         id map, the replicated rows and the ownership map."""
         held = dict(self._cache.host_bytes())
         held["shard"] = self._shard.nbytes

@@ -3,7 +3,7 @@
 LSM-GNN's victim buffer: when the cache above (CachedFeatures) evicts a row
 that one of the next K sampled batches uses, it offers the row here instead
 of dropping it, with the number of batches until that use; a later gather
-(the batch that needs it, or the cache's prefetch) then reads it from this
+(the batch that needs it, or the cache's lookahead fill) then reads it from this
 buffer instead of the tier below (an SSD read). The buffer holds at most
 `capacity` rows in host memory allocated once (pinned when CUDA is present,
 so copies to a GPU can run asynchronously) and keeps the rows needed soonest.

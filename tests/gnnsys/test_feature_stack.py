@@ -38,15 +38,15 @@ def test_plan_sizes_every_part_stages_and_reads_ahead_with_what_is_left():
         "victim": VictimBuffer.planned_bytes(1000, 10_000, 1000),
     }
     left = 0.02 * GB - sum(fixed.values())
-    assert plan.prefetch_rows == 2 * 500  # the window's worth, after the first staging
+    assert plan.lookahead_fill_rows == 2 * 500  # the window's worth, after the first staging
     assert plan.staging_bytes == left - 1000 * 1000  # then the staging takes the rest (under MAX_STAGING)
-    assert plan.parts == {**fixed, "ssd.staging": plan.staging_bytes, "cache.prefetch": 1000 * 1000}
+    assert plan.parts == {**fixed, "ssd.staging": plan.staging_bytes, "cache.lookahead_fill": 1000 * 1000}
     tight = plan_host_memory(
         10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500, host_mem_budget=0.0142
     )
-    assert FIRST_STAGING <= tight.staging_bytes < FIRST_STAGING + 1000 and 0 < tight.prefetch_rows < 1000  # shrank
+    assert FIRST_STAGING <= tight.staging_bytes < FIRST_STAGING + 1000 and 0 < tight.lookahead_fill_rows < 1000  # shrank
     roomy = plan_host_memory(10_000, 1000, cache_rows=4000, lookahead=2, batch_rows=500, host_mem_budget=1)
-    assert roomy.staging_bytes == MAX_STAGING and roomy.prefetch_rows == 2 * 500  # the window's worth at most
+    assert roomy.staging_bytes == MAX_STAGING and roomy.lookahead_fill_rows == 2 * 500  # the window's worth at most
     assert roomy.total <= GB
     assert plan_host_memory(10_000, 1000, cache_rows=400).victim_rows == 0  # no window, no victim buffer
     assert plan_host_memory(100, 1000, cache_rows=400, lookahead=1).cache_rows == 100  # never more than the table
@@ -89,16 +89,16 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
         loader.set_epoch(epoch)
         for mb in loader:
             assert torch.equal(mb.x, ds.features.gather(mb.input_nodes))
-            stack.wait_prefetch()
+            stack.wait_lookahead_fill()
             held = stack_host_bytes(stack)
             for tier, bound in planned.items():
                 assert sum(n for k, n in held.items() if k.startswith(tier + ".")) <= bound, (tier, held, plan)
             assert held["total"] <= plan.total <= plan.budget
             steps += 1
     stats = stack.stats()
-    assert steps > 10 and stats["prefetch_capacity"] == plan.prefetch_rows
-    if plan.prefetch_rows < 3 * batch_rows:  # the budget shrank the read-ahead: rows it could not hold were skipped
-        assert stats["prefetch_skipped"] > 0
+    assert steps > 10 and stats["fill_capacity"] == plan.lookahead_fill_rows
+    if plan.lookahead_fill_rows < 3 * batch_rows:  # the budget shrank the read-ahead: rows it could not hold were skipped
+        assert stats["fill_skipped"] > 0
     stack.close()
 
 
@@ -273,5 +273,5 @@ def test_training_with_lookahead_victim_buffer_and_read_ahead_equals_training_in
     assert [r["loss"] for r in tiered.epochs] == [r["loss"] for r in memory.epochs]
     tiers = tiered.epochs[-1]["tiers"]
     assert set(tiers) == {"cache", "victim", "ssd", "host_bytes"}
-    assert tiers["victim"]["offered"] > 0 and tiers["cache"]["prefetched"] > 0
+    assert tiers["victim"]["offered"] > 0 and tiers["cache"]["filled"] > 0
     assert tiers["ssd"]["unique_rows"] <= tiers["cache"]["misses"]  # the victim buffer served some misses

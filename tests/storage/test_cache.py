@@ -71,10 +71,10 @@ def test_gather_into_out_async_and_stats_reset():
         "misses": 2,
         "requested": 6,
         "hit_rate": 0.5,
-        "prefetched": 0,
-        "prefetch_hits": 0,
-        "prefetch_skipped": 0,
-        "prefetch_capacity": 0,
+        "filled": 0,
+        "fill_hits": 0,
+        "fill_skipped": 0,
+        "fill_capacity": 0,
         "read_rate": 0.5,
     }
     cache.reset_stats()

@@ -1,9 +1,8 @@
-"""Pinned host placement, the staging copy and side-stream gathers.
+"""Pinned host placement and the staging copy.
 
 Pinning needs CUDA; without it the tests check the clear error, the pure
 logic (what can be pinned in place, chunked copies), every pinning decision
-through a stand-in for the CUDA runtime (tests/storage/fakes.py), and the
-stream ordering through recording stand-ins for streams and events. The GPU
+through a stand-in for the CUDA runtime (tests/storage/fakes.py). The GPU
 tests are marked `gpu` and skip without one.
 """
 
@@ -14,13 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.datasets import RowTable
 from gnnsys.errors import GPUUnavailableError
 from gnnsys.storage import pinned as pinned_module
-from gnnsys.storage.cuda_stream import SideStreamGather, prefetch
 from gnnsys.storage.gpu_features import PendingGather, TableFeatures, copy_rows_into
 from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place, pin_table, release_pin
-from tests.storage.fakes import FakePinning, RecordingStreams
+from tests.storage.fakes import FakePinning
 
 HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -54,35 +51,10 @@ def test_pinned_needs_cuda():
         PinnedFeatures(torch.zeros(3, 2))
 
 
-class Recording:
-    """A CPU source that logs when gathers are issued."""
-
-    def __init__(self, x):
-        self.rows, self.log = RowTable.from_tensor(x), []
-        self.shape, self.dtype, self.device = self.rows.shape, self.rows.dtype, self.rows.device
-
-    def gather_async(self, ids, out=None):
-        self.log.append(("gather", int(ids[0])))
-        return self.rows.gather_async(ids, out)
 
 
-@pytest.mark.parametrize("depth", [0, 1, 3])
-def test_prefetch_runs_ahead_and_keeps_order(depth):
-    x = torch.arange(40, dtype=torch.float32).view(20, 2)
-    src = Recording(x)
-    batches = [torch.tensor([i, i + 1]) for i in range(0, 10, 2)]
-    for k, rows in enumerate(prefetch(src, batches, depth=depth)):
-        src.log.append(("use", k))
-        assert torch.equal(rows, x[batches[k]])
-    for k in range(len(batches)):  # batch k is used only after batch k + depth was issued
-        issued = src.log.index(("gather", min(2 * (k + depth), 8)))
-        assert issued < src.log.index(("use", k))
 
 
-def test_side_stream_on_cpu_is_inline():
-    x = torch.randn(6, 3)
-    g = SideStreamGather(RowTable.from_tensor(x))
-    assert g.stream is None and torch.equal(g.gather(torch.tensor([5, 0])), x[[5, 0]])
 
 
 @pytest.fixture(autouse=True)
@@ -101,40 +73,19 @@ def table_source(x: torch.Tensor) -> TableFeatures:
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the Triton kernel runs interpreted on the CPU here")
-def test_side_stream_gather_and_prefetch_check_ids():
+def test_table_gather_checks_ids():
     x = torch.randn(5, 3)
-    gatherer = SideStreamGather(table_source(x))
-    assert torch.equal(gatherer.gather(torch.tensor([4, 0])), x[[4, 0]])
+    source = table_source(x)
+    assert torch.equal(source.gather(torch.tensor([4, 0])), x[[4, 0]])
     with pytest.raises(IndexError, match="id 5 at position 1 out of range"):
-        gatherer.gather(torch.tensor([1, 5]))
-    batches = [torch.tensor([0, 1]), torch.tensor([2, -1]), torch.tensor([3])]
-    rows = prefetch(gatherer, batches, depth=1)
-    assert torch.equal(next(rows), x[[0, 1]])
+        source.gather(torch.tensor([1, 5]))
+    pending = source.gather_async(torch.tensor([2, -1]))
     with pytest.raises(IndexError, match="id -1 at position 1"):
-        next(rows)
+        pending.check()
 
 
-def test_side_stream_orders_the_gather_with_events():
-    streams = RecordingStreams()
-    x = torch.randn(6, 3)
-    gatherer = SideStreamGather(RowTable.from_tensor(x), streams=streams)
-    side = gatherer.stream.name
-    ids = torch.tensor([5, 0])
-    handle = gatherer.gather_async(ids)
-    rows = handle.wait()
-    assert torch.equal(rows, x[[5, 0]])
-    me = "MainThread"
-    consumer = f"default@{me}"
-    event = next(e[1] for e in streams.log if e[0] == "record")
-    assert streams.log == [
-        ("wait_stream", side, consumer, me),  # ids were made on the caller's stream
-        ("use", side, me),
-        ("record", event, side, me),
-        ("leave", side, me),
-        ("record_stream", id(ids), side, me),  # read on the side stream
-        ("wait_event", consumer, event, me),  # the caller's stream waits on the GPU, the host does not
-        ("record_stream", id(rows), consumer, me),  # made on the side stream, used on the caller's
-    ]
+
+
 
 
 def test_pending_gather_check_waits_for_its_own_event():
@@ -251,12 +202,12 @@ def test_pinned_zero_copy_gather(make_dataset, dtype):
 
 @pytest.mark.gpu
 @gpu
-def test_side_stream_gather_and_staging():
+def test_pinned_and_staged_gathers_of_gpu_ids():
     from gnnsys.storage.staged import StagedFeatures
 
     t = torch.randn(100, 32)
     ids = [torch.randint(0, 100, (17,), device="cuda") for _ in range(4)]
     with PinnedFeatures(t.clone()) as pinned:
         for source in (pinned, StagedFeatures(t)):
-            got = list(prefetch(source, ids, depth=1))
+            got = [source.gather_async(i).wait() for i in ids]
             assert all(torch.equal(g.cpu(), t[i.cpu()]) for g, i in zip(got, ids))

@@ -1,5 +1,5 @@
-"""gnnsys.storage.cache victim buffer and prefetch: exact rows through the
-tiers, what the cache offers, the buffer's bound and order, the prefetch
+"""gnnsys.storage.cache victim buffer and lookahead fill: exact rows through the
+tiers, what the cache offers, the buffer's bound and order, the lookahead fill
 thread (admission, waiting, failure, shutdown), and device reads on a
 recorded trace."""
 
@@ -16,25 +16,25 @@ from gnnsys.storage.cache import POLICIES, VictimBuffer, presample_hotness
 from tests.storage.fakes import CountingSource, OfferLog
 from tests.storage.test_cache import NUM_ROWS, policy_options, random_bits_table, recorded_trace, request_batches
 
-# (cache rows, victim rows, window, prefetch)
+# (cache rows, victim rows, window, lookahead fill)
 TIERS = [(0, 0, 1, False), (7, 5, 1, True), (7, 5, 3, False), (40, 3, 3, True), (500, 5, 2, True), (7, 0, 2, True)]
 
 
-def victim_stack(x, capacity, victim_rows, policy, batches, prefetch):
+def victim_stack(x, capacity, victim_rows, policy, batches, fill):
     victim = VictimBuffer(RowTable.from_tensor(x), victim_rows)
-    return victim, CachedFeatures(victim, capacity, policy, prefetch=prefetch, **policy_options(policy, batches))
+    return victim, CachedFeatures(victim, capacity, policy, lookahead_fill=fill, **policy_options(policy, batches))
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
-@pytest.mark.parametrize("capacity, victim_rows, window, prefetch", TIERS)
+@pytest.mark.parametrize("capacity, victim_rows, window, fill", TIERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_rows_through_the_tiers_equal_the_base(policy, capacity, victim_rows, window, prefetch, dtype):
+def test_rows_through_the_tiers_equal_the_base(policy, capacity, victim_rows, window, fill, dtype):
     x = random_bits_table(dtype)
     batches = request_batches()
-    victim, cache = victim_stack(x, capacity, victim_rows, policy, batches, prefetch)
+    victim, cache = victim_stack(x, capacity, victim_rows, policy, batches, fill)
     for i, ids in enumerate(batches):
         cache.set_window(batches[i + 1 : i + 1 + window])
-        cache.wait_prefetch()
+        cache.wait_lookahead_fill()
         got = cache.gather(ids)
         assert got.dtype == dtype and got.shape == (ids.numel(), 3)
         assert torch.equal(got.view(torch.uint8), x[ids.long()].view(torch.uint8))
@@ -137,46 +137,46 @@ def test_victim_buffer_refuses_bad_offers():
     assert VictimBuffer(CountingSource(x), 0).gather(torch.tensor([3])).tolist() == x[[3]].tolist()
 
 
-def prefetching_lru(rows: int):
-    """(table, counting device over it, an lru cache of every row with prefetch)."""
+def filling_lru(rows: int):
+    """(table, counting device over it, an lru cache of every row with the lookahead fill)."""
     x = torch.randn(rows, 2)
     device = CountingSource(x)
-    return x, device, CachedFeatures(device, rows, "lru", prefetch=True)
+    return x, device, CachedFeatures(device, rows, "lru", lookahead_fill=True)
 
 
 @pytest.mark.parametrize("lookahead", [1, 2])
-def test_prefetch_reads_the_farthest_batch_ahead_so_its_gather_reads_nothing(lookahead):
-    x, device, cache = prefetching_lru(10)
+def test_lookahead_fill_reads_the_farthest_batch_ahead_so_its_gather_reads_nothing(lookahead):
+    x, device, cache = filling_lru(10)
     trace = [[0, 1], [2, 3], [4, 5]][: lookahead + 1]
     for i, ids in enumerate(trace):
         cache.set_window(trace[i + 1 :])
-        cache.wait_prefetch()
+        cache.wait_lookahead_fill()
         assert torch.equal(cache.gather(torch.tensor(ids)), x[ids])
     # the last batch is read first, ahead of the others, and then served from what was read
     assert [r.tolist() for r in device.reads] == [trace[-1]] + trace[:-1]
     stats = cache.stats()
-    assert stats["prefetched"] == 2 and stats["prefetch_hits"] == 2 and stats["hits"] == 0
-    cache.gather(torch.tensor(trace[-1]))  # the policy took the prefetched rows in at their batch
+    assert stats["filled"] == 2 and stats["fill_hits"] == 2 and stats["hits"] == 0
+    cache.gather(torch.tensor(trace[-1]))  # the policy took the rows filled ahead in at their batch
     assert cache.stats()["hits"] == 2 and device.rows_read() == 2 * len(trace)
     cache.reset_stats()
-    assert cache.stats()["prefetched"] == 0
+    assert cache.stats()["filled"] == 0
     cache.close()
 
 
-def test_gathers_before_the_batch_read_for_serve_their_misses_from_the_prefetch():
-    x, device, cache = prefetching_lru(10)
+def test_gathers_before_the_batch_read_for_serve_their_misses_from_the_lookahead_fill():
+    x, device, cache = filling_lru(10)
     trace = [[0], [2, 9], [2, 3]]
     for i, ids in enumerate(trace):
         cache.set_window(trace[i + 1 :])
-        cache.wait_prefetch()
+        cache.wait_lookahead_fill()
         assert torch.equal(cache.gather(torch.tensor(ids)), x[ids])
     assert [r.tolist() for r in device.reads] == [[2, 3], [0], [9]]
-    assert cache.stats()["prefetch_hits"] == 2 and cache.stats()["hits"] == 1
+    assert cache.stats()["fill_hits"] == 2 and cache.stats()["hits"] == 1
     cache.close()
 
 
-def held_prefetch(device):
-    """Events (gate, started): the prefetch thread's reads of `device` set
+def held_fill(device):
+    """Events (gate, started): the lookahead-fill thread's reads of `device` set
     `started` and wait until `gate` is set."""
     gate, started = threading.Event(), threading.Event()
     main = threading.current_thread()
@@ -191,49 +191,49 @@ def held_prefetch(device):
 
 
 def test_a_gather_does_not_wait_for_a_read_for_a_later_batch():
-    x, device, cache = prefetching_lru(6)
-    gate, started = held_prefetch(device)
+    x, device, cache = filling_lru(6)
+    gate, started = held_fill(device)
     cache.set_window([[2, 3]])
     started.wait()
     assert torch.equal(cache.gather(torch.tensor([0, 1])), x[[0, 1]])  # returns while the read is held
     gate.set()
-    cache.wait_prefetch()
+    cache.wait_lookahead_fill()
     assert torch.equal(cache.gather(torch.tensor([3, 2])), x[[3, 2]])
     assert [r.tolist() for r in device.reads] == [[0, 1], [2, 3]]
-    assert cache.stats()["prefetch_hits"] == 2
+    assert cache.stats()["fill_hits"] == 2
     cache.close()
 
 
 def test_a_gather_waits_for_the_read_of_its_own_batch():
-    x, device, cache = prefetching_lru(6)
-    gate, started = held_prefetch(device)
+    x, device, cache = filling_lru(6)
+    gate, started = held_fill(device)
     cache.set_window([[2, 3]])
     started.wait()
     cache.gather(torch.tensor([0]))
     threading.Timer(0.2, gate.set).start()
     assert torch.equal(cache.gather(torch.tensor([2, 3])), x[[2, 3]])
-    cache.wait_prefetch()
+    cache.wait_lookahead_fill()
     assert [r.tolist() for r in device.reads] == [[0], [2, 3]]
     cache.close()
 
 
 def test_a_second_window_replaces_the_waiting_request():
-    x, device, cache = prefetching_lru(10)
-    gate, started = held_prefetch(device)
+    x, device, cache = filling_lru(10)
+    gate, started = held_fill(device)
     cache.set_window([[1]])
     started.wait()
     cache.set_window([[2]])
     cache.set_window([[3]])
     gate.set()
-    cache.wait_prefetch()
+    cache.wait_lookahead_fill()
     assert [r.tolist() for r in device.reads] == [[1], [3]]
     cache.close()
 
 
-def test_a_prefetch_failure_surfaces_in_the_next_gather_and_stops_prefetching():
+def test_a_lookahead_fill_failure_surfaces_in_the_next_gather_and_stops_the_fill():
     x = torch.randn(6, 2)
     device = CountingSource(x)
-    cache = CachedFeatures(device, 4, "lru", prefetch=True)
+    cache = CachedFeatures(device, 4, "lru", lookahead_fill=True)
     main = threading.current_thread()
 
     def fail(ids):
@@ -242,45 +242,45 @@ def test_a_prefetch_failure_surfaces_in_the_next_gather_and_stops_prefetching():
 
     device.before_read = fail
     cache.set_window([[5]])
-    cache.wait_prefetch()
+    cache.wait_lookahead_fill()
     with pytest.raises(OSError, match="disk gone") as raised:
         cache.gather(torch.tensor([0]))
-    assert any("prefetch" in note for note in raised.value.__notes__)
-    assert not cache.prefetcher.is_alive()
+    assert any("lookahead fill" in note for note in raised.value.__notes__)
+    assert not cache.fill.is_alive()
     cache.set_window([[4]])
     assert torch.equal(cache.gather(torch.tensor([0, 5])), x[[0, 5]])
-    assert cache.stats()["prefetched"] == 0 and not cache.prefetcher.is_alive()
+    assert cache.stats()["filled"] == 0 and not cache.fill.is_alive()
 
 
 def test_close_and_collection_stop_the_thread():
     x = torch.randn(6, 2)
-    cache = CachedFeatures(CountingSource(x), 4, "lru", prefetch=True)
+    cache = CachedFeatures(CountingSource(x), 4, "lru", lookahead_fill=True)
     cache.set_window([[1]])
-    assert cache.prefetcher.is_alive()
+    assert cache.fill.is_alive()
     cache.close()
-    assert not cache.prefetcher.is_alive()
+    assert not cache.fill.is_alive()
     cache.close()
     assert torch.equal(cache.gather(torch.tensor([1])), x[[1]])
-    cache = CachedFeatures(CountingSource(x), 4, "lru", prefetch=True)
+    cache = CachedFeatures(CountingSource(x), 4, "lru", lookahead_fill=True)
     cache.set_window([[1]])
-    prefetcher = cache.prefetcher
+    fill = cache.fill
     del cache
     gc.collect()
-    assert not prefetcher.is_alive()
+    assert not fill.is_alive()
 
 
-def test_hybrid_with_victim_and_prefetch_reads_no_more_than_hybrid_alone():
+def test_hybrid_with_victim_and_lookahead_fill_reads_no_more_than_hybrid_alone():
     n, indptr, sampler, seeds, trace = recorded_trace()
     score = presample_hotness(sampler, seeds, [100])
     x = torch.randn(n, 2)
     read = {}
-    for name, victim_rows, prefetch in (("hybrid", None, False), ("victim", 25, False), ("both", 25, True)):
+    for name, victim_rows, fill in (("hybrid", None, False), ("victim", 25, False), ("both", 25, True)):
         device = CountingSource(x)
         base = device if victim_rows is None else VictimBuffer(device, victim_rows)
-        cache = CachedFeatures(base, 100, "hybrid", prefetch=prefetch, score=score)
+        cache = CachedFeatures(base, 100, "hybrid", lookahead_fill=fill, score=score)
         for t, ids in enumerate(trace):
             cache.set_window(trace[t + 1 : t + 5])
-            cache.wait_prefetch()
+            cache.wait_lookahead_fill()
             assert torch.equal(cache.gather(torch.from_numpy(ids)), x[ids])
         cache.close()
         read[name] = device.rows_read()

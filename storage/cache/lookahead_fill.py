@@ -1,4 +1,4 @@
-"""`Prefetcher`: CachedFeatures' background reads of the rows a coming batch needs.
+"""`LookaheadFill`: CachedFeatures' background reads of the rows a coming batch needs.
 
 When the cache's `set_window` names the next K batches, the rows of the
 farthest one that are neither cached nor already read are read from the
@@ -7,7 +7,7 @@ while the caller computes. The rows wait here, beside the cache, until the
 gather of the batch they were read for; every gather before it serves its
 misses from them too. They are not put into the cache early: the policy
 decides on them when their batch is gathered, as on rows read then, so a
-prefetch changes when rows are read, never which rows the cache holds, and
+lookahead fill changes when rows are read, never which rows the cache holds, and
 reads no row the batch would not have read (admitting rows K batches early
 displaced rows still in use and raised device reads by 8 to 26% for hybrid
 on the recorded trace of tests/storage/test_victim.py).
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 
-class Prefetcher:
+class LookaheadFill:
     """Reads rows of `base` ahead of the batch that needs them.
 
     cond: the cache's lock (a threading.Condition) guarding `policy`, whose
@@ -74,7 +74,7 @@ class Prefetcher:
             return
         self._job = (batch, ids)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gnnsys-cache-prefetch", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="gnnsys-cache-lookahead-fill", daemon=True)
             self._thread.start()
         self._cond.notify_all()
 
@@ -104,7 +104,7 @@ class Prefetcher:
                 self._cond.wait()
 
     def is_alive(self) -> bool:
-        """True while the prefetch thread runs."""
+        """True while the lookahead-fill thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
     def close(self) -> None:
@@ -137,7 +137,7 @@ class Prefetcher:
                 rows = self._base.gather(torch.from_numpy(ids)) if ids.shape[0] else None
             except BaseException as error:  # noqa: BLE001 - handed to the next gather
                 error.add_note(
-                    f"(raised in the cache's prefetch thread, reading rows for gather {batch}; prefetching has stopped)"
+                    f"(raised in the cache's lookahead-fill thread, reading rows for gather {batch}; the lookahead fill has stopped)"
                 )
                 with self._cond:
                     self._error, self._running, self._reading, self._closed = error, None, 0, True
