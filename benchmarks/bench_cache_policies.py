@@ -28,7 +28,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-from plotting import save_figure
+from plotting import can_plot, save_figure
 
 import gnnsys
 from gnnsys.datasets.atomic import atomic_write_bytes
@@ -208,11 +208,9 @@ def main(argv=None):
     out = Path(args.out)
     atomic_write_bytes(out.with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
     print(f"wrote {out.with_suffix('.json')}")
-    try:
+    if can_plot(out.with_suffix(".png")):
         plot(results, out.with_suffix(".png"))
         print(f"wrote {out.with_suffix('.png')}")
-    except ImportError:
-        print("matplotlib is not installed: no plot")
 
 
 if __name__ == "__main__":

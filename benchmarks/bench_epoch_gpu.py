@@ -21,7 +21,6 @@ matplotlib). Not run on a GPU yet.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -29,6 +28,7 @@ import sys
 from pathlib import Path
 
 import torch
+from plotting import can_plot
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GRAPHS = {"products": "ogbn-products", "papers": "ogbn-papers100M"}
@@ -141,21 +141,26 @@ def main(argv=None) -> int:
     }
     for graph in args.graph or ["products"]:
         path = prepared(graph, args.root, args.products_scale if graph == "products" else args.papers_scale)
-        cases = [bench_case(path, f, s, args.epochs) for f in args.features.split(",") for s in args.sampler.split(",")]
+        cases = []
+        report["graphs"][graph] = {"path": str(path), "cases": cases}
+        for f in args.features.split(","):
+            for s in args.sampler.split(","):
+                c = bench_case(path, f, s, args.epochs)
+                cases.append(c)
+                print(
+                    f"{graph}: features {c['features']:10s} sampler {c['sampler']}: "
+                    + (f"{c['epoch_s']:.2f} s/epoch" if c["epoch_s"] is not None else c["error"]),
+                    flush=True,
+                )
+                report["machine"] = report.get("machine") or c.get("machine")
+                atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())  # what a killed run leaves
         base = next((c["epoch_s"] for c in cases if (c["features"], c["sampler"]) == ("gpu", "gpu")), None)
         for c in cases:
             ok = c["epoch_s"] is not None
             c["vs_gpu_resident_gpu_sampler"] = c["epoch_s"] / base if ok and base else None
-            print(
-                f"{graph}: features {c['features']:10s} sampler {c['sampler']}: "
-                + (f"{c['epoch_s']:.2f} s/epoch" if ok else c["error"]),
-                flush=True,
-            )
-        report["graphs"][graph] = {"path": str(path), "cases": cases}
-        report["machine"] = report.get("machine") or next((c["machine"] for c in cases if "machine" in c), None)
     atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
     print(f"wrote {args.out}")
-    if not args.no_plot and importlib.util.find_spec("matplotlib") is not None:
+    if not args.no_plot and can_plot(args.out.with_suffix(".png")):
         plot(report, args.out.with_suffix(".png"))
         print(f"wrote {args.out.with_suffix('.png')}")
     failed = [c for g in report["graphs"].values() for c in g["cases"] if c["epoch_s"] is None]

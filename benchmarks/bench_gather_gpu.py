@@ -22,7 +22,6 @@ Writes benchmarks/results/bench_gather_gpu.json and .png (no .png with
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -31,6 +30,7 @@ import sys
 from pathlib import Path
 
 import torch
+from plotting import can_plot
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
     print(f"wrote {args.out}")
-    if not args.no_plot and importlib.util.find_spec("matplotlib") is not None:
+    if not args.no_plot and can_plot(args.out.with_suffix(".png")):
         plot(results, args.out.with_suffix(".png"))
         print(f"wrote {args.out.with_suffix('.png')}")
     return 0

@@ -33,6 +33,8 @@ import os
 import statistics
 from pathlib import Path
 
+from plotting import can_plot
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -119,7 +121,8 @@ def bench_epoch(args):
             f"{r['graph_parallel_bytes_per_epoch'] / 1e6:.1f} |"
         )
     (RESULTS / "gnnpipe_epoch.md").write_text("\n".join(lines) + "\n")
-    _plot(rows)
+    if can_plot(RESULTS / "gnnpipe_epoch.png"):
+        _plot(rows)
     print("\n".join(lines))
 
 

@@ -205,6 +205,7 @@ def bench_dataset(dataset: str, args, log: Path) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from plot_minibatch import plot
+    from plotting import can_plot
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -217,7 +218,8 @@ def main(argv=None) -> int:
             log.unlink(missing_ok=True)
         result = bench_dataset(dataset, args, log)
         (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
-        plot(result, out / f"{name}.png")
+        if can_plot(out / f"{name}.png"):
+            plot(result, out / f"{name}.png")
         print(
             json.dumps(
                 {

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_cache_policies import record_trace
-from plotting import save_figure
+from plotting import can_plot, save_figure
 
 import gnnsys
 from gnnsys.datasets.atomic import atomic_write_bytes
@@ -295,12 +295,13 @@ def main(argv=None):
         results["workers"][str(world)] = res
     out = Path(args.out)
     atomic_write_bytes(out.with_suffix(".json"), json.dumps(results, indent=1, default=float).encode())
-    plot(results, out.with_suffix(".png"))
+    if can_plot(out.with_suffix(".png")):
+        plot(results, out.with_suffix(".png"))
     print(table(results))
     for w, res in results["workers"].items():
         for pol, met in res.get("targets", {}).items():
             print(f"targets W={w} {pol}: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    print(f"wrote {out.with_suffix('.json')}")
 
 
 if __name__ == "__main__":

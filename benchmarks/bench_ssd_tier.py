@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from plotting import save_figure
+from plotting import can_plot, save_figure
 
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.storage.direct_io import row_blocks
@@ -322,10 +322,8 @@ def main(argv=None):
     }
     out = Path(args.out)
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
-    try:
+    if can_plot(out.with_suffix(".png")):
         plot(summary, out.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib is not installed: no plot")
     print(f"{'engine':>7} {'depth':>5} {'tier req/s':>11} {'fio req/s':>10} {'share':>6} {'libaio':>10}")
     for s in summary:
         print(

@@ -166,7 +166,10 @@ def main(argv=None):
         import sys
 
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        plot(data, args.plot)
+        from plotting import can_plot
+
+        if can_plot(args.plot):
+            plot(data, args.plot)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import numba
 import numpy as np
 import torch
 
+from gnnsys.ids import indices_on
+
 _WORDS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
@@ -40,7 +42,8 @@ def gather_rows_to(table: np.ndarray, ids: np.ndarray, out: np.ndarray, at: np.n
 def copy_rows(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor, at: np.ndarray) -> None:
     """out[at[i]] = src[rows[i]] for 2-D tensors of one dtype and width (the
     positions `at` distinct): on the CPU a parallel copy of whole words with
-    no intermediate tensor, elsewhere torch's indexing."""
+    no intermediate tensor, elsewhere torch's indexing (the index arrays
+    sent in one transfer, indices_on)."""
     if not rows.shape[0]:
         return
     if src.device.type == out.device.type == "cpu" and src.is_contiguous() and out.is_contiguous():
@@ -50,8 +53,12 @@ def copy_rows(src: torch.Tensor, rows: np.ndarray, out: torch.Tensor, at: np.nda
             tensor_words(out),
             np.ascontiguousarray(at, np.int64),
         )
+    elif src.device == out.device:
+        rows_t, at_t = indices_on(out.device, rows, at)
+        out[at_t] = src[rows_t]
     else:
-        out[torch.from_numpy(at).to(out.device)] = src[torch.from_numpy(rows).to(src.device)].to(out.device)
+        (rows_t,), (at_t,) = indices_on(src.device, rows), indices_on(out.device, at)
+        out[at_t] = src[rows_t].to(out.device, non_blocking=True)
 
 
 def tensor_words(t: torch.Tensor) -> np.ndarray:

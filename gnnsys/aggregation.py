@@ -8,8 +8,12 @@ way. `aggregate(adj, x, dtype)` instead reads x's rows (bf16 or fp32), sums
 bf16 rounding of the fp32 result. On the CPU a numba kernel does it, parallel
 over destination rows and without the GIL; its backward is the same kernel
 over the transposed adjacency (built once per adjacency, on first backward).
-On other devices it is `torch.sparse.mm` with the weights in `dtype`
-(cuSPARSE accumulates in fp32) and torch's autograd.
+On other devices (a GPU) the same sums are `torch.sparse.mm` of the fp32
+weights and the rows widened to fp32, with autocast off inside (autocast
+would cast the product to its own dtype), rounded once to `dtype`; the
+backward is the same product over the transposed adjacency. So bf16-mixed
+and 16-mixed (fp16) aggregate as on the CPU, whatever cuSPARSE supports in
+half precision, at the cost of an fp32 copy of the rows.
 
 The kernel needs no bf16 instructions (`gnnsys.bf16` widens and rounds with
 integer shifts), so it runs as fast on an AVX2-only CPU as on one with
@@ -87,7 +91,7 @@ class Adjacency:
     @classmethod
     def mean(cls, indptr: torch.Tensor, indices: torch.Tensor, num_src: int) -> Adjacency:
         """Mean over each row's entries (a row without any gives zeros, as PyG's mean)."""
-        if indptr.device.type == "cpu":
+        if _uses_kernel(indptr):
             weights = torch.empty(indices.shape[0])
             _mean_weights(indptr.numpy(), weights.numpy())
         else:
@@ -104,7 +108,7 @@ class Adjacency:
         if self._transposed is None:
             device = self.indptr.device
             indptr = torch.zeros(self.num_src + 1, dtype=torch.long, device=device)
-            if device.type == "cpu":
+            if _uses_kernel(self.indptr):
                 rows, weights = torch.empty_like(self.indices), torch.empty_like(self.weights)
                 _transpose(
                     self.indptr.numpy(),
@@ -151,18 +155,32 @@ def _run_kernel(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype) -> torch.Te
     return out
 
 
+def _run_sparse(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The weighted sums as `torch.sparse.mm` in fp32 (autocast off), rounded once to `dtype`."""
+    if x.shape[0] != adj.num_src:
+        raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
+    with torch.autocast(x.device.type, enabled=False):
+        return torch.sparse.mm(adj.csr(torch.float32), x.float()).to(dtype)
+
+
+def _uses_kernel(x: torch.Tensor) -> bool:
+    """Whether the numba kernels serve tensor `x` (on the CPU); elsewhere torch's ops do."""
+    return x.device.type == "cpu"
+
+
 class _Aggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, adj, dtype, root):
         ctx.adj, ctx.x_dtype, ctx.root = adj, x.dtype, root
-        out = _run_kernel(adj, x, dtype)
+        ctx.run = _run_kernel if _uses_kernel(x) else _run_sparse
+        out = ctx.run(adj, x, dtype)
         return (out, x[:root]) if root else out
 
     @staticmethod
     def backward(ctx, grad, grad_root=None):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        grad_x = _run_kernel(ctx.adj.transposed(), grad, ctx.x_dtype)
+        grad_x = ctx.run(ctx.adj.transposed(), grad, ctx.x_dtype)
         if grad_root is not None:
             grad_x[: ctx.root] += grad_root
         return grad_x, None, None, None
@@ -172,16 +190,12 @@ def aggregate(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat
     """[adj.num_dst, dim] rows sum(weight * x[source]) of `dtype`, summed in fp32
     (see the module docstring); differentiable in x. x: [adj.num_src, dim],
     float32 or bfloat16 on the CPU (any float type elsewhere), on adj's device."""
-    if x.device.type == "cpu":
-        return _Aggregate.apply(x, adj, dtype, 0)
-    return torch.sparse.mm(adj.csr(dtype), x.to(dtype))
+    return _Aggregate.apply(x, adj, dtype, 0)
 
 
 def aggregate_with_root(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16):
     """(aggregate(adj, x, dtype), x[:adj.num_dst]): a layer that also reads its
-    destination rows (SAGE's root weight) gets them here, so that on the CPU
-    their gradient is added into the aggregation's input gradient in place
-    instead of through a zero-filled full-size slice gradient and an add."""
-    if x.device.type == "cpu":
-        return _Aggregate.apply(x, adj, dtype, adj.num_dst)
-    return aggregate(adj, x, dtype), x[: adj.num_dst]
+    destination rows (SAGE's root weight) gets them here, so that their
+    gradient is added into the aggregation's input gradient in place instead
+    of through a zero-filled full-size slice gradient and an add."""
+    return _Aggregate.apply(x, adj, dtype, adj.num_dst)

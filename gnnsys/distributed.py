@@ -9,7 +9,9 @@ Two ways to start W workers that run `fn(ctx, *args)`:
 - `run_from_env(fn, *args)` under `torchrun` (env:// rendezvous: RANK,
   WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK).
 
-The backend is NCCL when the workers run on CUDA devices and gloo on the CPU.
+Each worker's device is cuda:LOCAL_RANK on CUDA (`gnnsys.ranks.rank_device`),
+and its backend NCCL there and gloo on the CPU; the worker's function gets a
+`gnnsys.ranks.Ranks` (`ctx.ranks`) that owns the groups and the collectives.
 Fault handling has three layers, so nothing hangs:
 1. a worker whose `fn` raises writes "worker R: Type: message" to the store
    under `ERROR_KEY` before exiting with status 1 (the first report wins:
@@ -49,6 +51,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from gnnsys.errors import ConfigError, GnnsysError
+from gnnsys.ranks import Ranks, backend_for, rank_device
 
 ERROR_KEY = "gnnsys/error"
 TRACEBACK_KEY = "gnnsys/traceback/"  # + rank
@@ -65,17 +68,14 @@ class WorkerError(GnnsysError, RuntimeError):
 @dataclass
 class WorkerContext:
     """What a worker's function receives: its rank, the world size, the
-    backend ("gloo" or "nccl") and its device."""
+    backend ("gloo" or "nccl"), its device, and `ranks`, the strategy object
+    every collective goes through."""
 
     rank: int
     world_size: int
     backend: str
     device: torch.device
-
-
-def choose_backend(device: str | torch.device = "cpu") -> str:
-    """ "nccl" for CUDA devices, else "gloo"."""
-    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+    ranks: Ranks
 
 
 def _free_port() -> int:
@@ -126,6 +126,7 @@ def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, tim
     # os._exit or a signal never releases (the resource tracker then warns of a leak
     # at exit); a worker shares no bar with another process, so a thread lock does.
     tqdm.set_lock(threading.RLock())
+    _stop_on_signals(rank)
     try:
         dist.init_process_group(
             backend,
@@ -135,7 +136,8 @@ def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, tim
             timeout=datetime.timedelta(seconds=timeout_s),
         )
         watchdog = _Watchdog(watch_store, rank, poll_s, quiet)
-        fn(WorkerContext(rank, world_size, backend, device), *args)
+        ranks = Ranks.join(rank, world_size, device, backend)
+        fn(WorkerContext(rank, world_size, backend, device, ranks), *args)
         dist.barrier()
         watchdog.stop()
     except BaseException as e:
@@ -145,6 +147,21 @@ def _run(fn, args, rank, world_size, backend, device, pg_store, watch_store, tim
             sys.stderr.flush()
         os._exit(1)  # skip destroy/atexit hooks that could block on dead peers
     dist.destroy_process_group()
+
+
+def _stop_on_signals(rank: int) -> None:
+    """SIGTERM or SIGINT ends this worker at once with one line on stderr
+    ("gnnsys worker R: stopped by SIGTERM") and the signal's own exit status:
+    no Python or c10d C++ traces from a collective cut short; the launcher's
+    or torchrun's fault handling stops the other workers."""
+
+    def stop(signum, frame):
+        print(f"gnnsys worker {rank}: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
 
 
 def _report(store, rank: int, exc: BaseException):
@@ -159,20 +176,14 @@ def _report(store, rank: int, exc: BaseException):
         pass
 
 
-def _device_for(local_rank: int, device: str) -> torch.device:
-    if device == "cuda":
-        return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
-    return torch.device(device)
-
-
 def _spawned(rank, fn, args, world_size, device, host, port, timeout_s, poll_s):
-    dev = _device_for(rank, device)
+    dev = rank_device(device, rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
     watch = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
-    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=True)
+    _run(fn, args, rank, world_size, backend_for(dev), dev, store, watch, timeout_s, poll_s, quiet=True)
 
 
 def launch(
@@ -328,7 +339,7 @@ def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_
     if env is None:
         raise ConfigError("TORCHELASTIC_RUN_ID", "is not set: run_from_env runs a worker started by torchrun")
     rank, world_size = env.rank, env.world_size
-    dev = _device_for(env.local_rank, device)
+    dev = rank_device(device, env.local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -342,4 +353,4 @@ def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_
             f"within {timeout_s:g} s ({_describe(e)}): is every worker started, and rank 0 "
             "reachable there?",
         ) from None
-    _run(fn, args, rank, world_size, choose_backend(dev), dev, store, watch, timeout_s, poll_s, quiet=False)
+    _run(fn, args, rank, world_size, backend_for(dev), dev, store, watch, timeout_s, poll_s, quiet=False)

@@ -183,7 +183,7 @@ def build_feature_stack(
     host_mem_budget: float | None = None,
     presample=None,
     progress: bool = True,
-    world_size: int = 1,
+    ranks=None,
     replicate_frac: float = 0.0,
     batch_rows: int = 0,
 ):
@@ -197,15 +197,15 @@ def build_feature_stack(
     lookahead > 0 adds a victim buffer of victim_rows rows and reading ahead
     for the cache (the loader passes the window); presample(): the
     pre-sampling hotness score, called only when the policy needs it
-    (PRESAMPLED); batch_rows: see plan_host_memory. world_size > 1 (a
-    data-parallel rank, the process group initialised): the cache is one
-    `SharedCachedFeatures` of world_size x its rows over all ranks
-    (replicate_frac: the share of each rank's slots holding the hottest rows
-    on every rank), with no victim buffer. Returns (source, HostMemoryPlan).
+    (PRESAMPLED); batch_rows: see plan_host_memory. `ranks` (gnnsys.ranks)
+    of several data-parallel ranks: the cache is one `SharedCachedFeatures`
+    of world_size x its rows on a gloo group of its own (replicate_frac: the
+    share of each rank's slots holding the hottest rows on every rank), with
+    no victim buffer. Returns (source, HostMemoryPlan).
     """
     from gnnsys.storage.base import check_stack
 
-    if world_size > 1:
+    if ranks is not None and ranks.multi:
         if victim_rows:
             raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
         victim_rows = 0
@@ -235,8 +235,9 @@ def build_feature_stack(
     else:
         score = out_degree(dataset.indices.numpy(), dataset.num_nodes)
     policy = storage_policy(cache_policy)
-    if world_size > 1:
-        source = SharedCachedFeatures(source, plan.cache_rows, policy, score=score, replicate_frac=replicate_frac)
+    if ranks is not None and ranks.multi:
+        shares = dict(score=score, replicate_frac=replicate_frac, group=ranks.new_host_group())
+        source = SharedCachedFeatures(source, plan.cache_rows, policy, **shares)
     else:
         source = CachedFeatures(
             source,

@@ -45,6 +45,24 @@ def gather_output(out, rows: int, dim: int, dtype: torch.dtype, device="cpu") ->
     return out
 
 
+def indices_on(device, *arrays) -> list[torch.Tensor]:
+    """The index arrays (numpy, any integer type) as int64 tensors on `device`:
+    on the CPU views of them, elsewhere one copy of all of them together,
+    from pinned memory on CUDA and without the host waiting for it, so a
+    gather's few small index arrays cost one transfer instead of a blocking
+    copy each."""
+    import numpy as np
+
+    device = torch.device(device)
+    tensors = [torch.from_numpy(np.ascontiguousarray(a, np.int64)) for a in arrays]
+    if device.type == "cpu":
+        return tensors
+    packed = torch.cat(tensors)
+    if device.type == "cuda":
+        packed = packed.pin_memory()
+    return list(torch.split(packed.to(device, non_blocking=True), [t.shape[0] for t in tensors]))
+
+
 def gather_distinct(ids, out, shape: tuple, dtype: torch.dtype, device, fill) -> torch.Tensor:
     """A gather of rows `ids` built on `fill(uniq, out, at)`, which writes the
     row of each distinct id uniq[i] into out[at[i]] (tensors; uniq sorted):
@@ -63,7 +81,8 @@ def gather_distinct(ids, out, shape: tuple, dtype: torch.dtype, device, fill) ->
     fill(torch.from_numpy(uniq), out, torch.from_numpy(first))
     if n > uniq.shape[0]:
         repeat = np.flatnonzero(first[inverse] != np.arange(n))
-        out[torch.from_numpy(repeat).to(out.device)] = out[torch.from_numpy(first[inverse[repeat]]).to(out.device)]
+        dest, source = indices_on(out.device, repeat, first[inverse[repeat]])
+        out[dest] = out[source]
     return out
 
 

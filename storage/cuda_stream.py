@@ -1,8 +1,10 @@
-"""`CudaStreams`: the CUDA stream and event calls the loader's stages make.
+"""`CudaStreams`: the CUDA stream and event calls the loader's stages and
+the shared cache's exchange make; `StreamHandle`: work queued on a side
+stream, whose wait() orders the caller's current stream after it.
 
 Every stream and event call goes through a `CudaStreams` object, so the
 ordering logic is tested on the CPU with a recording stand-in
-(tests/storage/fakes.py, used by tests/gnnsys/test_loader_streams.py).
+(tests/storage/fakes.py).
 """
 
 from __future__ import annotations
@@ -32,8 +34,41 @@ class CudaStreams:
         """A new event (no timing)."""
         return torch.cuda.Event()
 
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A copy of `tensor` in pinned host memory, queued on the current
+        stream (read it once an event recorded after it has completed); a host
+        tensor as it is."""
+        if not tensor.is_cuda:
+            return tensor
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        return host.copy_(tensor, non_blocking=True)
+
     def record_stream(self, tensor: torch.Tensor, stream) -> None:
         """Tell the caching allocator that `stream` uses `tensor` (allocated on
         another stream); a tensor in host memory needs nothing."""
         if tensor.is_cuda:
             tensor.record_stream(stream)
+
+
+class StreamHandle:
+    """A gather running on a side stream; wait() orders the current stream after it."""
+
+    def __init__(self, inner, event, streams: CudaStreams | None, device: torch.device):
+        self.inner, self.event, self.streams, self.device = inner, event, streams, device
+
+    def wait(self) -> torch.Tensor:
+        """The rows, usable on the current stream (no host synchronisation)."""
+        value = self.inner.wait()
+        if self.event is not None:
+            current = self.streams.current(self.device)
+            current.wait_event(self.event)
+            self.streams.record_stream(value, current)  # allocated on the side stream, used on this one
+        return value
+
+    def check(self) -> torch.Tensor:
+        """wait(), then raise IndexError if an id was outside the table (where the
+        source defers that check, this waits for the gather's own event only)."""
+        value = self.wait()
+        if hasattr(self.inner, "check"):
+            self.inner.check()
+        return value

@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.atomic import atomic_write_bytes
@@ -25,11 +24,9 @@ def pipeline_worker(ctx, setup, options, result_path, threads: int, on_epoch_end
     (rank 0 prepares the setup and broadcasts it); threads: torch threads of
     this worker. The last stage writes the epoch records (JSON) to result_path."""
     if not isinstance(setup, PipeSetup):  # torchrun: a dataset path; rank 0 prepares, all share
-        box = [prepare_setup(as_dataset(setup), options) if ctx.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)
-        setup = box[0]
+        setup = ctx.ranks.broadcast_object(prepare_setup(as_dataset(setup), options) if ctx.rank == 0 else None)
     torch.set_num_threads(max(1, threads))
-    history = StageRunner(setup, options, ctx.rank, ctx.world_size, ctx.device, on_epoch_end).run()
+    history = StageRunner(setup, options, ctx.ranks, on_epoch_end).run()
     if ctx.rank == ctx.world_size - 1 and result_path is not None:
         atomic_write_bytes(result_path, json.dumps(history).encode())
 
@@ -39,6 +36,7 @@ def train_pipeline(dataset, options, on_epoch_end=None):
     ConfigError for 16-mixed with several workers: each stage would have its
     own gradient scaler, and they must agree on every overflow."""
     from gnnsys.distributed import launch
+    from gnnsys.ranks import Ranks
 
     if options.precision == "16-mixed" and options.workers > 1:
         raise ConfigError(
@@ -51,7 +49,7 @@ def train_pipeline(dataset, options, on_epoch_end=None):
         return _train_under_torchrun(dataset, options, on_epoch_end)
     setup = prepare_setup(dataset, options)
     if options.workers == 1:
-        history = StageRunner(setup, options, 0, 1, options.device, on_epoch_end).run()
+        history = StageRunner(setup, options, Ranks.single(options.device), on_epoch_end).run()
         return make_result(options, history, **setup.run_facts())
     with tempfile.TemporaryDirectory(prefix="gnnpipe-") as tmp:
         out = Path(tmp) / "history.json"

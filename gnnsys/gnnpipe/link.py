@@ -1,20 +1,21 @@
-"""`StageLink`: a stage's point-to-point traffic with its neighbours (torch.distributed)."""
+"""`StageLink`: a stage's point-to-point traffic with its neighbours (through `gnnsys.ranks.Ranks`)."""
 
 from __future__ import annotations
 
 import time
 
 import torch
-import torch.distributed as dist
 
 
 class StageLink:
     """Point-to-point traffic of one stage with its neighbours (None at the
     ends): chunk activations forward, their gradients back, as `dtype` (bf16
-    under bf16-mixed: half the bytes); counts bytes and seconds spent waiting."""
+    under bf16-mixed: half the bytes), on the group `ranks` picks for the
+    device's tensors; counts bytes and seconds spent waiting."""
 
-    def __init__(self, prev: int | None, next: int | None, device, dtype: torch.dtype = torch.float32):
-        self.prev, self.next, self.device, self.dtype = prev, next, device, dtype
+    def __init__(self, ranks, prev: int | None, next: int | None, dtype: torch.dtype = torch.float32):
+        self.ranks, self.prev, self.next, self.dtype = ranks, prev, next, dtype
+        self.device = ranks.device
         self.bytes_sent = 0
         self.wait_s = 0.0
         self._pending = []
@@ -22,7 +23,7 @@ class StageLink:
     def post_recv(self, peer, rows: int, dim: int, tag: int):
         """Start receiving a [rows, dim] tensor of the link's dtype from `peer`."""
         buf = torch.empty(rows, dim, dtype=self.dtype, device=self.device)
-        return buf, dist.irecv(buf, src=peer, tag=tag)
+        return buf, self.ranks.irecv(buf, peer, tag)
 
     def wait(self, handle) -> torch.Tensor:
         """Block until a posted receive completes; returns its tensor."""
@@ -36,7 +37,7 @@ class StageLink:
         """Start sending (as the link's dtype); the tensor is kept alive until `flush`."""
         tensor = tensor.detach().to(self.dtype).contiguous()
         self.bytes_sent += tensor.numel() * tensor.element_size()
-        self._pending.append((tensor, dist.isend(tensor, dst=peer, tag=tag)))
+        self._pending.append((tensor, self.ranks.isend(tensor, peer, tag)))
 
     def flush(self):
         """Wait for every send started so far."""

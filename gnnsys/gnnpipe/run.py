@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from gnnsys.errors import DatasetError
 from gnnsys.precision import input_dtype, make_precision
@@ -90,13 +89,15 @@ def prepare_setup(dataset, options) -> PipeSetup:
 
 
 class StageRunner:
-    """The epochs of one stage (rank) of a pipelined run; `world` 1 runs the
-    whole model in this process without communication."""
+    """The epochs of one stage of a pipelined run: rank `ranks.rank` of
+    `ranks` (a gnnsys.ranks.Ranks, which also gives the device); one rank runs
+    the whole model in this process without communication."""
 
-    def __init__(self, setup: PipeSetup, options, rank: int, world: int, device, on_epoch_end=None):
-        self.setup, self.options, self.rank, self.world = setup, options, rank, world
+    def __init__(self, setup: PipeSetup, options, ranks, on_epoch_end=None):
+        self.setup, self.options, self.ranks = setup, options, ranks
+        self.rank, self.world = rank, world = ranks.rank, ranks.world_size
         self.on_epoch_end = on_epoch_end
-        self.device = torch.device(device)
+        self.device = ranks.device
         self.precision = make_precision(options.precision, self.device)
         units = units_for(options, setup.features.shape[1], setup.num_classes)
         torch.manual_seed(stage_seed(options.seed, rank))
@@ -108,9 +109,9 @@ class StageRunner:
         link = None
         if world > 1:
             link = StageLink(
+                ranks,
                 rank - 1 if rank > 0 else None,
                 rank + 1 if rank < world - 1 else None,
-                self.device,
                 self.precision.activation_dtype,
             )
         self.stage = PipelineStage(
@@ -167,8 +168,8 @@ class StageRunner:
         self.precision.step(self.opt)
         took = time.perf_counter() - t
         sent, wait = (link.bytes_sent - sent0, link.wait_s - wait0) if link else (0, 0.0)
-        totals = self._all_reduce([loss, float(sent)], dist.ReduceOp.SUM)
-        slowest = self._all_reduce([took, wait], dist.ReduceOp.MAX)
+        totals = self.ranks.all_reduce([loss, float(sent)], "sum")
+        slowest = self.ranks.all_reduce([took, wait], "max")
         return epoch_record(
             epoch,
             totals[0],
@@ -177,13 +178,6 @@ class StageRunner:
             rank=self.rank,
             bytes_sent=int(totals[1]),
         )
-
-    def _all_reduce(self, values, op):
-        if self.world == 1:
-            return values
-        t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t, op=op)
-        return t.tolist()
 
     @torch.no_grad()
     def _evaluate(self) -> dict:
@@ -219,7 +213,7 @@ class StageRunner:
         once, by rank 0)."""
         states = [s for s in (load_training_state(self._slot(e)) for e in (0, 1)) if s is not None]
         mine = max((s["epoch"] for s in states), default=0)
-        common = int(self._all_reduce([float(mine)], dist.ReduceOp.MIN)[0])
+        common = int(self.ranks.all_reduce([float(mine)], "min")[0])
         if common == 0:
             if self.rank == 0:
                 note_fresh_start(self.options.checkpoint_dir)

@@ -12,7 +12,7 @@ What every rank shares, and what rank 0 alone does:
 - the model starts from the same seed and DDP averages gradients after each
   backward, so every rank holds the same parameters after every step; then
   each rank draws its dropout masks from its own stream (`seed_rank`);
-- an epoch's loss is the mean over all ranks' seeds (`mean_across_ranks`);
+- an epoch's loss is the mean over all ranks' seeds (`gnnsys.ranks.Ranks.mean`);
 - layer-wise evaluation (`split_inference`) gives every layer's nodes to the
   ranks in equal slices and all-gathers each layer's outputs (through
   scratch files): each rank computes 1/W of the streaming layer-wise
@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from gnnsys.datasets.atomic import atomic_write_bytes
@@ -82,7 +81,7 @@ def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
     under torchrun every rank opens the dataset itself."""
     from gnnsys.distributed import launch, run_from_env
 
-    device = "cuda" if torch.device(options.device).type == "cuda" else options.device  # rank r: cuda:r
+    device = options.device  # rank r's own device: gnnsys.ranks.rank_device
     with tempfile.TemporaryDirectory(prefix="gnnsys-dp-") as tmp:
         out = Path(tmp) / "result.pt"
         if under_torchrun():
@@ -108,22 +107,6 @@ def seed_rank(seed: int, rank: int):
     torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1, np.uint64)[0]))
 
 
-def wrap_model(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
-    """The module a training step calls: DistributedDataParallel over `model`
-    when world_size > 1 (a process group must exist), else `model` itself."""
-    if world_size == 1:
-        return model
-    ids = [device] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-
-def mean_across_ranks(value: float, device: torch.device) -> float:
-    """The mean of `value` over all ranks (a collective: every rank calls it)."""
-    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.item() / dist.get_world_size()
-
-
 def rank_slice(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Rank `rank`'s contiguous slice of `ids` (distinct ids), every slice of
     length ceil(len / world_size): the slices, concatenated, are `ids`
@@ -142,16 +125,15 @@ def split_inference(
     batch_size: int,
     device: torch.device,
     features,
-    rank: int,
-    world_size: int,
+    ranks,
     *,
     host_mem_budget=None,
     scratch_dir=None,
     dtype: str = "float32",
 ) -> torch.Tensor:
     """Streaming `layerwise_inference` of `model` for `nodes`, each layer's
-    targets (every node, `nodes` for the last layer) cut into world_size
-    equal contiguous slices (`rank_slice`), rank `rank` computing its own
+    targets (every node, `nodes` for the last layer) cut into one equal
+    contiguous slice per rank of `ranks` (`rank_slice`), each computing its own
     into a scratch file; the slices are all-gathered after each hidden layer,
     a bounded number of rows at a time, into every rank's own scratch file
     (ranks need no shared file system), and after the last layer into the
@@ -160,6 +142,7 @@ def split_inference(
     collective cache); host_mem_budget, scratch_dir, dtype: as in
     `layerwise_inference`."""
     check_streaming(batch_size, host_mem_budget, dtype)
+    rank, world_size = ranks.rank, ranks.world_size
     layers = list(model.layers)
     everyone = torch.arange(dataset.num_nodes)
     budget = DEFAULT_BUDGET if host_mem_budget is None else int(host_mem_budget)
@@ -188,24 +171,21 @@ def split_inference(
             )
             run.drop_input()
             if last:
-                rows = torch.from_numpy(local.array).to(device)
-                out = torch.empty(rows.shape[0] * world_size, rows.shape[1], device=device)
-                dist.all_gather_into_tensor(out, rows)
-                return out[: targets.shape[0]].cpu()
+                return ranks.all_gather_rows(torch.from_numpy(local.array))[: targets.shape[0]]
             run.source = _gather_rows(
                 local,
                 ScratchRows(run.tmp, f"layer{i + 1}.bin", targets.shape[0], layer.out_dim, dtype),
-                world_size,
-                device,
+                ranks,
                 budget,
             )
 
 
-def _gather_rows(local, full, world_size: int, device: torch.device, budget: int):
+def _gather_rows(local, full, ranks, budget: int):
     """All-gather every rank's `local` ScratchRows (its `rank_slice`, equal
     lengths) into `full` (the first full.num_rows rows of the slices in rank
     order), about budget / 4 bytes at a time; returns full's FileRows. A
     collective: every rank calls it."""
+    world_size = ranks.world_size
     mine = local.rows()
     try:
         share = mine.num_rows
@@ -213,42 +193,42 @@ def _gather_rows(local, full, world_size: int, device: torch.device, budget: int
         mine.reserve(step)
         for lo in range(0, share, step):
             hi = min(lo + step, share)
-            rows = mine.read(lo, hi).to(device)
-            out = torch.empty(world_size, hi - lo, full.dim, device=device)
-            dist.all_gather_into_tensor(out.view(-1, full.dim), rows)
+            out = ranks.all_gather_rows(mine.read(lo, hi)).view(world_size, hi - lo, full.dim)
             for q in range(world_size):
                 start = q * share + lo  # where rank q's rows lo:hi sit in the concatenated slices
                 keep = max(0, min(hi - lo, full.num_rows - start))
                 if keep:
-                    full.write(start, out[q, :keep].cpu())
+                    full.write(start, out[q, :keep])
     finally:
         mine.close()
         local.remove()
     return full.rows()
 
 
-def save_rank_checkpoint(options, epochs_done: int, history: list, model, optimizer, rank: int, precision=None):
+def save_rank_checkpoint(
+    options, epochs_done: int, history: list, model, optimizer, ranks, precision=None, control=None
+):
     """Every rank's RNG state to rank 0, which writes the checkpoint (a
-    collective: every rank calls it; `precision`: see `training_state`);
-    returns once the file is in place."""
-    states = [None] * dist.get_world_size()
-    dist.all_gather_object(states, rng_state())
-    if rank == 0:
+    collective: every rank of `ranks` calls it; `precision`, `control`: see
+    `training_state`); returns once the file is in place."""
+    states = ranks.all_gather_object(rng_state())
+    if ranks.rank == 0:
         save_checkpoint(
             options.checkpoint_dir,
-            training_state(options, epochs_done, history, model, optimizer, precision=precision, rng_ranks=states),
+            training_state(
+                options, epochs_done, history, model, optimizer, precision=precision, control=control, rng_ranks=states
+            ),
         )
-    dist.barrier()
+    ranks.barrier()
 
 
-def resume_ranks(options, model, optimizer, rank: int, precision=None) -> tuple[int, list]:
+def resume_ranks(options, model, optimizer, ranks, precision=None, control=None) -> tuple[int, list]:
     """For `options.resume` on every rank: rank 0 reads the checkpoint and
     sends it to all; each restores model, optimizer, `precision`'s gradient
-    scaler and its own RNG state.
+    scaler, `control` (an EpochControl) and its own RNG state.
     Returns (epochs done, history); (0, []) when there is no checkpoint."""
-    box = [load_training_state(options.checkpoint_dir) if rank == 0 else None]
-    dist.broadcast_object_list(box, src=0)
-    state = box[0]
+    rank = ranks.rank
+    state = ranks.broadcast_object(load_training_state(options.checkpoint_dir) if rank == 0 else None)
     if state is None:
         if rank == 0:
             note_fresh_start(options.checkpoint_dir)
@@ -256,7 +236,7 @@ def resume_ranks(options, model, optimizer, rank: int, precision=None) -> tuple[
     if rank > 0:  # rank 0 checked the device; the others train on their own
         options = dataclasses.replace(options, device=state["options"]["device"])
     done, history = restore_training_state(
-        state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision
+        state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision, control
     )
     set_rng_state(state["extra"]["rng_ranks"][rank])
     return done, history

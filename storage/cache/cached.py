@@ -18,17 +18,19 @@ import weakref
 import numpy as np
 import torch
 
+from gnnsys._capabilities import normalize_device
 from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.errors import ConfigError
 from gnnsys.feature_source import FeatureSource
-from gnnsys.ids import gather_distinct
+from gnnsys.ids import gather_distinct, indices_on
 
 from ..base import has_tier
+from ..cuda_stream import CudaStreams
 from .belady import BeladyPolicy
 from .hybrid import HybridPolicy
+from .lookahead_fill import LookaheadFill
 from .lru import LRUPolicy
 from .policy import CachePolicy
-from .lookahead_fill import LookaheadFill
 from .s3fifo import S3FIFOPolicy
 from .sieve import SievePolicy
 from .static import StaticPolicy
@@ -63,8 +65,12 @@ class CachedFeatures(FeatureSource):
     and held at once (None: the window's). close() stops the lookahead-fill thread
     (also when the cache is collected), then closes the base. device: where
     the cached rows live and gathered rows are returned (default the base's
-    device); rows read from the base are copied there. A cache over a stack
-    that already holds one is refused (ConfigError).
+    device, normalised: "cuda" is "cuda:<current>"); rows read from the base
+    are copied there. On CUDA the warm-up's writes are ordered before every
+    gather: the stream a gather runs on waits on the event recorded after
+    them (`streams`: the stream API, default gnnsys.storage.cuda_stream.
+    CudaStreams()). A cache over a stack that already holds one is refused
+    (ConfigError).
 
     stats(): hits and misses (distinct ids per batch), requested rows (every
     id, repeats included), hit_rate, filled (rows the lookahead fill read from
@@ -77,6 +83,7 @@ class CachedFeatures(FeatureSource):
     """
 
     name = "cache"
+    base: FeatureSource
 
     def __init__(
         self,
@@ -87,6 +94,7 @@ class CachedFeatures(FeatureSource):
         lookahead_fill: bool = False,
         lookahead_fill_rows: int | None = None,
         device=None,
+        streams: CudaStreams | None = None,
         **options,
     ):
         if has_tier(base, "cache"):
@@ -96,7 +104,7 @@ class CachedFeatures(FeatureSource):
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
-        self.device = torch.device(device) if device is not None else base.device
+        self.device = normalize_device(device) if device is not None else base.device
         if isinstance(policy, CachePolicy):
             if options:
                 raise ConfigError("policy", "options go to make_policy, not with a policy object")
@@ -109,11 +117,23 @@ class CachedFeatures(FeatureSource):
         self._victim = base if base.name == "victim" else None
         self._lock = threading.Condition()
         self.fill = LookaheadFill(base, self.policy, self._lock, lookahead_fill_rows) if lookahead_fill else None
-        self._finalizer = weakref.finalize(self, self.fill.close) if lookahead_fill else None
-        ids, slots = self.policy.warm()
-        if ids.shape[0]:
-            base.gather_into(torch.from_numpy(ids), self._rows, torch.from_numpy(slots))
+        self._finalizer = weakref.finalize(self, self.fill.close) if self.fill is not None else None
+        self._streams = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
+        self._warmed = self._warm()
         self.reset_stats()
+
+    def _warm(self):
+        """Copy the policy's warm rows in; on CUDA, the event recorded after
+        those writes on the current stream (None elsewhere or with nothing to copy)."""
+        ids, slots = self.policy.warm()
+        if not ids.shape[0]:
+            return None
+        self.base.gather_into(torch.from_numpy(ids), self._rows, torch.from_numpy(slots))
+        if self._streams is None:
+            return None
+        event = self._streams.new_event()
+        event.record(self._streams.current(self.device))
+        return event
 
     def set_window(self, batches) -> None:
         """The ids of the K batches sampled after the next gather (nearest
@@ -160,14 +180,16 @@ class CachedFeatures(FeatureSource):
         """Rows `ids` as a [len(ids), dim] tensor on `device`, in `out` if given
         (each distinct row written once, straight into `out`)."""
         n = torch.as_tensor(ids).shape[0]
+        if self._warmed is not None and self._streams is not None:  # the warm-up wrote on another stream, perhaps
+            self._streams.current(self.device).wait_event(self._warmed)
         out = gather_distinct(ids, out, self.shape, self.dtype, self.device, self._batch)
         with self._lock:
             self._requested += n
         return out
 
-    def _batch(self, uniq: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
-        """The distinct sorted ids `uniq`, as one batch, into out[at]."""
-        uniq, at = uniq.numpy(), at.numpy()
+    def _batch(self, uniq_ids: torch.Tensor, out: torch.Tensor, positions: torch.Tensor) -> None:
+        """The distinct sorted ids `uniq_ids`, as one batch, into out[positions]."""
+        uniq, at = uniq_ids.numpy(), positions.numpy()
         with self._lock:
             ahead = self.fill.take(self.policy.batches + 1) if self.fill is not None else []
             miss = np.flatnonzero(self.policy.slot_of[uniq] < 0)
@@ -206,7 +228,7 @@ class CachedFeatures(FeatureSource):
         return ids[keep], self._rows[self._on_device(slots[keep])], d[keep]
 
     def _on_device(self, index: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(index).to(self.device)
+        return indices_on(self.device, index)[0]
 
     def stats(self) -> dict:
         """The counters of the class doc since the last reset_stats."""

@@ -137,7 +137,8 @@ class LookaheadFill:
                 rows = self._base.gather(torch.from_numpy(ids)) if ids.shape[0] else None
             except BaseException as error:  # noqa: BLE001 - handed to the next gather
                 error.add_note(
-                    f"(raised in the cache's lookahead-fill thread, reading rows for gather {batch}; the lookahead fill has stopped)"
+                    f"(raised in the cache's lookahead-fill thread, reading rows for gather {batch}; "
+                    "the lookahead fill has stopped)"
                 )
                 with self._cond:
                     self._error, self._running, self._reading, self._closed = error, None, 0, True

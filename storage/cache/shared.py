@@ -18,10 +18,16 @@ evicts, it never holds a row another rank owns. A gather:
    (`serve_step`), and returns each peer's rows with the count of hits;
 4. rows are assembled in the caller's order (into `out` when given).
 
-A gather is a collective on a process group of its own (made by `new_group`
-in __init__ unless `group` is given), so it never interleaves with DDP's
-gradient all-reduce on the default group: every rank must make the same
-sequence of gather/gather_async calls (ids may differ, empty included).
+A gather is a collective on a gloo process group of its own (made in
+__init__ unless `group` is given; another backend is refused), so it never
+interleaves with DDP's gradient all-reduce on the default group: every rank
+must make the same sequence of gather/gather_async calls (ids may differ,
+empty included). The wire carries host tensors only (a GPU base's rows cross
+in one copy each way per gather): the exchange thread never drives an NCCL
+communicator beside DDP's (NCCL promises no progress for two threads at once)
+and no count or id waits on the GPU. On a CUDA base the exchange runs on its
+own stream after the caller's (events), and the handle's wait() orders the
+caller's current stream after it (`storage.cuda_stream.StreamHandle`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from gnnsys.errors import ConfigError
 from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import check_ids, gather_output
 
+from ..cuda_stream import CudaStreams, StreamHandle
 from .cached import CachedFeatures
 from .ownership import Ownership, exchange_bytes, serve_step, shard_policy
 
@@ -78,8 +85,10 @@ class SharedCachedFeatures(FeatureSource):
     POLICIES (not belady) with its options (`score`, the hotness every rank
     must have identically: it decides ownership, see ownership.py);
     replicate_frac: the share of every rank's slots holding the hottest rows
-    on every rank; group: the ranks sharing the cache (default: all, in a
-    group of its own). Construction is collective too (every rank, same
+    on every rank; group: the ranks sharing the cache, a gloo group (default:
+    all, in a group of its own); streams: the CUDA stream API (default
+    CudaStreams() on a CUDA base; a stand-in runs the ordering on the CPU).
+    Construction is collective too (every rank, same
     arguments: they are compared, and a difference raises ConfigError).
 
     gather(ids, out) returns rows in the caller's order. Bad ids (IndexError)
@@ -90,26 +99,32 @@ class SharedCachedFeatures(FeatureSource):
     lower tier's read error) leaves peers waiting in the collective: the
     launcher's fault handling (gnnsys.distributed) stops them.
 
-    gather_async(ids, out) queues the gather on the cache's exchange thread
-    and returns a Future (wait() gives the rows or raises): gathers, sync or
-    async, and set_window run one at a time in call order, so the exchange of
-    batch i+1 overlaps the caller's compute on batch i. `ids` and `out` must
-    not change until the Future is done.
+    gather_async(ids, out) queues the gather on the exchange thread; its
+    handle's wait() gives the rows or raises. Gathers and set_window run one
+    at a time in call order (exchange of batch i+1 beside compute on batch i);
+    `ids` and `out` must not change until the handle is done.
 
     stats(): requested (ids, repeats included), distinct (per-gather distinct
     ids), local_hits (distinct ids served from this rank's cache or replica),
-    remote_hits (served from a peer's cache), misses (rows this rank read
-    from its lower tiers, for itself or for peers), bytes_sent and
-    bytes_received (ids, rows and hit counts exchanged with peers; the fixed
-    count table, 8 x (W + 1) bytes per peer per gather, not counted),
-    bytes_from_base, hit_rate = (local_hits + remote_hits) / distinct, and
-    exchange_s: seconds spent in the collectives (counts, ids, rows).
+    remote_hits (from a peer's cache), misses (rows this rank read from its
+    lower tiers, for itself or peers), bytes_sent and bytes_received (ids,
+    rows, hit counts; not the 8 x (W + 1) bytes per peer of the count table),
+    bytes_from_base, hit_rate = (local_hits + remote_hits) / distinct,
+    exchange_s: seconds in the collectives (counts, ids, rows).
     """
 
     name = "cache"
 
     def __init__(
-        self, base, capacity: int, policy: str = "static", *, group=None, replicate_frac: float = 0.0, **policy_options
+        self,
+        base,
+        capacity: int,
+        policy: str = "static",
+        *,
+        group=None,
+        replicate_frac: float = 0.0,
+        streams: CudaStreams | None = None,
+        **policy_options,
     ):
         if not dist.is_available() or not dist.is_initialized():
             raise ConfigError("group", "torch.distributed is not initialised: call init_process_group on every rank")
@@ -119,9 +134,13 @@ class SharedCachedFeatures(FeatureSource):
         self.shape, self.dtype, self.device = tuple(base.shape), base.dtype, base.device
         self.policy = policy
         self._own_group = group is None
-        self.group = dist.new_group(list(range(dist.get_world_size()))) if group is None else group
+        self.group = dist.new_group(list(range(dist.get_world_size())), backend="gloo") if group is None else group
+        backend = dist.get_backend(self.group)
+        if backend != "gloo":
+            raise ConfigError("group", f"the shared cache exchanges host tensors on gloo, got a {backend} group")
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
-        self._wire = self.device if dist.get_backend(self.group) == "nccl" else torch.device("cpu")
+        self._streams = CudaStreams() if streams is None and self.device.type == "cuda" else streams
+        self._stream = self._streams.new_stream(self.device) if self._streams is not None else None
         score = policy_options.get("score")
         self._check_same_everywhere(capacity, replicate_frac, score)
         self.ownership = Ownership(self.shape[0], self.world_size, capacity, replicate_frac, score)
@@ -166,10 +185,23 @@ class SharedCachedFeatures(FeatureSource):
         return self.gather_async(ids, out).wait()
 
     def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
-        """Queue gather(ids, out) on the exchange thread; a Future of the rows."""
+        """Queue gather(ids, out) on the exchange thread; a handle of the rows (see the class doc)."""
         future = torch.futures.Future()
-        self._submit(_settle, future, self._step, ids, out)
-        return future
+        if self._streams is None:
+            self._submit(_settle, future, self._step, ids, out)
+            return future
+        called, done = self._streams.new_event(), self._streams.new_event()
+        called.record(self._streams.current(self.device))  # ids and out are written on the caller's stream
+        self._submit(_settle, future, self._ordered_step, ids, out, called, done)
+        return StreamHandle(future, done, self._streams, self.device)
+
+    def _ordered_step(self, ids, out, called, done):  # `_step` on the exchange stream, between two events
+        with self._streams.use(self._stream):
+            self._stream.wait_event(called)
+            self._streams.record_stream(torch.as_tensor(ids), self._stream)
+            rows = self._step(ids, out)
+            done.record(self._stream)
+        return rows
 
     def set_window(self, batches) -> None:
         """The ids of the batches this rank samples after its next gather
@@ -269,29 +301,30 @@ class SharedCachedFeatures(FeatureSource):
     def _exchange_counts(self, counts: np.ndarray, failed: bool):
         """Every rank's per-owner counts (table[s, d]: ids s asks d for) and
         whether its input was bad."""
-        mine = torch.tensor([*counts.tolist(), int(failed)], dtype=torch.int64, device=self._wire)
+        mine = torch.tensor([*counts.tolist(), int(failed)], dtype=torch.int64)
         everyone = [torch.empty_like(mine) for _ in range(self.world_size)]
         dist.all_gather(everyone, mine, group=self.group)
-        table = torch.stack(everyone).cpu().numpy()
+        table = torch.stack(everyone).numpy()
         return table[:, : self.world_size].copy(), table[:, self.world_size] != 0
 
     def _exchange_ids(self, ids: np.ndarray, asked: np.ndarray, wanted: np.ndarray) -> np.ndarray:
         """Send `asked[r]` ids to each rank r; receive the ids they want from this one, grouped by rank."""
-        received = torch.empty(int(wanted.sum()), dtype=torch.int64, device=self._wire)
-        dist.all_to_all_single(
-            received, torch.from_numpy(ids).to(self._wire), wanted.tolist(), asked.tolist(), group=self.group
-        )
-        return received.cpu().numpy()
+        received = torch.empty(int(wanted.sum()), dtype=torch.int64)
+        dist.all_to_all_single(received, torch.from_numpy(ids), wanted.tolist(), asked.tolist(), group=self.group)
+        return received.numpy()
 
     def _exchange_rows(self, reply: torch.Tensor, peer_hits: np.ndarray, asked: np.ndarray, wanted: np.ndarray):
         """Send each peer its rows (from `reply`, grouped by peer) followed by
         its hit count, as bytes; returns the rows this rank asked for (grouped
         by owner) and the hits its owners reported. Each segment's rows start
-        at a multiple of the row item size (rows are whole items, counts 8 B)."""
+        at a multiple of the row item size (rows are whole items, counts 8 B).
+        Host tensors only: a GPU base's rows cross to the host in one copy
+        and the received rows go back in one."""
         rb = self._row_bytes
         size_out = wanted * rb + 8 * (wanted > 0)
         size_in = asked * rb + 8 * (asked > 0)
-        send = torch.empty(int(size_out.sum()), dtype=torch.uint8, device=self._wire)
+        reply = reply.cpu()
+        send = torch.empty(int(size_out.sum()), dtype=torch.uint8)
         at, first = 0, 0
         for peer, n in enumerate(wanted.tolist()):
             if n:
@@ -299,16 +332,16 @@ class SharedCachedFeatures(FeatureSource):
                 hits = torch.tensor([int(peer_hits[peer])], dtype=torch.int64)
                 send[at + n * rb : at + n * rb + 8] = hits.view(torch.uint8)
                 at, first = at + n * rb + 8, first + n
-        received = torch.empty(int(size_in.sum()), dtype=torch.uint8, device=self._wire)
+        received = torch.empty(int(size_in.sum()), dtype=torch.uint8)
         dist.all_to_all_single(received, send, size_in.tolist(), size_out.tolist(), group=self.group)
-        rows = torch.empty((int(asked.sum()), self.shape[1]), dtype=self.dtype, device=self.device)
+        rows = torch.empty((int(asked.sum()), self.shape[1]), dtype=self.dtype)
         at, first, hits = 0, 0, 0
         for n in asked.tolist():
             if n:
                 rows[first : first + n] = received[at : at + n * rb].view(self.dtype).view(n, self.shape[1])
                 hits += int(received[at + n * rb : at + n * rb + 8].clone().view(torch.int64))
                 at, first = at + n * rb + 8, first + n
-        return rows, hits
+        return rows.to(self.device), hits
 
     def stats(self) -> dict:
         """This rank's counters since the last reset_stats (see the class doc)."""

@@ -5,8 +5,9 @@ that one of the next K sampled batches uses, it offers the row here instead
 of dropping it, with the number of batches until that use; a later gather
 (the batch that needs it, or the cache's lookahead fill) then reads it from this
 buffer instead of the tier below (an SSD read). The buffer holds at most
-`capacity` rows in host memory allocated once (pinned when CUDA is present,
-so copies to a GPU can run asynchronously) and keeps the rows needed soonest.
+`capacity` rows in pageable host memory allocated once (exactly that size,
+no CUDA context: its rows reach a GPU cache through the same synchronous
+copies as the tiers below) and keeps the rows needed soonest.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import threading
 import numpy as np
 import torch
 
-from gnnsys import _capabilities
 from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.errors import ConfigError
 from gnnsys.feature_source import FeatureSource
@@ -39,8 +39,7 @@ class VictimBuffer(FeatureSource):
     the rest from `base` in one gather (misses). Thread-safe; the base is
     read without holding the buffer's lock. stats(): hits, misses (distinct
     ids per gather), requested (every id), hit_rate, offered (rows offered)
-    and kept (offered rows taken in). `pinned`: whether its rows are in
-    page-locked memory (when CUDA is present).
+    and kept (offered rows taken in).
     """
 
     name = "victim"
@@ -59,8 +58,7 @@ class VictimBuffer(FeatureSource):
         self.dtype = base.dtype
         self.device = base.device
         self.capacity = min(int(capacity), self.shape[0])
-        self.pinned = _capabilities.HAS_CUDA and self.capacity > 0
-        self._rows = torch.empty((self.capacity, self.shape[1]), dtype=self.dtype, pin_memory=self.pinned)
+        self._rows = torch.empty((self.capacity, self.shape[1]), dtype=self.dtype)
         self._slot_of = np.full(self.shape[0], -1, np.int32 if self.shape[0] < 2**31 else np.int64)
         self._id_of = np.full(self.capacity, -1, np.int64)
         self._due = np.zeros(self.capacity, np.int64)  # the offer count at which each row is needed

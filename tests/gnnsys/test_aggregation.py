@@ -147,3 +147,48 @@ def test_bf16_helpers_round_like_torch():
     nan = torch.empty(1, dtype=torch.bfloat16)
     _round_trip(torch.tensor([float("nan")]).numpy(), as_numpy(nan))
     assert nan.isnan().all()
+
+
+FP16_UNIT_ROUNDOFF = 2.0**-11
+
+
+@pytest.fixture
+def device_path(monkeypatch):
+    """Route aggregation through the code it runs off the CPU (torch.sparse.mm in
+    fp32, the device branches of Adjacency), here on CPU tensors."""
+    import gnnsys.aggregation
+
+    monkeypatch.setattr(gnnsys.aggregation, "_uses_kernel", lambda t: False)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_device_path_sums_in_fp32_under_autocast(device_path, precision, weighted):
+    """What a GPU runs for bf16-mixed and 16-mixed: the layer's input in the
+    autocast dtype, the output rounded once to it, the gradient the transposed
+    sum; autocast (which would cast the product to half precision) is off inside."""
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+    roundoff = BF16_UNIT_ROUNDOFF if dtype == torch.bfloat16 else FP16_UNIT_ROUNDOFF
+    g = torch.Generator().manual_seed(8)
+    if weighted:
+        adj = random_adjacency(seed=9)
+    else:
+        indptr = torch.tensor([0, 0, 500, 503])  # an empty row, a long one (a half-precision sum would stall)
+        adj = Adjacency.mean(indptr, torch.randint(0, 70, (503,), generator=g), 70)
+    x = (torch.randn(adj.num_src, 6, generator=g) + 1).to(dtype).requires_grad_()
+    grad = torch.randn(adj.num_dst, 6, generator=g).to(dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # on, as in training (CPU autocast stands in for CUDA's)
+        out, root = aggregate_with_root(adj, x, dtype)
+    assert out.dtype == dtype and torch.equal(root, x[: adj.num_dst])
+    exact = dense(adj) @ x.detach().double()
+    assert ((out.double() - exact).abs() <= roundoff * exact.abs() + 1e-6).all()
+    out.backward(grad)
+    exact = dense(adj).T @ grad.double()
+    assert x.grad.dtype == dtype and ((x.grad.double() - exact).abs() <= roundoff * exact.abs() + 1e-6).all()
+
+
+def test_device_path_builds_the_same_mean_and_transpose(device_path):
+    on_cpu = random_adjacency(weighted=False, seed=10)
+    adj = Adjacency.mean(on_cpu.indptr, on_cpu.indices, on_cpu.num_src)
+    torch.testing.assert_close(adj.weights, on_cpu.weights)
+    torch.testing.assert_close(dense(adj.transposed()), dense(adj).T)

@@ -61,3 +61,32 @@ def test_a_failed_worker_is_one_line_and_a_bug_its_traceback(how, traceback, lin
     else:  # rank 1's traceback alone: rank 0's lost connection stays quiet
         assert before[0] == "Traceback (most recent call last):" and before[-1] == traceback
         assert run.stderr.count("Traceback") == 1
+
+
+@pytest.mark.parametrize("signame, status, said", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_signal_to_the_launcher_stops_every_rank_with_one_line_each(tmp_path, signame, status, said):
+    """`gnnsys train --workers 2` stopped once training started: every rank
+    says so in one line, the launcher in one more, within seconds, and no
+    Python or c10d C++ trace appears."""
+    import time
+
+    from gnnsys.datasets import PrepareOptions, write_dataset
+    from tests.conftest import random_source
+
+    source, _ = random_source(num_nodes=200, num_edges=2000, dim=7, seed=0)
+    data = write_dataset(source, tmp_path / "ds", PrepareOptions(progress=False))
+    args = ["train", str(data), "--workers", "2", "--epochs", "1000", "--batch-size", "4", "--fanouts", "3,2"]
+    args += ["--hidden", "8", "--no-progress", "--checkpoint-dir", str(tmp_path / "ck")]
+    run = subprocess.Popen([sys.executable, "-m", "gnnsys", *args], stderr=subprocess.PIPE, text=True)
+    began = time.monotonic()
+    while not (tmp_path / "ck" / "checkpoint.pt").exists():  # an epoch is done: training runs
+        assert run.poll() is None and time.monotonic() - began < 120
+        time.sleep(0.1)
+    run.send_signal(getattr(signal, signame))
+    sent = time.monotonic()
+    _, err = run.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert run.returncode == status
+    lines = err.strip().splitlines()
+    workers = [f"gnnsys worker {r}: stopped by SIGTERM" for r in (0, 1)]  # the launcher's, as it stops them
+    assert sorted(lines) == sorted([*workers, f"gnnsys train: {said}"]), err

@@ -10,6 +10,7 @@ from gnnsys.errors import ConfigError
 from gnnsys.fullgraph import train_fullgraph
 from gnnsys.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
 from gnnsys.partition import chunk_graph, relabel_csc
+from gnnsys.ranks import Ranks
 from gnnsys.samplers import Block
 from gnnsys.training.options import FullGraphOptions
 from gnnsys.units import InputProjection, build_units, full_forward, units_for
@@ -125,7 +126,7 @@ def test_stages_draw_their_own_dropout_masks():
     setup = prepare_setup(ds, config)
     draws, firsts = [], []
     for rank in (0, 1):
-        run = StageRunner(setup, config, rank, 2, "cpu")
+        run = StageRunner(setup, config, Ranks(rank, 2, "cpu", "gloo"))
         draws.append(torch.rand(16))
         firsts.append(run.stage.units[0].state_dict())
     assert not torch.equal(draws[0], draws[1])
@@ -160,7 +161,7 @@ def test_refresh_makes_every_training_forward_exact(every):
     ds = tiny_dataset()
     config = _pipeline_config(ds, chunks=4, layers=4, hidden=8, dropout=0.0, lr=0.05, refresh_every=every)
     setup = prepare_setup(ds, config)
-    run = StageRunner(setup, config, 0, 1, "cpu")
+    run = StageRunner(setup, config, Ranks.single("cpu"))
     run.stage.exact_pass(refresh=True)
     block, train = Block.full_graph(setup.indptr, setup.indices), setup.splits["train"]
     exact = []

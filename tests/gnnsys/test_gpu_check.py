@@ -46,7 +46,7 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
         "--out",
         str(out),
         "--budget",
-        "300",
+        "400",
         "--skip",
         "bench-epoch",
     )
@@ -56,12 +56,22 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
     would = next(line for line in steps["install"]["output_tail"] if line.startswith("Would install"))
     assert would.split()[2:] == ["gnnsys-0.1.0", "gnnsys_check_probe-1.0"]
     assert "tqdm is already importable" in r.stdout
-    assert list(steps) == ["install", "smoke", "gpu-tests", "kernel-tests", "memcheck", "bench-gather", "bench-epoch"]
+    assert list(steps) == [
+        "install",
+        "smoke",
+        "cases",
+        "gpu-tests",
+        "kernel-tests",
+        "memcheck",
+        "bench-gather",
+        "bench-epoch",
+    ]
+    assert "plan: the steps' limits add up to 320s of the 400s budget" in r.stdout
     install = steps["install"]
     assert install["status"] == "passed" and "--dry-run" in install["command"] and "--no-index" in install["command"]
-    assert {steps[n]["status"] for n in ("smoke", "gpu-tests", "kernel-tests", "bench-gather")} == {"planned"}
+    assert {steps[n]["status"] for n in ("smoke", "cases", "gpu-tests", "kernel-tests", "bench-gather")} == {"planned"}
     assert steps["memcheck"]["status"] in ("planned", "skipped") and steps["bench-epoch"]["status"] == "skipped"
-    assert report["dry_run"] and report["passed"] and report["budget_s"] == 300
+    assert report["dry_run"] and report["passed"] and report["budget_s"] == 400
     assert report["machine"]["executable"] == sys.executable
     assert importlib.util.find_spec("gnnsys_check_probe") is None  # nothing was installed
 
@@ -73,7 +83,7 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
         (["--frobnicate"], "unknown argument '--frobnicate'"),
         (
             ["--skip", "smoke,lunch"],
-            "--skip: unknown step 'lunch' (steps: install smoke gpu-tests kernel-tests memcheck "
+            "--skip: unknown step 'lunch' (steps: install smoke cases gpu-tests kernel-tests memcheck "
             "bench-gather bench-epoch)",
         ),
         (["--python", "/nonexistent/python3"], "--python: no interpreter '/nonexistent/python3'"),
@@ -90,3 +100,31 @@ def test_help_names_the_steps():
     r = gpu_check("--help")
     assert r.returncode == 0 and "Steps, in order" in r.stdout and "--dry-run" in r.stdout
     assert not r.stdout.startswith("#")
+
+
+def test_dry_run_refuses_limits_over_the_budget(tmp_path):
+    """The steps' limits (360 s) with a 10% margin fit the 400 s budget of a lent GPU machine, not 390 s."""
+    r = gpu_check("--dry-run", "--python", sys.executable, "--out", str(tmp_path), "--budget", "390")
+    assert r.returncode == 2 and "limits add up to 360s, over --budget 390s with a 10% margin" in r.stderr
+    fits = gpu_check("--dry-run", "--python", sys.executable, "--out", str(tmp_path), "--budget", "400")
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    planned = [line.split()[1] for line in fits.stdout.splitlines() if line.startswith("plan: ") and "(at most" in line]
+    steps = ["smoke", "cases", "gpu-tests", "kernel-tests", "memcheck", "bench-gather", "bench-epoch"]
+    assert planned == [s for s in steps if s != "memcheck" or "memcheck (at most" in fits.stdout]
+
+
+def test_gpu_smoke_lists_every_case():
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_smoke.py"), "--list"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout.split() == [
+        "tiers_cpu_sampler",
+        "tiers_gpu_sampler",
+        "bf16_mixed",
+        "fp16_mixed",
+        "cache_gather",
+        "shared_cache_one_rank",
+        "data_parallel_w2",
+        "shared_cache_w2",
+        "gnnpipe_w2",
+    ]

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from gnnsys.datasets import RowTable
+from gnnsys.feature_source import FeatureSource
 from gnnsys.loader import MinibatchLoader, _tensors
+from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.neighbor import NeighborSampler
 from tests.storage.fakes import RecordingStreams, pretend_cuda
 
@@ -79,11 +81,9 @@ def test_stages_order_through_events_and_never_synchronise(make_dataset, prefetc
     loader = MinibatchLoader(
         ds,
         "train",
-        batch_size=8,
-        prefetch=prefetch,
-        num_workers=workers,
-        streams=streams,
-        sampler=LoggingSampler(ds, streams),
+        SamplingOptions(sampler=LoggingSampler(ds, streams)),
+        BatchOptions(batch_size=8),
+        PipelineOptions(prefetch=prefetch, num_workers=workers, streams=streams),
         features=DeferredSource(torch.randn(80, 5), streams),
     )
     consumer = threading.current_thread().name
@@ -124,10 +124,9 @@ def test_a_bad_id_raises_when_its_batch_is_handed_out(make_dataset):
     loader = MinibatchLoader(
         ds,
         "train",
-        [3, 2],
-        batch_size=8,
-        prefetch=2,
-        streams=streams,
+        SamplingOptions(fanouts=[3, 2]),
+        BatchOptions(batch_size=8),
+        PipelineOptions(prefetch=2, streams=streams),
         features=DeferredSource(torch.randn(80, 5), streams, bad_batch=2),
     )
     seen = []
@@ -149,10 +148,10 @@ def test_labels_follow_the_batch_to_the_device(make_dataset, monkeypatch):
     loader = MinibatchLoader(
         ds,
         "train",
-        batch_size=16,
-        prefetch=0,
+        SamplingOptions(sampler=LoggingSampler(ds, streams, "meta")),
+        BatchOptions(batch_size=16),
+        PipelineOptions(prefetch=0),
         device="meta",
-        sampler=LoggingSampler(ds, streams, "meta"),
         features=DeferredSource(torch.randn(80, 5), streams),
     )
     mb = next(iter(loader))
@@ -162,5 +161,54 @@ def test_labels_follow_the_batch_to_the_device(make_dataset, monkeypatch):
 def test_device_cuda_means_the_current_gpu(make_dataset, monkeypatch):
     pretend_cuda(monkeypatch)
     ds, _ = make_dataset(num_nodes=40, dim=3)
-    loader = MinibatchLoader(ds, "train", [2], device="cuda", streams=RecordingStreams())
+    loader = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[2]), pipeline=PipelineOptions(streams=RecordingStreams()), device="cuda"
+    )
     assert loader.device == torch.device("cuda:0")  # what every tensor on "cuda" reports
+
+
+class WindowedSource(DeferredSource, FeatureSource):
+    """A DeferredSource that is a cache tier (so the loader may pass it a
+    lookahead window) and logs each window: the ids of its tensors and their values."""
+
+    name = "cache"
+
+    def set_window(self, batches):
+        self.streams.log.append(("set_window", [id(b) for b in batches], [b.tolist() for b in batches]))
+
+
+@pytest.mark.parametrize("prefetch,workers", [(0, 1), (2, 2)])
+def test_window_ids_are_copied_once_and_read_after_their_sampling(make_dataset, prefetch, workers):
+    """With lookahead K, each batch's input ids are copied to the host once, on
+    its sampling stream before its sampling event; set_window reads a batch's
+    copy only after the host waited on that event (not K copies, none unordered)."""
+    ds, _ = make_dataset(num_nodes=80, num_edges=600, dim=5)
+    streams = RecordingStreams()
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        SamplingOptions(sampler=LoggingSampler(ds, streams)),
+        BatchOptions(batch_size=8),
+        PipelineOptions(prefetch=prefetch, num_workers=workers, lookahead=2, streams=streams),
+        features=WindowedSource(torch.randn(80, 5), streams),
+    )
+    sample_streams = [s.name for s in loader._sample_streams]
+    inputs = [mb.input_nodes.tolist() for mb in loader]
+    log, n = streams.log, len(loader)
+    copies = entries(log, "to_host")
+    assert len(copies) == n  # one copy per batch, not one per window it appears in
+    copy_of = {}  # id of a host copy -> (batch, its sampling event)
+    for copy in copies:
+        after = log[log.index(copy) :]
+        record = next(e for e in after if e[0] == "record" and e[2] == copy[2])  # the sampling event, same stream
+        batch = next(e[1] for e in reversed(log[: log.index(copy)]) if e[0] == "sample" and e[3] == copy[3])
+        assert copy[2] == sample_streams[batch % workers]
+        copy_of[copy[1]] = (batch, record[1])
+    windows = entries(log, "set_window")
+    assert len(windows) == n
+    for j, window in enumerate(windows):
+        assert window[2] == inputs[j + 1 : j + 3]
+        before = log[: log.index(window)]
+        for copy_id in window[1]:
+            batch, event = copy_of[copy_id]
+            assert ("synchronize", event) in [e[:2] for e in before]  # the host waited for that batch's sampling

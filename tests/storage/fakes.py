@@ -103,6 +103,12 @@ class RecordingStreams:
     def record_stream(self, tensor, stream):
         self.log.append(("record_stream", id(tensor), stream.name, threading.current_thread().name))
 
+    def to_host(self, tensor):
+        """A copy of `tensor` (a new tensor, as CUDA's to pinned memory), logged with the current stream."""
+        host = tensor.clone()
+        self.log.append(("to_host", id(host), self.current(None).name, threading.current_thread().name))
+        return host
+
 
 class FakePinning:
     """storage.pinned.HostPinning's methods: `pinned` holds the addresses that

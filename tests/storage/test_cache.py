@@ -1,6 +1,8 @@
 """gnnsys.storage.cache: exact rows through every policy, each policy against a
 hand-computed trace, and the policy ordering on a recorded sampling trace."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from gnnsys.errors import ConfigError
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage import CachedFeatures, RowTable
 from gnnsys.storage.cache import POLICIES, make_policy, out_degree, presample_hotness
-from tests.storage.fakes import CountingSource
+from tests.storage.fakes import CountingSource, RecordingStreams, pretend_cuda
 
 NUM_ROWS = 50
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -233,3 +235,30 @@ def test_bad_options_are_refused(name, options, error):
         make_policy(name, 2, 6, **options)
     with pytest.raises(ConfigError):
         make_policy("lru", -1, 6)
+
+
+def test_a_cuda_cache_normalises_its_device_and_orders_gathers_after_its_warm_up(monkeypatch):
+    """device="cuda" is "cuda:<current>", as for every source; the warm-up's
+    writes (on the constructing thread's current stream) are followed by an
+    event that the stream of every later gather waits on. 'meta' tensors stand
+    in for the GPU's, RecordingStreams for its streams."""
+    pretend_cuda(monkeypatch)
+    empty = torch.empty
+
+    def on_meta(*shape, device=None, **kw):
+        gpu = device is not None and torch.device(device).type == "cuda"
+        return empty(*shape, device="meta" if gpu else device, **kw)
+
+    monkeypatch.setattr(torch, "empty", on_meta)
+    streams = RecordingStreams()
+    base = RowTable.from_tensor(torch.randn(50, 3))
+    cache = CachedFeatures(base, 10, "static", score=np.arange(50.0), device="cuda", streams=streams)
+    assert cache.device == torch.device("cuda:0")
+    (warmed,) = [e for e in streams.log if e[0] == "record"]
+    assert warmed[2] == f"default@{threading.current_thread().name}"
+    gather_stream = streams.new_stream(cache.device)
+    for _ in range(2):
+        with streams.use(gather_stream):
+            cache.gather(torch.tensor([1, 49, 2]))
+    waits = [e for e in streams.log if e[0] == "wait_event"]
+    assert [(e[1], e[2]) for e in waits] == [(gather_stream.name, warmed[1])] * 2

@@ -13,7 +13,7 @@ import torch
 from gnnsys.errors import ConfigError
 from gnnsys.storage import CachedFeatures, FeatureSource, RowTable
 from gnnsys.storage.cache import POLICIES, VictimBuffer, presample_hotness
-from tests.storage.fakes import CountingSource, OfferLog
+from tests.storage.fakes import CountingSource, OfferLog, pretend_cuda
 from tests.storage.test_cache import NUM_ROWS, policy_options, random_bits_table, recorded_trace, request_batches
 
 # (cache rows, victim rows, window, lookahead fill)
@@ -287,7 +287,10 @@ def test_hybrid_with_victim_and_lookahead_fill_reads_no_more_than_hybrid_alone()
     assert read["both"] <= read["hybrid"] and read["victim"] < read["hybrid"], read
 
 
-@pytest.mark.gpu
-def test_victim_rows_are_pinned_with_cuda():
-    victim = VictimBuffer(RowTable.from_tensor(torch.randn(NUM_ROWS, 2)), 4)
-    assert victim.pinned and victim._rows.is_pinned()
+def test_victim_rows_take_their_exact_size_and_no_cuda_context(monkeypatch):
+    """With CUDA present the rows are still pageable host memory of exactly
+    capacity x row bytes: no page-locked allocation (which creates a CUDA
+    context, is rounded up to a power of two, and no device copy used)."""
+    pretend_cuda(monkeypatch)  # on this CPU-only torch a pinned allocation would raise
+    victim = VictimBuffer(RowTable.from_tensor(torch.randn(NUM_ROWS, 3)), 5)
+    assert victim.host_bytes()["rows"] == 5 * 3 * 4 and not victim._rows.is_pinned()

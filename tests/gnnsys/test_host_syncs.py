@@ -1,0 +1,43 @@
+"""The training loop reads nothing back from the device per step: the
+running loss stays on the device and is read once per epoch (and at the
+progress bar's refreshes), so a GPU step never waits for the previous one."""
+
+import sys
+
+import torch
+
+from gnnsys.minibatch import MinibatchTrainer
+from gnnsys.training.options import MinibatchOptions
+
+
+def test_an_epoch_reads_the_loss_back_once(make_dataset, monkeypatch):
+    ds, _ = make_dataset(num_nodes=120, num_edges=900)
+    trainer = MinibatchTrainer(ds, MinibatchOptions(fanouts=[3, 2], hidden=8, batch_size=8, progress=False, prefetch=0))
+    loader = trainer._loader()
+    reads = []
+    item = torch.Tensor.item
+
+    def counted(t):  # the reads the training loop makes (Adam's CPU step counters are host tensors)
+        reads.append(sys._getframe(1).f_code.co_filename)
+        return item(t)
+
+    monkeypatch.setattr(torch.Tensor, "item", counted)
+    record = trainer._epoch(loader, 0)
+    monkeypatch.undo()
+    assert len(loader) > 3 and sum(name.endswith("minibatch.py") for name in reads) == 1
+    trainer.features.close()
+    assert record["loss"] > 0
+
+
+def test_the_epoch_loss_is_the_seed_weighted_mean_of_the_step_losses(make_dataset, monkeypatch):
+    ds, _ = make_dataset(num_nodes=120, num_edges=900)
+    trainer = MinibatchTrainer(ds, MinibatchOptions(fanouts=[3, 2], hidden=8, batch_size=7, progress=False, prefetch=0))
+    steps = []
+    step = trainer._step
+    monkeypatch.setattr(
+        trainer, "_step", lambda mb: steps.append((step_loss := step(mb)).item() * len(mb.seeds)) or step_loss
+    )
+    record = trainer._epoch(trainer._loader(), 0)
+    trainer.features.close()
+    seeds = ds.split("train").shape[0]
+    assert record["loss"] == sum(steps) / seeds  # exactly the host float64 sum

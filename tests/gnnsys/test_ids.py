@@ -1,0 +1,28 @@
+"""gnnsys.ids: index arrays moved to a device in one transfer."""
+
+import numpy as np
+import torch
+
+from gnnsys.datasets.gather_cpu import copy_rows
+from gnnsys.ids import indices_on
+
+
+def test_indices_on_the_cpu_are_views_and_elsewhere_one_transfer(monkeypatch):
+    a, b = np.array([3, 1], np.int32), np.array([7, 8, 9])
+    on_cpu = indices_on("cpu", a, b)
+    assert [t.tolist() for t in on_cpu] == [[3, 1], [7, 8, 9]] and on_cpu[1].data_ptr() == b.ctypes.data
+    copies = []
+    to = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: copies.append(kw) or to(t, *args, **kw))
+    moved = indices_on("meta", a, b, np.array([], np.int64))
+    assert [tuple(t.shape) for t in moved] == [(2,), (3,), (0,)] and all(t.device.type == "meta" for t in moved)
+    assert copies == [{"non_blocking": True}]  # one transfer for the three arrays, not one each
+
+
+def test_copy_rows_off_the_cpu_sends_both_index_arrays_in_one_transfer(monkeypatch):
+    src, out = torch.empty(5, 2, device="meta"), torch.empty(4, 2, device="meta")
+    copies = []
+    to = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: copies.append(args) or to(t, *args, **kw))
+    copy_rows(src, np.array([4, 0]), out, np.array([1, 3]))
+    assert len(copies) == 1
