@@ -71,6 +71,7 @@ def child(args) -> dict:
 
     from gnnsys.datasets import load_dataset
     from gnnsys.loader import MinibatchLoader
+    from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
     from gnnsys.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
@@ -104,13 +105,10 @@ def child(args) -> dict:
         loader = MinibatchLoader(
             ds,
             part,
-            list(options.fanouts),
-            batch_size=b,
-            seed=0,
-            prefetch=options.prefetch,
+            SamplingOptions(fanouts=list(options.fanouts), method=args.child),
+            BatchOptions(batch_size=b, seed=0),
+            PipelineOptions(prefetch=options.prefetch, lookahead=options.lookahead),
             features=trainer.features,
-            lookahead=options.lookahead,
-            sampling=args.child,
             x_dtype=trainer.precision.input_dtype(trainer.features.dtype),
         )
         before = read_bytes(ds.path)

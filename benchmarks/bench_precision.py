@@ -50,7 +50,6 @@ run), targets met or missed included.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -59,7 +58,7 @@ import sys
 import time
 from pathlib import Path
 
-from plotting import save_figure
+from plotting import can_plot, save_figure
 
 HERE = Path(__file__).resolve().parent
 GEMM = (50000, 256, 256)
@@ -147,10 +146,13 @@ def child_flops(dataset: str, fanouts: list, batch_size: int, hidden: int, seed:
     """Dense GFLOP of one gnnsys training epoch (epoch 0's blocks) and the block sizes."""
     import gnnsys
     from gnnsys.loader import MinibatchLoader
+    from gnnsys.loader_options import BatchOptions, SamplingOptions
 
     ds = gnnsys.load_dataset(dataset)
     dims = [ds.num_features] + [hidden] * (len(fanouts) - 1) + [ds.num_classes]
-    loader = MinibatchLoader(ds, "train", fanouts, batch_size=batch_size, shuffle=True, seed=seed)
+    loader = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=fanouts), BatchOptions(batch_size=batch_size, shuffle=True, seed=seed)
+    )
     loader.set_epoch(0)
     flop, rows, batches = 0.0, [0] * len(fanouts), 0
     for mb in loader:
@@ -467,7 +469,7 @@ def main(argv=None) -> int:
         result["accuracy"] = {p: accuracy(r) for p, r in result["accuracy_runs"].items()}
         result["targets"] = targets(result["summary"], result["accuracy"])
         atomic_write_bytes(json_path, json.dumps(result, indent=1).encode())
-        if importlib.util.find_spec("matplotlib") is not None:
+        if can_plot(png_path):
             plot(result, png_path)
 
     result["flops"] = run(me + ["flops", args.dataset, *model], args)

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 import gnnsys
 from gnnsys.loader import MinibatchLoader
+from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,11 +88,11 @@ def machine() -> dict:
 def main(argv=None):
     args = parse_args(argv)
     ds = gnnsys.load_dataset(args.dataset)
-    common = dict(batch_size=args.batch_size, seed=0)
+    sampling, batches = SamplingOptions(fanouts=args.fanouts), BatchOptions(batch_size=args.batch_size, seed=0)
     loaders = {
-        "sync": MinibatchLoader(ds, "train", args.fanouts, prefetch=0, **common),
+        "sync": MinibatchLoader(ds, "train", sampling, batches, PipelineOptions(prefetch=0)),
         "pipelined": MinibatchLoader(
-            ds, "train", args.fanouts, prefetch=args.prefetch, num_workers=args.num_workers, **common
+            ds, "train", sampling, batches, PipelineOptions(prefetch=args.prefetch, num_workers=args.num_workers)
         ),
     }
     warm = loaders["sync"].seeds.epoch(0)[0]

@@ -49,7 +49,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_ssd_tier import fio, machine  # noqa: E402
-from plotting import save_figure  # noqa: E402
+from plotting import can_plot, save_figure  # noqa: E402
 
 TARGET_STEADY, TARGET_FIRST, TARGET_RSS_SLACK, TARGET_MODE = 1.3, 1.5, 0.05, "ssd-0.1"
 
@@ -106,6 +106,7 @@ def child(args) -> dict:
     from gnnsys.datasets import load_dataset
     from gnnsys.datasets.feature_table import RowTable
     from gnnsys.loader import MinibatchLoader
+    from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
     from gnnsys.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
@@ -145,12 +146,10 @@ def child(args) -> dict:
     loader = MinibatchLoader(
         ds,
         seeds,
-        list(options.fanouts),
-        batch_size=args.batch_size,
-        seed=0,
-        prefetch=options.prefetch,
+        SamplingOptions(fanouts=list(options.fanouts)),
+        BatchOptions(batch_size=args.batch_size, seed=0),
+        PipelineOptions(prefetch=options.prefetch, lookahead=options.lookahead),
         features=trainer.features,
-        lookahead=options.lookahead,
     )
     epochs = []
     for e in range(args.epochs):
@@ -346,10 +345,8 @@ def main(argv=None):
     }
     out = HERE / "results" / f"{args.name}.json"
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
-    try:
+    if can_plot(out.with_suffix(".png")):
         plot(summary, out.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib is not installed: no plot")
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     print(
         f"{'mode':>10} {'first s':>8} {'steady s':>9} {'eval s':>7} {'dev MB':>8} {'hit':>5} {'amp':>5} "

@@ -21,8 +21,14 @@ from common import emit, machine, parse_args, seed_everything, warm_up  # noqa: 
 def sampling_epoch(dataset, args) -> dict:
     """Wall time and summed stage times of one pass of the loader over the train split."""
     from gnnsys.loader import MinibatchLoader
+    from gnnsys.loader_options import BatchOptions, SamplingOptions
 
-    loader = MinibatchLoader(dataset, "train", args.fanouts, batch_size=args.batch_size, shuffle=True, seed=args.seed)
+    loader = MinibatchLoader(
+        dataset,
+        "train",
+        SamplingOptions(fanouts=args.fanouts),
+        BatchOptions(batch_size=args.batch_size, shuffle=True, seed=args.seed),
+    )
     warm_up(loader)
     stages = {"sample_s": 0.0, "gather_s": 0.0, "compute_s": 0.0}
     batches = 0

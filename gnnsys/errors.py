@@ -57,7 +57,7 @@ class PathError(DatasetError):
 
 def os_reason(error: OSError) -> str:
     """Why an OSError happened, in one line: its text and errno name ("Permission denied (EACCES)")."""
-    name = errno.errorcode.get(error.errno)
+    name = errno.errorcode.get(error.errno) if error.errno is not None else None
     text = error.strerror or str(error) or type(error).__name__
     return f"{text} ({name})" if name else text
 

@@ -29,12 +29,16 @@ import collections
 import queue
 import threading
 import time
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from gnnsys._capabilities import normalize_device
+from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.block import MiniBatch
 from gnnsys.samplers.factory import make_sampler
 from gnnsys.samplers.seeds import SeedBatches
@@ -48,87 +52,70 @@ class MinibatchLoader:
     """Iterate over the minibatches of one split of `dataset`, one epoch per pass.
 
     dataset: a gnnsys.datasets.Dataset; split: "train", "valid", "test" or a
-    tensor of node ids; fanouts: per layer, output layer first (PyG order), -1
-    for all neighbours. Each MiniBatch has `x` (features of input_nodes in
-    `x_dtype`, default float32; bf16-mixed training passes bfloat16 for
-    bf16-stored rows, which then arrive without a conversion copy), `y` (labels
-    of seeds), both on `device` (normalised: "cuda" is "cuda:<current>")
-    like every other tensor of the batch, and `timings`
-    {"sample_s", "gather_s", "wait_s"} (plus "transfer_s" off the CPU; on a GPU
-    these are host times, the device work runs behind them in stream order).
-    `prefetch` batches are prepared ahead (0: everything runs in the caller's
-    thread). `set_epoch(e)` picks the shuffle and the sampling stream of epoch
-    e, both functions of (seed, e) only. An error in a stage re-raises in the
-    loop with its original traceback; leaving the loop early (break, an
-    exception, closing or dropping the iterator) stops the threads.
-    `sampler`: a Sampler object (gnnsys.samplers.Sampler; `fanouts`, `replace`
-    and `sampling` are then its own and must be left out; `seed` still seeds
-    the shuffle) or the name of a kind that make_sampler builds ("cpu", "gpu",
-    "gpu-pinned"), drawing by `sampling` ("uniform" or "labor", LABOR-0).
-    `features`: the FeatureSource rows come from (for example a placed or
-    cached stack, gnnsys.storage); default the dataset's own table.
-    `streams`: the stream API of a CUDA device (default
-    gnnsys.storage.cuda_stream.CudaStreams()); a stand-in with the same methods
-    makes the loader order its stages through it on any device.
-    `rank`/`world_size`: data-parallel training, this loader iterates rank
-    `rank`'s disjoint share of every epoch's shuffled seeds (SeedBatches).
-    `lookahead` K > 0: batches are sampled K further ahead, and before batch
-    j's gather the feature source's `set_window` gets the input ids of the
-    sampled batches j+1..j+K (nearest first; fewer at the end of an epoch),
-    which a cache uses for eviction, its victim buffer and reading ahead.
+    tensor of node ids; sampling: a SamplingOptions (fanouts, sampler kind or
+    object, method); batches: a BatchOptions (batch size, shuffle, seed, the
+    rank's share); pipeline: a PipelineOptions (prefetch, sampling threads,
+    lookahead, stream API); all three in gnnsys.loader_options. Each
+    MiniBatch has `x` (features of input_nodes in `x_dtype`, default float32;
+    bf16-mixed training passes bfloat16 for bf16-stored rows, which then
+    arrive without a conversion copy), `y` (labels of seeds), both on
+    `device` (normalised: "cuda" is "cuda:<current>") like every other tensor
+    of the batch, and `timings` {"sample_s", "gather_s", "wait_s"} (plus
+    "transfer_s" off the CPU; on a GPU these are host times, the device work
+    runs behind them in stream order). `features`: the FeatureSource rows
+    come from (for example a placed or cached stack, gnnsys.storage); default
+    the dataset's own table. `set_epoch(e)` picks the shuffle and the
+    sampling stream of epoch e, both functions of (seed, e) only. An error in
+    a stage re-raises in the loop with its original traceback; leaving the
+    loop early (break, an exception, closing or dropping the iterator) stops
+    the threads. With lookahead K > 0, before batch j's gather the feature
+    source's `set_window` gets the input ids of the sampled batches
+    j+1..j+K (nearest first; fewer at the end of an epoch), which a cache
+    uses for eviction, its victim buffer and its lookahead fill.
     """
 
     def __init__(
         self,
         dataset,
         split,
-        fanouts=None,
-        batch_size: int = 1024,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        seed: int = 0,
-        replace: bool = False,
-        prefetch: int = 4,
-        num_workers: int = 1,
-        device="cpu",
-        epoch: int = 0,
-        sampler="cpu",
+        sampling: SamplingOptions,
+        batches: BatchOptions | None = None,
+        pipeline: PipelineOptions | None = None,
+        *,
         features=None,
-        streams: CudaStreams | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        lookahead: int = 0,
+        device="cpu",
         x_dtype: torch.dtype = torch.float32,
-        sampling: str = "uniform",
     ):
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
-        if lookahead < 0:
-            raise ValueError(f"lookahead must be >= 0, got {lookahead}")
-        if num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        batches = batches or BatchOptions()
+        pipeline = pipeline or PipelineOptions()
         ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
         self.dataset = dataset
         self.seeds = SeedBatches(
-            ids, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, rank=rank, world_size=world_size
+            ids,
+            batches.batch_size,
+            shuffle=batches.shuffle,
+            drop_last=batches.drop_last,
+            seed=batches.seed,
+            rank=batches.rank,
+            world_size=batches.world_size,
         )
         self.device = normalize_device(device)
-        self.sampler = _sampler(sampler, dataset, fanouts, self.device, seed, replace, sampling)
+        self.sampler = _sampler(sampling, dataset, self.device, batches.seed)
         self.features = dataset.features if features is None else features
-        self.prefetch = int(prefetch)
-        self.lookahead = int(lookahead)
+        self.prefetch, self.lookahead, self.num_workers = pipeline.prefetch, pipeline.lookahead, pipeline.num_workers
         if self.lookahead and not has_tier(self.features, "cache"):
             raise ValueError(
                 f"lookahead needs a feature stack with a cache, which takes the window; got {self.features!r}"
             )
-        self.num_workers = int(num_workers)
-        self.set_epoch(epoch)
+        self.set_epoch(0)
         source, self.x_dtype = self.features, x_dtype
         self._x_buffers = _BufferPool(source.shape[1], x_dtype, capacity=self.prefetch + 3)
         self._raw_buffers = None if source.dtype == x_dtype else _BufferPool(source.shape[1], source.dtype, capacity=2)
-        self._streams = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
-        self._sample_streams = [None] * self.num_workers
-        self._gather_stream = None
+        streams = pipeline.streams
+        # streams and events are duck-typed (CudaStreams, or a stand-in with its methods); None off CUDA
+        self._streams: Any = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
+        self._sample_streams: list[Any] = [None] * self.num_workers
+        self._gather_stream: Any = None
         if self._streams is not None:
             self._sample_streams = [self._streams.new_stream(self.device) for _ in range(self.num_workers)]
             self._gather_stream = self._streams.new_stream(self.device)
@@ -157,7 +144,7 @@ class MinibatchLoader:
 
     def _windowed(self, items):
         """(item, window) for each sampled item in order: the window is the
-        input ids of the next `lookahead` items (up to the first failed one)."""
+        next `lookahead` items (up to the first failed one)."""
         ahead, items = collections.deque(), iter(items)
         for item in items:
             ahead.append(item)
@@ -184,18 +171,34 @@ class MinibatchLoader:
         stream = self._sample_streams[worker]
         with self._on(stream):
             mb = self.sampler.sample(seeds, epoch, index)
+            host_ids = self._to_host(mb.input_nodes) if self.lookahead else None
             ready = self._event_after(stream)
         mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
-        return _InFlight(mb, seeds, ready)
+        return _InFlight(mb, seeds, ready, sampled=ready, host_ids=host_ids)
+
+    def _to_host(self, ids: torch.Tensor) -> torch.Tensor:
+        """`ids` on the host for the lookahead window: one copy per batch, queued
+        on the current stream (complete once the batch's sampling event is)."""
+        return ids.cpu() if self._streams is None else self._streams.to_host(ids)
+
+    @staticmethod
+    def _host_ids(item: _InFlight) -> torch.Tensor:
+        """The input ids of the sampled `item` on the host, once the host has
+        waited for its sampling event (the sampling and the copy behind it)."""
+        if item.sampled is not None:
+            item.sampled.synchronize()
+        assert item.host_ids is not None  # copied at sampling whenever there is a window
+        return item.host_ids
 
     def _gather(self, item: _InFlight, window=()) -> _InFlight:
         """Stage 2: features (x_dtype) and labels, and the whole batch on the
         device, queued on the gather stream after the sampling; no host wait
-        (except that a window of GPU-sampled ids is copied to the host)."""
+        (except for the sampling of the window's batches, whose ids the
+        feature source reads on the host)."""
         began = time.perf_counter()
         stream, mb, source = self._gather_stream, item.mb, self.features
         if self.lookahead:
-            source.set_window([ids.cpu() for ids in window])
+            source.set_window([self._host_ids(ahead) for ahead in window])
         with self._on(stream):
             if item.ready is not None:
                 stream.wait_event(item.ready)
@@ -237,25 +240,29 @@ class MinibatchLoader:
 
 
 def _window(ahead) -> list:
-    """The input ids of the sampled items in `ahead`, up to the first failed one."""
+    """The sampled items in `ahead`, up to the first failed one."""
     window = []
     for item in ahead:
         if isinstance(item, _Failed):
             break
-        window.append(item.mb.input_nodes)
+        window.append(item)
     return window
 
 
-def _sampler(sampler, dataset, fanouts, device, seed, replace, sampling):
-    """The loader's sampler: `sampler` itself, or the kind it names built over the dataset's graph."""
-    if not isinstance(sampler, str):
-        if fanouts is not None or replace or sampling != "uniform":
-            raise ValueError("fanouts, replace and sampling belong to the sampler object; leave them out")
-        return sampler
-    if fanouts is None:
-        raise ValueError(f"sampler {sampler!r} needs fanouts")
+def _sampler(sampling: SamplingOptions, dataset, device, seed: int):
+    """The loader's sampler: the options' Sampler object, or the kind they name built over the dataset's graph."""
+    if not isinstance(sampling.sampler, str):
+        return sampling.sampler
+    assert sampling.fanouts is not None  # SamplingOptions requires them for a named sampler
     return make_sampler(
-        sampler, dataset.indptr, dataset.indices, fanouts, device=device, seed=seed, replace=replace, sampling=sampling
+        sampling.sampler,
+        dataset.indptr,
+        dataset.indices,
+        list(sampling.fanouts),
+        device=device,
+        seed=seed,
+        replace=sampling.replace,
+        sampling=sampling.method,
     )
 
 
@@ -263,13 +270,17 @@ def _sampler(sampler, dataset, fanouts, device, seed, replace, sampling):
 class _InFlight:
     """A batch between stages: its MiniBatch, its seeds as given (on the host:
     labels are read with them), the event recorded after the last stage's work
-    on that stage's stream (None off CUDA), and the feature gather whose id
-    check is due at hand-out (None for a CPU source, which checks at once)."""
+    on that stage's stream (None off CUDA), the feature gather whose id
+    check is due at hand-out (None for a CPU source, which checks at once),
+    and with a lookahead window the sampling's event and the input ids'
+    copy on the host queued before it."""
 
     mb: MiniBatch
     seeds: torch.Tensor
-    ready: object = None
-    pending: object = None
+    ready: Any = None
+    pending: Any = None
+    sampled: Any = None
+    host_ids: torch.Tensor | None = None
 
 
 def _tensors(mb: MiniBatch):
@@ -281,35 +292,40 @@ def _tensors(mb: MiniBatch):
 
 class _BufferPool:
     """Reusable host buffers for gathered rows. A buffer is handed out again
-    only when no tensor refers to its memory any more (its storage use count
-    is back to the pool's own reference), so rows the caller or autograd
-    still hold are never overwritten. A fresh allocation of a batch's rows
-    (tens of MB) page-faults on first touch and costs more than the gather
-    itself (benchmarks/README.md, "Measurements behind design choices").
+    only when no tensor refers to its memory any more, so rows the caller or
+    autograd still hold are never overwritten: each buffer is a numpy byte
+    array, a batch's rows are a tensor over a numpy view of it, and that
+    tensor's storage (shared by every view of the rows) holds the numpy view
+    until the last tensor over it is freed, which a weak reference sees. A
+    fresh allocation of a batch's rows (tens of MB) page-faults on first touch
+    and costs more than the gather itself (benchmarks/README.md,
+    "Measurements behind design choices").
     """
 
     def __init__(self, dim: int, dtype: torch.dtype, capacity: int):
         self.dim, self.dtype, self.capacity = dim, dtype, capacity
-        self.buffers = []
+        self.row_bytes = dim * dtype.itemsize
+        self.buffers: list[list] = []  # [bytes, weak reference to the view lent out last, or None]
         self.lock = threading.Lock()
-
-    @staticmethod
-    def _uses(t: torch.Tensor) -> int:
-        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
     def take(self, rows: int) -> torch.Tensor:
         """A [rows, dim] tensor that nothing else refers to."""
         with self.lock:
-            free = [i for i, (buf, idle) in enumerate(self.buffers) if self._uses(buf) == idle]
-            fits = [i for i in free if self.buffers[i][0].shape[0] >= rows]
+            free = [entry for entry in self.buffers if entry[1] is None or entry[1]() is None]
+            fits = [entry for entry in free if entry[0].shape[0] >= rows * self.row_bytes]
             if fits:
-                return self.buffers[fits[0]][0][:rows]
+                return self._lend(fits[0], rows)
             if free:  # too small: make room for a bigger one
-                self.buffers.pop(free[0])
-            buf = torch.empty((rows + rows // 4, self.dim), dtype=self.dtype)
+                self.buffers = [entry for entry in self.buffers if entry is not free[0]]
+            entry = [np.empty((rows + rows // 4) * self.row_bytes, np.uint8), None]
             if len(self.buffers) < self.capacity:
-                self.buffers.append((buf, self._uses(buf)))
-            return buf[:rows]
+                self.buffers.append(entry)
+            return self._lend(entry, rows)
+
+    def _lend(self, entry: list, rows: int) -> torch.Tensor:
+        view = entry[0][: rows * self.row_bytes]
+        entry[1] = weakref.ref(view)
+        return torch.from_numpy(view).view(self.dtype).view(rows, self.dim)
 
 
 class _Stopped(Exception):
@@ -332,8 +348,8 @@ class _Pipeline:
         self.gate = threading.Condition()
         self.handed_out = 0
         workers = loader.num_workers
-        self.sampled = [queue.Queue() for _ in range(workers)]
-        self.ready = queue.Queue()
+        self.sampled: list[queue.Queue] = [queue.Queue() for _ in range(workers)]
+        self.ready: queue.Queue = queue.Queue()
         self.threads = [
             threading.Thread(target=self._sample_loop, args=(w,), daemon=True, name=f"gnnsys-sample-{w}")
             for w in range(workers)

@@ -101,8 +101,8 @@ class Block:
         """This block on `device`, its cached adjacencies and degrees moved with it."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Block(
-            move(self.indptr),
-            move(self.indices),
+            self.indptr.to(device, non_blocking=non_blocking),
+            self.indices.to(device, non_blocking=non_blocking),
             self.num_src,
             self.num_dst,
             {key: move(t) for key, t in self.cache.items()},
@@ -141,8 +141,8 @@ class MiniBatch:
         """This minibatch (blocks with their caches and degrees, x, y) on `device`."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
         return MiniBatch(
-            move(self.seeds),
-            move(self.input_nodes),
+            self.seeds.to(device, non_blocking=non_blocking),
+            self.input_nodes.to(device, non_blocking=non_blocking),
             [b.to(device, non_blocking) for b in self.blocks],
             move(self.x),
             move(self.y),

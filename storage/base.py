@@ -30,9 +30,10 @@ __all__ = ["FeatureSource", "UnifiedTensor", "check_stack", "has_tier", "stack_h
 
 def tiers(source: FeatureSource) -> Iterator[FeatureSource]:
     """The stack of sources from `source` down to the bottom (following `base`)."""
-    while source is not None:
-        yield source
-        source = source.base
+    tier: FeatureSource | None = source
+    while tier is not None:
+        yield tier
+        tier = tier.base
 
 
 def has_tier(source, name: str) -> bool:

@@ -59,7 +59,7 @@ def pick_engine(
     if engine == "uring" and not ok:
         raise ConfigError("engine", f"io_uring is not available here: {reason}")
     faster = model.faster_engine(threads, depth) if model is not None and ok else None
-    if engine == "auto" and faster:
+    if engine == "auto" and faster and model is not None:
         log.info(
             "SSD tier reads with %s: measured %.0f reads/s with io_uring depth %d, %.0f with %d threads",
             "io_uring" if faster == "uring" else "the thread pool",
@@ -206,8 +206,10 @@ class SSDFeatures(FeatureSource):
     def _read(self, rows: np.ndarray, inverse: np.ndarray, out: np.ndarray, dest: np.ndarray):
         """Read the sorted unique `rows` in waves that fit the staging buffer
         and scatter each wave to out[dest[p]] for every p with rows[inverse[p]] in it."""
-        gap = self.max_gap
-        if gap == "auto":
+        gap: int
+        if self.max_gap != "auto":
+            gap = int(self.max_gap)
+        else:
             gap = 0 if self.io_model is None else choose_gap(rows, self.stride, self.row_bytes, self.block, self._cost)
         plan = plan_reads(rows, self.stride, self.row_bytes, self.block, self.max_read, self._reader.file.size, gap)
         order = np.argsort(inverse, kind="stable")

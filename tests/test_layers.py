@@ -33,7 +33,9 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules
             "gnnsys.units",
             "gnnsys.partition",
             "gnnsys.distributed",
+            "gnnsys.ranks",
             "gnnsys.loader",
+            "gnnsys.loader_options",
             "gnnsys.feature_stack",
             "gnnsys.bf16",
             "gnnsys.aggregation",
@@ -51,7 +53,7 @@ FORBIDDEN = [  # (importer, imported) within one rank
     ("gnnsys.storage", "gnnsys.samplers"),
     ("gnnsys.gnnpipe", "gnnsys.fullgraph"),
 ]
-MAX_LINES = 400
+MAX_LINES = 500  # lines as ruff format writes them (one argument per line in long calls)
 
 
 def _package_dirs() -> dict[str, Path]:

@@ -44,7 +44,9 @@ def test_plan_sizes_every_part_stages_and_reads_ahead_with_what_is_left():
     tight = plan_host_memory(
         10_000, 1000, cache_gb=0.004, cache_policy="hybrid", lookahead=2, batch_rows=500, host_mem_budget=0.0142
     )
-    assert FIRST_STAGING <= tight.staging_bytes < FIRST_STAGING + 1000 and 0 < tight.lookahead_fill_rows < 1000  # shrank
+    assert (
+        FIRST_STAGING <= tight.staging_bytes < FIRST_STAGING + 1000 and 0 < tight.lookahead_fill_rows < 1000
+    )  # shrank
     roomy = plan_host_memory(10_000, 1000, cache_rows=4000, lookahead=2, batch_rows=500, host_mem_budget=1)
     assert roomy.staging_bytes == MAX_STAGING and roomy.lookahead_fill_rows == 2 * 500  # the window's worth at most
     assert roomy.total <= GB
@@ -66,6 +68,7 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
     read ahead finished) each tier holds at most what the plan gave it."""
     from gnnsys.feature_stack import estimate_batch_rows
     from gnnsys.loader import MinibatchLoader
+    from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
     from gnnsys.storage.base import stack_host_bytes
 
     ds = ssd_dataset(make_dataset)
@@ -80,7 +83,14 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
         batch_rows=batch_rows,
         presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy(),
     )
-    loader = MinibatchLoader(ds, "train", [4, 3], batch_size=16, prefetch=0, features=stack, lookahead=3)
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        SamplingOptions(fanouts=[4, 3]),
+        BatchOptions(batch_size=16),
+        PipelineOptions(prefetch=0, lookahead=3),
+        features=stack,
+    )
     planned = {
         t: sum(n for k, n in plan.parts.items() if k.startswith(t + ".") or k == t) for t in ("cache", "victim", "ssd")
     }
@@ -97,7 +107,9 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
             steps += 1
     stats = stack.stats()
     assert steps > 10 and stats["fill_capacity"] == plan.lookahead_fill_rows
-    if plan.lookahead_fill_rows < 3 * batch_rows:  # the budget shrank the read-ahead: rows it could not hold were skipped
+    if (
+        plan.lookahead_fill_rows < 3 * batch_rows
+    ):  # the budget shrank the read-ahead: rows it could not hold were skipped
         assert stats["fill_skipped"] > 0
     stack.close()
 

@@ -13,6 +13,7 @@ import torch
 
 import gnnsys
 from gnnsys.loader import MinibatchLoader, _tensors
+from gnnsys.loader_options import BatchOptions, SamplingOptions
 from gnnsys.storage.placement import unified
 
 pytestmark = pytest.mark.gpu
@@ -34,7 +35,14 @@ def test_placement_device_sampler(make_dataset, placement, device, sampler):
     assert x.source.gather(ids[:4], out=out) is out and torch.equal(out.cpu(), want[ids[:4]])
     with pytest.raises(IndexError):
         x[torch.tensor([3, 300])]
-    loader = MinibatchLoader(ds, "train", [5, 5], batch_size=64, device=device, sampler=sampler, features=x.source)
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        SamplingOptions(fanouts=[5, 5], sampler=sampler),
+        BatchOptions(batch_size=64),
+        device=device,
+        features=x.source,
+    )
     for mb in loader:
         assert {t.device for t in _tensors(mb)} == {gpu}
         assert torch.equal(mb.y.cpu(), ds.labels[mb.seeds.cpu()])

@@ -11,6 +11,7 @@ import torch
 from gnnsys.datasets import PrepareOptions
 from gnnsys.feature_source import FeatureSource
 from gnnsys.loader import MinibatchLoader
+from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
 
 
 def live_stage_threads():
@@ -49,7 +50,7 @@ def same_batches(a, b):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_batches_carry_features_labels_and_timings(make_dataset, dtype):
     ds, _ = make_dataset(num_nodes=80, num_edges=600, options=PrepareOptions(dtype=dtype, progress=False))
-    loader = MinibatchLoader(ds, "train", [4, 3], batch_size=16)
+    loader = MinibatchLoader(ds, "train", SamplingOptions(fanouts=[4, 3]), BatchOptions(batch_size=16))
     batches = list(loader)
     assert len(batches) == len(loader) == -(-ds.split("train").numel() // 16)
     assert torch.equal(torch.cat([mb.seeds for mb in batches]).sort().values, ds.split("train").sort().values)
@@ -64,7 +65,9 @@ def test_batches_carry_features_labels_and_timings(make_dataset, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_feature_buffers_are_reused_only_when_released(make_dataset, dtype):
     ds, _ = make_dataset(num_nodes=200, num_edges=1500, options=PrepareOptions(dtype=dtype, progress=False))
-    loader = MinibatchLoader(ds, "train", [4, 4], batch_size=8, prefetch=2)
+    loader = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[4, 4]), BatchOptions(batch_size=8), PipelineOptions(prefetch=2)
+    )
     held = list(loader)  # every batch kept: no buffer may be shared
     assert len({mb.x.data_ptr() for mb in held}) == len(held)
     assert all(torch.equal(mb.x, ds.features[mb.input_nodes].float()) for mb in held)
@@ -78,7 +81,12 @@ def test_feature_buffers_are_reused_only_when_released(make_dataset, dtype):
 
 def test_split_as_ids_and_drop_last(make_dataset):
     ds, _ = make_dataset(num_nodes=50, num_edges=300)
-    loader = MinibatchLoader(ds, torch.arange(0, 50, 2), [2], batch_size=10, drop_last=True, shuffle=False)
+    loader = MinibatchLoader(
+        ds,
+        torch.arange(0, 50, 2),
+        SamplingOptions(fanouts=[2]),
+        BatchOptions(batch_size=10, drop_last=True, shuffle=False),
+    )
     assert len(loader) == 2
     assert [mb.seeds.tolist() for mb in loader] == [list(range(0, 20, 2)), list(range(20, 40, 2))]
 
@@ -86,13 +94,24 @@ def test_split_as_ids_and_drop_last(make_dataset):
 @pytest.mark.parametrize("prefetch, num_workers", [(1, 1), (3, 2), (8, 2)])
 def test_pipelined_equals_synchronous(make_dataset, prefetch, num_workers):
     ds, _ = make_dataset(num_nodes=120, num_edges=1500)
-    make = lambda **kw: MinibatchLoader(ds, "train", [5, 3], batch_size=8, seed=4, epoch=2, **kw)  # noqa: E731
+
+    def make(**pipeline):
+        loader = MinibatchLoader(
+            ds,
+            "train",
+            SamplingOptions(fanouts=[5, 3]),
+            BatchOptions(batch_size=8, seed=4),
+            PipelineOptions(**pipeline),
+        )
+        loader.set_epoch(2)
+        return loader
+
     same_batches(list(make(prefetch=0)), list(make(prefetch=prefetch, num_workers=num_workers)))
 
 
 def test_set_epoch_changes_shuffle_and_samples_reproducibly(make_dataset):
     ds, _ = make_dataset(num_nodes=120, num_edges=1500)
-    loader = MinibatchLoader(ds, "train", [5, 3], batch_size=8)
+    loader = MinibatchLoader(ds, "train", SamplingOptions(fanouts=[5, 3]), BatchOptions(batch_size=8))
     first = list(loader)
     loader.set_epoch(1)
     second = list(loader)
@@ -104,7 +123,13 @@ def test_set_epoch_changes_shuffle_and_samples_reproducibly(make_dataset):
 def test_prefetch_bounds_batches_in_flight(make_dataset):
     ds, _ = make_dataset(num_nodes=200, num_edges=1500)
     prefetch = 2
-    loader = MinibatchLoader(ds, "train", [3], batch_size=10, prefetch=prefetch, num_workers=2)
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        SamplingOptions(fanouts=[3]),
+        BatchOptions(batch_size=10),
+        PipelineOptions(prefetch=prefetch, num_workers=2),
+    )
     loader.sampler = counter = CountingSampler(loader.sampler)
     n = len(loader)
     for i, _ in enumerate(loader):
@@ -119,7 +144,9 @@ def test_prefetch_bounds_batches_in_flight(make_dataset):
 @pytest.mark.parametrize("stage", ["sample", "gather"])
 def test_stage_error_reraises_with_its_traceback(make_dataset, monkeypatch, stage):
     ds, _ = make_dataset(num_nodes=120, num_edges=800)
-    loader = MinibatchLoader(ds, "train", [3], batch_size=8, prefetch=2)
+    loader = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[3]), BatchOptions(batch_size=8), PipelineOptions(prefetch=2)
+    )
     if stage == "sample":
         loader.sampler = CountingSampler(loader.sampler, fail_at=2)
     else:
@@ -146,7 +173,13 @@ def test_stage_error_reraises_with_its_traceback(make_dataset, monkeypatch, stag
 @pytest.mark.parametrize("leave", ["break", "close", "del", "interrupt"])
 def test_leaving_early_stops_every_thread(make_dataset, leave):
     ds, _ = make_dataset(num_nodes=300, num_edges=3000)
-    loader = MinibatchLoader(ds, "train", [5, 5], batch_size=4, prefetch=3, num_workers=2)
+    loader = MinibatchLoader(
+        ds,
+        "train",
+        SamplingOptions(fanouts=[5, 5]),
+        BatchOptions(batch_size=4),
+        PipelineOptions(prefetch=3, num_workers=2),
+    )
     it = iter(loader)
     next(it)
     assert live_stage_threads()
@@ -167,21 +200,40 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
 
 
 @pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: PipelineOptions(prefetch=-1), "prefetch"),
+        (lambda: PipelineOptions(num_workers=0), "num_workers"),
+        (lambda: PipelineOptions(lookahead=-1), "lookahead"),
+        (lambda: SamplingOptions(), "needs fanouts"),
+        (lambda: SamplingOptions(sampler=object(), fanouts=[2]), "belong to the sampler object"),
+    ],
+)
+def test_bad_loader_options(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+@pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(prefetch=-1), "prefetch"),
-        (dict(num_workers=0), "num_workers"),
-        (dict(batch_size=0), "batch_size"),
-        (dict(epoch=-1), "epoch"),
-        (dict(lookahead=-1), "lookahead"),
-        (dict(lookahead=2), "stack with a cache"),
-        (dict(rank=2, world_size=2), "rank"),
+        (dict(batches=BatchOptions(batch_size=0)), "batch_size"),
+        (dict(pipeline=PipelineOptions(lookahead=2)), "stack with a cache"),
+        (dict(batches=BatchOptions(rank=2, world_size=2)), "rank"),
+        (dict(sampling=SamplingOptions(fanouts=[2], method="poisson")), "sampling must be one of"),
     ],
 )
 def test_bad_loader_arguments(make_dataset, kwargs, match):
     ds, _ = make_dataset()
+    kwargs.setdefault("sampling", SamplingOptions(fanouts=[2]))
     with pytest.raises(ValueError, match=match):
-        MinibatchLoader(ds, "train", [2], **kwargs)
+        MinibatchLoader(ds, "train", **kwargs)
+
+
+def test_bad_epoch(make_dataset):
+    ds, _ = make_dataset()
+    with pytest.raises(ValueError, match="epoch"):
+        MinibatchLoader(ds, "train", SamplingOptions(fanouts=[2])).set_epoch(-1)
 
 
 class HalvedFeatures:
@@ -204,9 +256,16 @@ def test_sampler_object_and_feature_source_are_used(make_dataset):
     ds, _ = make_dataset()
     sampler = CountingSampler(NeighborSampler(ds.indptr, ds.indices, [3, 2], seed=7))
     loader = MinibatchLoader(
-        ds, "train", batch_size=8, prefetch=2, seed=7, sampler=sampler, features=HalvedFeatures(ds.features)
+        ds,
+        "train",
+        SamplingOptions(sampler=sampler),
+        BatchOptions(batch_size=8, seed=7),
+        PipelineOptions(prefetch=2),
+        features=HalvedFeatures(ds.features),
     )
-    by_name = MinibatchLoader(ds, "train", [3, 2], batch_size=8, prefetch=0, seed=7)
+    by_name = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[3, 2]), BatchOptions(batch_size=8, seed=7), PipelineOptions(prefetch=0)
+    )
     batches = list(loader)
     assert sampler.calls == len(batches) == len(by_name)
     for mb, ref in zip(batches, by_name):
@@ -219,7 +278,9 @@ def test_sampler_object_refuses_sampling_arguments(make_dataset):
 
     ds, _ = make_dataset()
     with pytest.raises(ValueError, match="belong to the sampler object"):
-        MinibatchLoader(ds, "train", [3, 2], sampler=NeighborSampler(ds.indptr, ds.indices, [3, 2]))
+        MinibatchLoader(
+            ds, "train", SamplingOptions(fanouts=[3, 2], sampler=NeighborSampler(ds.indptr, ds.indices, [3, 2]))
+        )
 
 
 class WindowRecorder(HalvedFeatures, FeatureSource):
@@ -247,30 +308,52 @@ def test_lookahead_window_precedes_each_gather(make_dataset, prefetch, num_worke
     loader = MinibatchLoader(
         ds,
         "train",
-        [4, 2],
-        batch_size=8,
-        seed=3,
-        prefetch=prefetch,
-        num_workers=num_workers,
+        SamplingOptions(fanouts=[4, 2]),
+        BatchOptions(batch_size=8, seed=3),
+        PipelineOptions(prefetch=prefetch, num_workers=num_workers, lookahead=lookahead),
         features=source,
-        lookahead=lookahead,
     )
     batches = [mb.input_nodes.tolist() for mb in loader]
     windows, gathers = source.log[0::2], source.log[1::2]
     assert [g for _, g in gathers] == batches and all(kind == "window" for kind, _ in windows)
     for j, (_, window) in enumerate(windows):  # the next `lookahead` batches, fewer at the end of the epoch
         assert window == batches[j + 1 : j + 1 + lookahead]
-    reference = MinibatchLoader(ds, "train", [4, 2], batch_size=8, seed=3, prefetch=0)
+    reference = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[4, 2]), BatchOptions(batch_size=8, seed=3), PipelineOptions(prefetch=0)
+    )
     for mb, ref in zip(loader, reference, strict=True):  # the window changes no batch
         assert torch.equal(mb.input_nodes, ref.input_nodes) and torch.equal(mb.x, ref.x / 2)
 
 
 def test_ranks_iterate_disjoint_equal_shares_of_the_epoch(make_dataset):
     ds, _ = make_dataset(num_nodes=120, num_edges=1500)
-    make = lambda **kw: MinibatchLoader(ds, "train", [3], batch_size=4, seed=5, epoch=1, prefetch=0, **kw)  # noqa: E731
+
+    def make(**shard):
+        batches = BatchOptions(batch_size=4, seed=5, **shard)
+        loader = MinibatchLoader(ds, "train", SamplingOptions(fanouts=[3]), batches, PipelineOptions(prefetch=0))
+        loader.set_epoch(1)
+        return loader
+
     shares = [torch.cat([mb.seeds for mb in make(rank=r, world_size=3)]) for r in range(3)]
     whole = torch.cat([mb.seeds for mb in make()])
     assert len({len(make(rank=r, world_size=3)) for r in range(3)}) == 1
     assert all(s.shape[0] == whole.shape[0] // 3 for s in shares)
     union = torch.cat(shares)
     assert union.unique().shape[0] == union.shape[0] and set(union.tolist()) <= set(whole.tolist())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_buffer_pool_reuses_a_buffer_only_once_nothing_refers_to_it(dtype):
+    from gnnsys.loader import _BufferPool
+
+    pool = _BufferPool(dim=3, dtype=dtype, capacity=2)
+    first = pool.take(4)
+    assert first.shape == (4, 3) and first.dtype == dtype
+    address = first.data_ptr()
+    kept = first[1:].t()  # a view keeps the memory in use after the batch itself is gone
+    del first
+    second = pool.take(4)
+    assert second.data_ptr() != address
+    del kept, second
+    assert pool.take(2).data_ptr() == address  # free again, and big enough
+    assert pool.take(100).shape == (100, 3)  # too small: a bigger one
