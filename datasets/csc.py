@@ -41,7 +41,13 @@ class EdgeStream:
     """The edges of `edge_chunks` as the CSC will hold them: int64 (src, dst)
     chunks with self-loops dropped (`drop_self_loops`), every edge's reverse
     added (`to_undirected`) and ids renamed by `inverse` (new id of each old
-    one) when set. `in_degrees()` is the checking, counting pass."""
+    one) when set. `in_degrees()` is the checking, counting pass.
+
+    With `edge_rows` (the number of edge-feature rows) every edge carries the
+    row of its features and chunks are (src, dst, row): the third array of a
+    source chunk, else the edge's position in the stream; a reverse edge
+    shares its edge's row.
+    """
 
     def __init__(
         self,
@@ -53,31 +59,55 @@ class EdgeStream:
         drop_self_loops: bool = False,
         progress=None,
         expected: int | None = None,
+        edge_rows: int | None = None,
+        edge_row_file: str = "edge features",
     ):
         self.edge_chunks, self.num_nodes, self.file = edge_chunks, num_nodes, file
         self.expected = expected  # edges the source says it holds (for progress bars), if it knows
         self.to_undirected, self.drop_self_loops = to_undirected, drop_self_loops
         self.progress = progress
         self.inverse = None
+        self.edge_rows, self.edge_row_file = edge_rows, edge_row_file
 
-    def _transformed(self, src, dst):
+    @property
+    def carries_rows(self) -> bool:
+        """Whether every edge carries the row of its features."""
+        return self.edge_rows is not None
+
+    def _source(self):
+        """The source's chunks as int64 (src, dst, rows), rows None unless carried."""
+        position = 0
+        for chunk in self.edge_chunks():
+            src, dst = np.asarray(chunk[0]), np.asarray(chunk[1])
+            rows = None
+            if self.carries_rows:
+                given = len(chunk) > 2
+                rows = np.asarray(chunk[2], np.int64) if given else np.arange(position, position + src.shape[0])
+            position += src.shape[0]
+            yield src, dst, rows
+
+    def _transformed(self, src, dst, rows):
         if self.drop_self_loops:
             keep = src != dst
             src, dst = src[keep], dst[keep]
+            rows = rows[keep] if rows is not None else None
         if self.inverse is not None:
             src, dst = self.inverse[src], self.inverse[dst]
         if self.to_undirected:
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        return src, dst
+            rows = np.concatenate([rows, rows]) if rows is not None else None
+        return src, dst, rows
 
     def in_degrees(self, counts: np.ndarray | None = None) -> np.ndarray:
         """int64 in-degree of every node (before any renaming), into `counts`
         when given; raises DatasetError naming the file and row of the first
-        id out of range."""
+        id out of range (or, carrying rows, of an edge without a feature row)."""
         counts = np.zeros(self.num_nodes, np.int64) if counts is None else counts
         row = 0
-        for src, dst in self.edge_chunks():
-            src, dst = check_edge_ids(np.asarray(src), np.asarray(dst), self.num_nodes, self.file, row)
+        for src, dst, rows in self._source():
+            src, dst = check_edge_ids(src, dst, self.num_nodes, self.file, row)
+            if rows is not None:
+                self._check_rows(rows, row)
             row += src.shape[0]
             if self.progress:
                 self.progress(src.shape[0])
@@ -89,10 +119,19 @@ class EdgeStream:
                 count_ids(src, counts)
         return counts
 
+    def _check_rows(self, rows, first_row: int):
+        bad = np.flatnonzero((rows < 0) | (rows >= self.edge_rows))
+        if bad.size:
+            raise DatasetError(
+                self.edge_row_file,
+                f"has {self.edge_rows} rows, but edge {first_row + int(bad[0])} of {self.file} "
+                f"needs row {int(rows[bad[0]])}: one feature row per edge is expected",
+            )
+
     def __iter__(self):
-        for src, dst in self.edge_chunks():
-            src, dst = self._transformed(np.asarray(src, np.int64), np.asarray(dst, np.int64))
-            yield src, dst
+        for src, dst, rows in self._source():
+            src, dst, rows = self._transformed(np.asarray(src, np.int64), np.asarray(dst, np.int64), rows)
+            yield (src, dst, rows) if rows is not None else (src, dst)
             if self.progress:
                 self.progress(src.shape[0])
 
@@ -120,6 +159,32 @@ def scatter_edges(src, dst, lo, cursor, end, lists):
         lists[cursor[d]] = src[e]
         cursor[d] += 1
     return True
+
+
+@numba.njit(nogil=True, cache=True)
+def scatter_edges_with_rows(src, dst, rows, lo, cursor, end, lists, list_rows):
+    """scatter_edges that also places each edge's feature row in `list_rows`."""
+    for e in range(src.shape[0]):
+        d = dst[e] - lo
+        if cursor[d] >= end[d]:
+            return False
+        lists[cursor[d]] = src[e]
+        list_rows[cursor[d]] = rows[e]
+        cursor[d] += 1
+    return True
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def sort_lists_with_rows(indptr, indices, rows):
+    """Sort each node's list by (source, feature row), moving `rows` with `indices`:
+    the order is a function of the edges alone, however they arrived."""
+    for v in numba.prange(indptr.shape[0] - 1):
+        a, b = indptr[v], indptr[v + 1]
+        by_row = np.argsort(rows[a:b], kind="mergesort")
+        srcs = indices[a:b][by_row]
+        by_src = np.argsort(srcs, kind="mergesort")
+        indices[a:b] = srcs[by_src]
+        rows[a:b] = rows[a:b][by_row][by_src]
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

@@ -8,6 +8,12 @@ to its bucket's spill file (a bucketed counting sort, sequential writes
 only); then each bucket's file is read back, scattered into its lists, sorted,
 deduplicated when asked, appended to indices.npy and deleted. indices.npy is
 written front to back and hashed as it is written.
+
+When the edge stream carries each edge's feature row (EdgeStream.edge_rows),
+the rows travel with the sources through the scatter, the spill files (one
+beside each bucket's) and the sort, and are written in CSC order to a scratch
+file (CSCFiles.edge_rows_file, int64) for the writer to gather the edge
+features by; both builds give the same bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +27,15 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .atomic import sha256_file
-from .csc import EdgeStream, dedup_lists, index_dtype, scatter_edges, sort_lists
+from .csc import (
+    EdgeStream,
+    dedup_lists,
+    index_dtype,
+    scatter_edges,
+    scatter_edges_with_rows,
+    sort_lists,
+    sort_lists_with_rows,
+)
 from .host_memory import anonymous_bytes
 from .output_file import OutputFile, npy_header, write_error, write_npy
 
@@ -29,19 +43,24 @@ CHUNK_MARGIN = 512 << 20  # one source chunk and its transformed copies in fligh
 SPILL_PIECE = 1 << 23  # edges read back from a spill file at a time
 SPILL_BUFFER = 1 << 20  # bytes buffered per open spill file
 NODE_BYTES = 17  # a bucket's bytes per node: its list bounds and cursor (int64 each), a bool of the final check
+ROW_BYTES = 24  # a carried edge-feature row per edge: int64 in the list, and the sort's two int64 permutations
+EDGE_ROWS_FILE = ".edge-rows.bin"
 
 
 @dataclass
 class CSCFiles:
     """What write_csc wrote: the final indptr (int64, in memory), the node
     order when relabelled by degree (new id -> old id), each file's sha256,
-    the bucket count and the bytes spilled to scratch files."""
+    the bucket count, the bytes spilled to scratch files, and the scratch
+    file of each edge's feature row in CSC order (int64; None unless the
+    stream carries rows)."""
 
     indptr: np.ndarray
     order: np.ndarray | None
     checksums: dict
     buckets: int
     spill_bytes: int
+    edge_rows_file: Path | None = None
 
 
 def plan_buckets(indptr: np.ndarray, itemsize: int, budget: int) -> list[tuple[int, int]]:
@@ -72,10 +91,11 @@ def plan_buckets(indptr: np.ndarray, itemsize: int, budget: int) -> list[tuple[i
 
 
 @numba.njit(nogil=True, cache=True)
-def _group_by_bucket(src, dst, bounds, out):
+def _group_by_bucket(src, dst, rows, bounds, out, out_rows):
     """Counting sort of the edges by bucket (bounds[k] <= dst < bounds[k + 1]):
-    out holds (src, dst) pairs bucket after bucket; returns each bucket's start
-    in pairs (len(bounds))."""
+    out holds (src, dst) pairs bucket after bucket, and out_rows the edges'
+    `rows` in the same order (when rows is not empty); returns each bucket's
+    start in pairs (len(bounds))."""
     nb = bounds.shape[0] - 1
     bucket = np.empty(src.shape[0], np.int32)
     starts = np.zeros(nb + 1, np.int64)
@@ -90,37 +110,51 @@ def _group_by_bucket(src, dst, bounds, out):
         p = cursor[bucket[e]]
         out[2 * p] = src[e]
         out[2 * p + 1] = dst[e]
+        if rows.shape[0]:
+            out_rows[p] = rows[e]
         cursor[bucket[e]] += 1
     return starts
 
 
 class _Spill:
-    """One scratch file per bucket, appended to with buffered writes."""
+    """One scratch file per bucket, appended to with buffered writes; with
+    `rows`, a second file per bucket holding each edge's feature row."""
 
-    def __init__(self, directory: Path, buckets, dtype):
+    def __init__(self, directory: Path, buckets, dtype, rows: bool = False):
         self.paths = [directory / f".spill-{k}.bin" for k in range(len(buckets))]
+        self.row_paths = [directory / f".spill-{k}.rows.bin" for k in range(len(buckets))] if rows else []
         self.bounds = np.array([b[0] for b in buckets] + [buckets[-1][1]], np.int64)
         self.dtype = np.dtype(dtype)
         self.bytes = 0
+        self.files = []
         try:
-            self.files = [open(p, "wb", buffering=SPILL_BUFFER) for p in self.paths]
+            for p in self.paths + self.row_paths:
+                self.files.append(open(p, "wb", buffering=SPILL_BUFFER))
         except OSError as e:
+            self.discard()
             raise write_error(directory, e) from None
 
-    def add(self, src, dst):
+    def _append(self, k: int, data):
+        try:
+            self.files[k].write(data)
+        except OSError as e:
+            raise write_error((self.paths + self.row_paths)[k], e) from None
+
+    def add(self, src, dst, rows=None):
         out = np.empty(2 * src.shape[0], self.dtype)
-        starts = _group_by_bucket(src, dst, self.bounds, out)
-        for k, f in enumerate(self.files):
-            part = out[2 * starts[k] : 2 * starts[k + 1]]
-            if part.size:
-                try:
-                    f.write(part.data)
-                except OSError as e:
-                    raise write_error(self.paths[k], e) from None
-        self.bytes += out.nbytes
+        out_rows = np.empty(src.shape[0] if rows is not None else 0, np.int64)
+        given = rows if rows is not None else np.empty(0, np.int64)
+        starts = _group_by_bucket(src, dst, given, self.bounds, out, out_rows)
+        buckets = len(self.paths)
+        for k in range(buckets):
+            if starts[k + 1] > starts[k]:
+                self._append(k, out[2 * starts[k] : 2 * starts[k + 1]].data)
+                if rows is not None:
+                    self._append(buckets + k, out_rows[starts[k] : starts[k + 1]].data)
+        self.bytes += out.nbytes + out_rows.nbytes
 
     def finish(self):
-        for p, f in zip(self.paths, self.files):
+        for p, f in zip(self.paths + self.row_paths, self.files):
             try:
                 f.close()
             except OSError as e:
@@ -128,17 +162,36 @@ class _Spill:
 
     def pieces(self, k: int):
         """The (src, dst) edges of bucket k (strided views of the pairs read),
-        SPILL_PIECE at a time; the file is deleted after."""
-        with open(self.paths[k], "rb") as f:
-            while (pairs := np.fromfile(f, self.dtype, 2 * SPILL_PIECE)).size:
-                yield pairs[0::2], pairs[1::2]
-        self.paths[k].unlink()
+        as (src, dst, rows) when rows were spilled, SPILL_PIECE at a time;
+        the files are deleted after."""
+        rows = open(self.row_paths[k], "rb") if self.row_paths else None
+        try:
+            with open(self.paths[k], "rb") as f:
+                while (pairs := np.fromfile(f, self.dtype, 2 * SPILL_PIECE)).size:
+                    if rows is None:
+                        yield pairs[0::2], pairs[1::2]
+                    else:
+                        yield pairs[0::2], pairs[1::2], np.fromfile(rows, np.int64, pairs.size // 2)
+        finally:
+            if rows is not None:
+                rows.close()
+        for p in [self.paths[k], *self.row_paths[k : k + 1]]:
+            p.unlink()
 
     def discard(self):
-        for p, f in zip(self.paths, self.files):
+        for f in self.files:
             if not f.closed:
                 f.close()
+        for p in self.paths + self.row_paths:
             p.unlink(missing_ok=True)
+
+
+def check_dedup(dedup: bool, carries_rows: bool):
+    """DatasetError("--dedup") when repeated edges carrying edge features would be merged."""
+    if dedup and carries_rows:
+        raise DatasetError(
+            "--dedup", "cannot merge repeated edges that carry edge features (their features may differ)"
+        )
 
 
 def _degree_order(degree: np.ndarray) -> np.ndarray:
@@ -165,10 +218,13 @@ def write_csc(
     `reorder` renames nodes by in-degree, hottest first; `dedup` removes
     repeated edges. `check_space(scratch_bytes, indices_bytes)` is called
     before the first byte is written. `bar(phase, total)` returns a progress
-    callback for each pass.
+    callback for each pass. When `edges` carries feature rows, they are
+    written in CSC order to directory/EDGE_ROWS_FILE (not with `dedup`,
+    which would merge edges of different features).
     """
     directory = Path(directory)
     bar = bar or (lambda phase, total: None)
+    check_dedup(dedup, edges.carries_rows)
     n = edges.num_nodes
     dtype = np.dtype(index_dtype(n))
     edges.progress = bar("count edges", edges.expected)
@@ -193,55 +249,73 @@ def write_csc(
                 f"{held / 1e9:.2f} GB (the input's arrays, the in-degrees and one chunk of edges "
                 "in flight) before any neighbour list",
             )
-        buckets = plan_buckets(indptr, dtype.itemsize, mem_limit - held)
-    spill_bytes = 2 * total * dtype.itemsize if len(buckets) > 1 else 0
+        edge_bytes = dtype.itemsize + (ROW_BYTES if edges.carries_rows else 0)
+        buckets = plan_buckets(indptr, edge_bytes, mem_limit - held)
+    row_bytes = 8 * total if edges.carries_rows else 0
+    spill_bytes = 2 * total * dtype.itemsize + row_bytes if len(buckets) > 1 else 0
     header = npy_header(dtype, total)
     if check_space:
-        check_space(spill_bytes, len(header) + total * dtype.itemsize)
+        check_space(spill_bytes + row_bytes, len(header) + total * dtype.itemsize)
     out = OutputFile(directory / "indices.npy", len(header) + total * dtype.itemsize)
+    rows_out = OutputFile(directory / EDGE_ROWS_FILE, row_bytes) if edges.carries_rows else None
     spill = None
     try:
         out.write(header)
         counts = np.empty(n, np.int64) if dedup else None
         if len(buckets) == 1:
             edges.progress = bar("place edges", total)
-            _emit(out, indptr, 0, n, iter(edges), counts, edges)
+            _emit(out, rows_out, indptr, 0, n, iter(edges), counts, edges)
         else:
-            spill = _Spill(directory, buckets, dtype)
+            spill = _Spill(directory, buckets, dtype, rows=edges.carries_rows)
             edges.progress = bar("spill edges", total)
-            for src, dst in edges:
-                spill.add(src, dst)
+            for chunk in edges:
+                spill.add(*chunk)
             spill.finish()
             progress = bar("sort buckets", len(buckets))
             for k, (lo, hi) in enumerate(buckets):
-                _emit(out, indptr, lo, hi, spill.pieces(k), counts, edges)
+                _emit(out, rows_out, indptr, lo, hi, spill.pieces(k), counts, edges)
                 if progress:
                     progress(1)
         digest = out.close()  # truncated to what was written: deduplicated lists end early
+        if rows_out is not None:
+            rows_out.close()
     except BaseException:
         if spill is not None:
             spill.discard()
         out.abandon()
+        if rows_out is not None:
+            rows_out.abandon()
         raise
     if dedup:
         indptr[1:] = np.cumsum(counts)
         digest = _rewrite_count(directory / "indices.npy", dtype, int(indptr[-1]), len(header))
     checksums = {"indices.npy": digest, "indptr.npy": write_npy(directory / "indptr.npy", indptr)}
-    return CSCFiles(indptr, order, checksums, len(buckets), spill_bytes)
+    rows_file = directory / EDGE_ROWS_FILE if edges.carries_rows else None
+    return CSCFiles(indptr, order, checksums, len(buckets), spill_bytes, rows_file)
 
 
-def _emit(out: OutputFile, indptr, lo: int, hi: int, pieces, counts, edges: EdgeStream):
+def _emit(out: OutputFile, rows_out, indptr, lo: int, hi: int, pieces, counts, edges: EdgeStream):
     """Scatter the edges of nodes [lo, hi) into their lists, sort them (and
-    deduplicate into counts[lo:hi]) and append them to `out`."""
+    deduplicate into counts[lo:hi]) and append them to `out`; with `rows_out`
+    the pieces are (src, dst, rows) and the rows, in list order, go there."""
     local = indptr[lo : hi + 1] - indptr[lo]
     lists = np.empty(int(local[-1]), index_dtype(edges.num_nodes))
+    list_rows = np.empty(lists.shape[0] if rows_out is not None else 0, np.int64)
     cursor = local[:-1].copy()
-    for src, dst in pieces:
-        if not scatter_edges(src, dst, lo, cursor, local[1:], lists):
+    for piece in pieces:
+        if rows_out is None:
+            placed = scatter_edges(*piece, lo, cursor, local[1:], lists)
+        else:
+            placed = scatter_edges_with_rows(*piece, lo, cursor, local[1:], lists, list_rows)
+        if not placed:
             raise edges.changed()
     if not np.array_equal(cursor, local[1:]):
         raise edges.changed()
-    sort_lists(local, lists)
+    if rows_out is None:
+        sort_lists(local, lists)
+    else:
+        sort_lists_with_rows(local, lists, list_rows)
+        rows_out.write(list_rows)
     size = dedup_lists(local, lists, counts[lo:hi]) if counts is not None else lists.shape[0]
     out.write(lists[:size])
 

@@ -22,14 +22,30 @@ class Dataset:
     `features` is a RowTable (memory-mapped or in memory; a 2-D tensor is
     copied into one): `features[ids]` gives the exact stored values and it is
     the bottom FeatureSource of every placement (gnnsys.storage); `labels` is
-    int64 with -1 for unlabelled nodes; `split(name)` gives the ids of
-    train/valid/test. Training never modifies a Dataset. The arrays'
+    int64 with -1 for unlabelled nodes, or for a multi-label task (`task`
+    "multilabel") [N, tasks] int8 of 0/1 with -1 for an entry without a
+    label, num_classes then being the task count (one output per task);
+    `edge_features` (None, or a RowTable of one row per stored edge, in CSC
+    order: row i belongs to the edge at indices[i]); `split(name)` gives the
+    ids of train/valid/test. Training never modifies a Dataset. The arrays'
     invariants (datasets.invariants.check_dataset) are checked when it is
     made: DatasetError names the array, or its file when loaded from `path`.
     """
 
     def __init__(
-        self, *, name, indptr, indices, features, labels, splits, num_classes, meta=None, path=None, order=None
+        self,
+        *,
+        name,
+        indptr,
+        indices,
+        features,
+        labels,
+        splits,
+        num_classes,
+        meta=None,
+        path=None,
+        order=None,
+        edge_features=None,
     ):
         self.name = name
         self.indptr = indptr
@@ -41,6 +57,7 @@ class Dataset:
         self.meta = meta or {}
         self.path = path
         self.order = order
+        self.edge_features = edge_features
         check_dataset(self)
 
     @property
@@ -54,6 +71,11 @@ class Dataset:
     @property
     def num_features(self) -> int:
         return self.features.shape[1]
+
+    @property
+    def task(self) -> str:
+        """ "multilabel" when each node has a row of binary task labels, else "multiclass"."""
+        return "multilabel" if self.labels.dim() == 2 else "multiclass"
 
     def split(self, name: str) -> torch.Tensor:
         """Node ids of split `name` ("train", "valid" or "test")."""
@@ -75,7 +97,7 @@ class Dataset:
     @classmethod
     def from_pyg(cls, data, name: str = "pyg") -> Dataset:
         """An in-memory Dataset from a torch_geometric `Data` with x, y,
-        edge_index and train/val/test masks (or *_idx tensors)."""
+        edge_index and train/val/test masks (or `*_idx` tensors)."""
         from .csc import build_csc
         from .source import array_edge_chunks
 
@@ -125,17 +147,21 @@ def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
     return arr.astype(arr.dtype.newbyteorder("="), copy=False)
 
 
-def open_features(path, meta):
-    """The memory-mapped feature rows of a prepared dataset as a RowTable;
-    DatasetError unless features.bin is a regular file of num_nodes x
-    row_stride bytes that can be read."""
-    f = meta["features"]
+def open_features(path, meta, section: str = "features"):
+    """The memory-mapped rows of a prepared dataset's features (or, with
+    `section` "edge_features", its edge features) as a RowTable; DatasetError
+    unless the file is a regular file of num_nodes (num_edges) x row_stride
+    bytes that can be read."""
+    f = meta[section]
+    count = meta["num_nodes"] if section == "features" else meta["num_edges"]
     file = Path(path) / f["file"]
     size = regular_file_size(file)
-    if size != meta["num_nodes"] * f["row_stride"]:
-        raise DatasetError(file, f"size {size} bytes, expected {meta['num_nodes']} rows x {f['row_stride']}")
+    if size != count * f["row_stride"]:
+        raise DatasetError(file, f"size {size} bytes, expected {count} rows x {f['row_stride']}")
+    if count == 0:
+        return RowTable(np.zeros((0, f["row_stride"]), np.uint8), f["dim"], DTYPES[f["dtype"]])
     with naming(file, "read"):
-        rows = open_rows(file, meta["num_nodes"], f["row_stride"])
+        rows = open_rows(file, count, f["row_stride"])
     return RowTable(rows, f["dim"], DTYPES[f["dtype"]])
 
 
@@ -164,6 +190,7 @@ def load_dataset(path) -> Dataset:
         labels=tensor(meta["labels"]["file"]),
         splits={name: tensor(meta["splits"][name]) for name in SPLITS},
         order=tensor(meta["order"]) if meta.get("order") else None,
+        edge_features=open_features(path, meta, "edge_features") if "edge_features" in meta else None,
         num_classes=meta["labels"]["num_classes"],
         meta=meta,
         path=path,

@@ -41,6 +41,16 @@ def encode_rows(chunk: np.ndarray, dtype: str) -> np.ndarray:
     return t.view(torch.uint8).numpy().reshape(chunk.shape[0], -1)
 
 
+def encoded_rows(chunk: np.ndarray, dtype: str, stride: int) -> np.ndarray:
+    """Float rows as [rows, stride] uint8: their bytes in `dtype`, zero-padded to `stride`."""
+    rows = encode_rows(chunk, dtype)
+    if stride == rows.shape[1]:
+        return rows
+    padded = np.zeros((chunk.shape[0], stride), np.uint8)
+    padded[:, : rows.shape[1]] = rows
+    return padded
+
+
 def decode_rows(raw: np.ndarray, dim: int, dtype: str) -> torch.Tensor:
     """[rows, stride] uint8 rows -> a [rows, dim] tensor of `dtype` (exact values)."""
     torch_dtype = DTYPES[dtype]

@@ -22,7 +22,12 @@ def summarize(path) -> dict:
     degree = np.diff(ds.indptr.numpy())
     labels = ds.labels.numpy()
     n_cls = ds.num_classes
-    counts = np.bincount(labels[labels >= 0], minlength=n_cls)
+    if ds.task == "multilabel":  # counts: the positives of each task
+        counts = (labels == 1).sum(axis=0)
+        known = (labels >= 0).sum(axis=0)
+    else:
+        counts = np.bincount(labels[labels >= 0], minlength=n_cls)
+        known = None
     splits = {s: int(ds.split(s).shape[0]) for s in SPLITS}
     return {
         "name": meta["name"],
@@ -36,7 +41,14 @@ def summarize(path) -> dict:
         },
         "features": meta["features"],
         "splits": splits,
-        "classes": {"num_classes": n_cls, "counts": counts.tolist(), "unlabelled": int((labels < 0).sum())},
+        "classes": {
+            "num_classes": n_cls,
+            "task": ds.task,
+            "counts": counts.tolist(),
+            "unlabelled": int((labels < 0).sum()),
+            **({"labelled": known.tolist()} if known is not None else {}),
+        },
+        **({"edge_features": meta["edge_features"]} if "edge_features" in meta else {}),
         "reordered": bool(meta.get("order")),
         "source": meta.get("source", {}),
     }
@@ -45,10 +57,11 @@ def summarize(path) -> dict:
 def format_summary(s: dict) -> str:
     """The summary as aligned text lines."""
     f, d, c = s["features"], s["in_degree"], s["classes"]
-    total = max(1, sum(c["counts"]))
-    balance = ", ".join(f"{i}:{n / total:.1%}" for i, n in enumerate(c["counts"][:20]))
+    multilabel = c.get("task") == "multilabel"
+    totals = [max(1, k) for k in c["labelled"]] if multilabel else [max(1, sum(c["counts"]))] * len(c["counts"])
+    balance = ", ".join(f"{i}:{n / t:.1%}" for i, (n, t) in enumerate(zip(c["counts"][:20], totals)))
     if len(c["counts"]) > 20:
-        balance += f", ... ({len(c['counts'])} classes)"
+        balance += f", ... ({len(c['counts'])} {'tasks' if multilabel else 'classes'})"
     lines = [
         f"dataset      {s['name']}  ({s['source'].get('kind', '?')})",
         f"nodes        {s['num_nodes']:,}",
@@ -56,10 +69,17 @@ def format_summary(s: dict) -> str:
         f"in-degree    mean {d['mean']:.2f}  median {d['median']:.0f}  max {d['max']:,}  zero {d['zero']:,}",
         f"features     {f['dim']} x {f['dtype']}, row stride {f['row_stride']} B (align {f['align']})",
         "splits       " + "  ".join(f"{k} {v:,}" for k, v in s["splits"].items()),
-        f"classes      {c['num_classes']}  unlabelled {c['unlabelled']:,}",
-        f"balance      {balance}",
+        (
+            f"tasks        {c['num_classes']} binary (multilabel)  unlabelled entries {c['unlabelled']:,}"
+            if multilabel
+            else f"classes      {c['num_classes']}  unlabelled {c['unlabelled']:,}"
+        ),
+        f"{'positives' if multilabel else 'balance':<13}{balance}",
         f"reordered    {'by in-degree (order.npy)' if s['reordered'] else 'no'}",
     ]
+    if "edge_features" in s:
+        e = s["edge_features"]
+        lines.insert(5, f"edge feats   {e['dim']} x {e['dtype']}, row stride {e['row_stride']} B, in CSC order")
     return "\n".join(lines)
 
 
@@ -72,18 +92,23 @@ def _data_files(meta: dict) -> set:
         meta["labels"]["file"],
         *meta["splits"].values(),
     }
+    names |= {meta["edge_features"]["file"]} if "edge_features" in meta else set()
     return names | ({meta["order"]} if meta.get("order") else set())
 
 
-def _padding_problem(path: Path, meta: dict) -> str | None:
-    """What is wrong when a feature row has a non-zero byte after its dim x
-    itemsize bytes (the writer pads with zeros, so meta.json's dtype or dim
-    does not describe the rows), else None. Reads the file in 64 MiB blocks."""
-    f = meta["features"]
+def _padding_problem(path: Path, meta: dict, section: str = "features") -> str | None:
+    """What is wrong when a row of `section` (features or edge_features) has
+    a non-zero byte after its dim x itemsize bytes (the writer pads with
+    zeros, so meta.json's dtype or dim does not describe the rows), else
+    None. Reads the file in 64 MiB blocks."""
+    f = meta[section]
+    count = meta["num_nodes"] if section == "features" else meta["num_edges"]
     body = f["dim"] * DTYPES[f["dtype"]].itemsize
-    rows = open_rows(path / f["file"], meta["num_nodes"], f["row_stride"])
+    if count == 0 or body == f["row_stride"]:
+        return None
+    rows = open_rows(path / f["file"], count, f["row_stride"])
     step = max(1, (64 << 20) // max(f["row_stride"], 1))
-    for lo in range(0, meta["num_nodes"], step):
+    for lo in range(0, count, step):
         bad = np.flatnonzero(rows[lo : lo + step, body:].any(axis=1))
         if bad.size:
             return str(
@@ -122,9 +147,10 @@ def verify(path) -> list[str]:
     except DatasetError as e:
         return problems + [str(e)]
     problems += [f"{path / meta['splits'][s]}: empty split" for s in SPLITS if ds.split(s).numel() == 0]
-    padding = _padding_problem(path, meta)
-    if padding:
-        problems.append(padding)
+    for section in ("features", "edge_features"):
+        padding = _padding_problem(path, meta, section) if section in meta else None
+        if padding:
+            problems.append(padding)
     if ds.order is not None and not np.array_equal(np.sort(ds.order.numpy()), np.arange(ds.num_nodes)):
         problems.append(f"{path / meta['order']}: not a permutation of the node ids")
     return problems

@@ -48,6 +48,7 @@ def files_of(meta: dict, path) -> dict:
         "indices": path / meta["graph"]["indices"],
         "labels": path / meta["labels"]["file"],
         "features": path / meta["features"]["file"],
+        **({"edge_features": path / meta["edge_features"]["file"]} if "edge_features" in meta else {}),
         **{s: path / f for s, f in meta["splits"].items()},
     }
 
@@ -56,9 +57,10 @@ def check_dataset(ds) -> None:
     """Raise DatasetError naming the array (its file when loaded) whose
     invariant fails: indptr int64, starting at 0, never decreasing, ending at
     len(indices); indices int32/int64 in [0, N); labels N integers in
-    [-1, num_classes); features N rows; split ids in [0, N), none repeated
-    or in two splits; the counts in meta.json, when there is one, equal to
-    the arrays'."""
+    [-1, num_classes), or multi-label [N, num_classes] in {-1, 0, 1};
+    features N rows; edge features, when present, one row per edge; split
+    ids in [0, N), none repeated or in two splits; the counts in meta.json,
+    when there is one, equal to the arrays'."""
     file = files_of(ds.meta, ds.path)
     indptr = _vector(ds.indptr, file["indptr"], (torch.int64,))
     indices = _vector(ds.indices, file["indices"], (torch.int32, torch.int64))
@@ -78,12 +80,13 @@ def check_dataset(ds) -> None:
             file["indices"], f"holds {indices.shape[0]} ids, meta.json says {ds.meta['num_edges']} edges"
         )
     _in_range(indices, 0, n, file["indices"], "node id")
-    labels = _vector(ds.labels, file["labels"])
-    if labels.shape[0] != n:
-        raise DatasetError(file["labels"], f"holds {labels.shape[0]} labels for {n} nodes")
-    _in_range(labels, -1, ds.num_classes, file["labels"], "label")
+    _check_labels(ds, n, file["labels"])
     if ds.features.shape[0] != n:
         raise DatasetError(file["features"], f"holds {ds.features.shape[0]} rows for {n} nodes")
+    edge_features = getattr(ds, "edge_features", None)
+    if edge_features is not None and edge_features.shape[0] != indices.shape[0]:
+        where = file.get("edge_features", "Dataset.edge_features")
+        raise DatasetError(where, f"holds {edge_features.shape[0]} rows for {indices.shape[0]} edges")
     seen, marked = torch.zeros(n, dtype=torch.bool), 0
     for name, ids in ds.splits.items():
         where = file.get(name, f"Dataset.splits[{name!r}]")
@@ -92,6 +95,27 @@ def check_dataset(ds) -> None:
         if int(seen.sum()) != marked + ids.shape[0]:  # fewer new ids than given: a repeat or an overlap
             raise DatasetError(where, "repeats a node id, or shares one with another split")
         marked += ids.shape[0]
+
+
+def _check_labels(ds, n: int, file):
+    """Labels: N integers in [-1, num_classes), or [N, num_classes] task labels in {-1, 0, 1}."""
+    labels = ds.labels
+    if isinstance(labels, torch.Tensor) and labels.dim() == 2 and _is_integer(labels):
+        if tuple(labels.shape) != (n, ds.num_classes):
+            raise DatasetError(
+                file,
+                f"expected a 1-D integer tensor, or multi-label task labels of shape [{n}, {ds.num_classes}], "
+                f"got {tuple(labels.shape)}",
+            )
+        bad = torch.nonzero((labels < -1) | (labels > 1))
+        if bad.shape[0]:
+            row, task = (int(i) for i in bad[0])
+            raise DatasetError(file, f"task {task} label {int(labels[row, task])} out of range [-1, 2)", row=row)
+        return
+    labels = _vector(labels, file)
+    if labels.shape[0] != n:
+        raise DatasetError(file, f"holds {labels.shape[0]} labels for {n} nodes")
+    _in_range(labels, -1, ds.num_classes, file, "label")
 
 
 def check_finite_rows(x: torch.Tensor, ds) -> None:

@@ -18,6 +18,7 @@ from gnnsys.errors import DatasetError, PathError
 from .features_file import DTYPES, strides_written
 
 FORMAT = "gnnsys-dataset"
+TASKS = ("multiclass", "multilabel")
 VERSION = 1
 SPLITS = ("train", "valid", "test")
 
@@ -53,6 +54,7 @@ SCHEMA = (
     ("labels", *_OBJECT),
     ("labels.file", *_FILE),
     ("labels.num_classes", "a non-negative integer", _count),
+    ("labels.task?", f"one of {', '.join(TASKS)}", lambda v: v in TASKS),
     ("splits", *_OBJECT),
     *((f"splits.{s}", *_FILE) for s in SPLITS),
     ("order?", "null or a file name inside the dataset directory", lambda v: v is None or _file_name(v)),
@@ -62,6 +64,18 @@ SCHEMA = (
         lambda v: isinstance(v, dict) and all(_file_name(k) and isinstance(d, str) for k, d in v.items()),
     ),
     ("source?", *_OBJECT),
+    ("edge_features?", *_OBJECT),
+)
+
+# The fields of edge_features, checked when it is present: rows in CSC order,
+# laid out like features.bin.
+EDGE_FEATURES_SCHEMA = (
+    ("file", *_FILE),
+    ("dtype", f"one of {', '.join(DTYPES)}", lambda v: isinstance(v, str) and v in DTYPES),
+    ("dim", "a positive integer", lambda v: _count(v) and v > 0),
+    ("align", "a positive power of two", lambda v: _count(v) and v > 0 and v & (v - 1) == 0),
+    ("row_stride", "a non-negative integer", _count),
+    ("order", "'csc'", lambda v: v == "csc"),
 )
 
 
@@ -89,28 +103,58 @@ def check_meta(meta, file) -> dict:
             raise DatasetError(file, f"field {field!r} is missing")
         if not ok(holder[key]):
             raise DatasetError(file, f"field {field!r} must be {what}, got {_short(holder[key])}")
-    f = meta["features"]
-    body = f["dim"] * DTYPES[f["dtype"]].itemsize
-    if f["row_stride"] < body:
-        raise DatasetError(
-            file,
-            f"field 'features.row_stride' is {f['row_stride']} bytes, less than the "
-            f"{body} bytes of {f['dim']} x {f['dtype']}",
-        )
-    strides = strides_written(f["dim"], f["dtype"], f["align"])
-    if f["row_stride"] not in strides:
-        raise DatasetError(
-            file,
-            f"field 'features.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
-            f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
-            f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong",
-        )
+    _check_rows(meta["features"], "features", file)
+    if "edge_features" in meta:
+        _check_edge_features(meta["edge_features"], file)
+    labels = meta["labels"]
+    if labels.get("task", "multiclass") == "multilabel":
+        if not (_count(labels.get("num_tasks")) and labels["num_tasks"] > 0):
+            raise DatasetError(
+                file, f"field 'labels.num_tasks' must be a positive integer, got {_short(labels.get('num_tasks'))}"
+            )
+        if labels["num_classes"] != labels["num_tasks"]:
+            raise DatasetError(
+                file,
+                f"field 'labels.num_classes' is {labels['num_classes']}, but a multilabel dataset has one output "
+                f"per task: it must equal 'labels.num_tasks' ({labels['num_tasks']})",
+            )
+        return meta
     if meta["labels"]["num_classes"] > max(meta["num_nodes"], 1):
         raise DatasetError(
             file,
             f"field 'labels.num_classes' is {meta['labels']['num_classes']}, more than the {meta['num_nodes']} nodes",
         )
     return meta
+
+
+def _check_rows(f: dict, section: str, file):
+    """DatasetError unless the row stride of `section` (features or
+    edge_features) is one the writer gives rows of its dim and dtype."""
+    body = f["dim"] * DTYPES[f["dtype"]].itemsize
+    if f["row_stride"] < body:
+        raise DatasetError(
+            file,
+            f"field '{section}.row_stride' is {f['row_stride']} bytes, less than the "
+            f"{body} bytes of {f['dim']} x {f['dtype']}",
+        )
+    strides = strides_written(f["dim"], f["dtype"], f["align"])
+    if f["row_stride"] not in strides:
+        raise DatasetError(
+            file,
+            f"field '{section}.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
+            f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
+            f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong",
+        )
+
+
+def _check_edge_features(section: dict, file):
+    """DatasetError naming the first field of edge_features that breaks EDGE_FEATURES_SCHEMA."""
+    for key, what, ok in EDGE_FEATURES_SCHEMA:
+        if key not in section:
+            raise DatasetError(file, f"field 'edge_features.{key}' is missing")
+        if not ok(section[key]):
+            raise DatasetError(file, f"field 'edge_features.{key}' must be {what}, got {_short(section[key])}")
+    _check_rows(section, "edge_features", file)
 
 
 def read_meta(path) -> dict:

@@ -27,18 +27,20 @@ def write_error(path, err: OSError) -> PathError:
     return PathError(path, err, "write")
 
 
-def npy_header(dtype, count: int) -> bytes:
-    """The .npy (version 1.0) header of a 1-D array of `count` `dtype` values."""
+def npy_header(dtype, count: int | tuple) -> bytes:
+    """The .npy (version 1.0) header of a C-order array of `dtype`: 1-D of
+    `count` values, or of shape `count` when it is a tuple."""
+    shape = tuple(int(k) for k in count) if isinstance(count, tuple) else (int(count),)
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (int(count),)}
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
     )
     return buf.getvalue()
 
 
 def write_npy(path, array: np.ndarray) -> str:
-    """Write a 1-D array as .npy, hashed as written; its sha256."""
-    header = npy_header(array.dtype, array.shape[0])
+    """Write an array (C order) as .npy, hashed as written; its sha256."""
+    header = npy_header(array.dtype, tuple(array.shape))
     out = OutputFile(path, len(header) + array.nbytes)
     try:
         out.write(header)

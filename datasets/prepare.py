@@ -10,7 +10,7 @@ Each is `write_dataset(read_<kind>(...), out, PrepareOptions(**options))`:
 the reader's required arguments come first, then `out`, then keywords that
 are either the reader's or PrepareOptions fields (to_undirected, self_loops,
 dedup, reorder, align, dtype, overwrite, nan_to_zero, normalize_features,
-remap_labels, progress). Readers are imported on first use.
+remap_labels, mem_limit, node_features_from_edges, progress). Readers are imported on first use.
 """
 
 from __future__ import annotations

@@ -26,8 +26,17 @@ class GraphSource:
     feature_chunks() yields float arrays of shape [rows, feature_dim] covering
     nodes 0..num_nodes-1 in order. labels is int64 [num_nodes] with -1 for
     unlabelled nodes; splits maps "train"/"valid"/"test" to int64 node ids.
-    edge_file / feature_file name the inputs in error messages. notes are
-    one-line remarks for the user (shown by the CLI, kept in meta.json).
+    labels may instead be multi-label: [num_nodes, tasks] of 0/1 with NaN
+    (float) or -1 (integer) for an entry without a label.
+    feature_dim 0 (and feature_chunks yielding nothing) means the input has
+    no node features (they may be derived from the edge features).
+    edge_feature_chunks, when set, yields float arrays [rows, edge_feature_dim]
+    covering the input's edge rows 0, 1, ... in order; an edge chunk may then
+    be (src, dst, row) to say which row each edge takes its features from
+    (an inverse edge shares its edge's row), else the edges take the rows in
+    stream order. edge_file / feature_file / edge_feature_file / label_file
+    name the inputs in error messages. notes are one-line remarks for the
+    user (shown by the CLI, kept in meta.json).
     """
 
     name: str
@@ -47,6 +56,9 @@ class GraphSource:
     extra: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     expected_num_edges: int | None = None
+    edge_feature_dim: int = 0
+    edge_feature_chunks: FeatureChunks | None = None
+    edge_feature_file: str = "edge features"
 
 
 def array_edge_chunks(src: np.ndarray, dst: np.ndarray, chunk: int = 1 << 22) -> EdgeChunks:

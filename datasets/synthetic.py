@@ -76,7 +76,8 @@ SHAPES = {
     "ogbn-products": Shape(2_449_029, 61_859_140, 100, 47, (196_615, 39_323, 2_213_091), "popularity", True, 0.8),
     "ogbn-papers100M": Shape(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338), "time", False, 0.6),
 }
-ALIASES = {name.removeprefix("ogbn-"): name for name in SHAPES}
+PROTEINS = "ogbn-proteins"  # multi-label with edge features: datasets/synthetic_proteins.py
+ALIASES = {name.removeprefix("ogbn-"): name for name in [*SHAPES, PROTEINS]}
 DEFAULTS = {"feature_signal": 2.0, "label_noise": 0.1, "degree_exponent": 2.5, "max_degree_factor": 1000.0}
 
 
@@ -94,8 +95,8 @@ def _power_law(rng, n: int, exponent: float, max_factor: float) -> np.ndarray:
 
 
 def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor):
-    if like not in SHAPES:
-        raise DatasetError("--like", f"must be one of {', '.join([*SHAPES, *ALIASES])}, got {like!r}")
+    if like not in SHAPES and like != PROTEINS:
+        raise DatasetError("--like", f"must be one of {', '.join([*SHAPES, PROTEINS, *ALIASES])}, got {like!r}")
     if not scale > 0:
         raise DatasetError("--scale", f"must be positive, got {scale}")
     if seed < 0:
@@ -349,13 +350,22 @@ def read_synthetic(
 ) -> GraphSource:
     """A GraphSource of a synthetic graph shaped like OGB graph `like` x `scale`.
 
-    like is "ogbn-arxiv", "ogbn-products" or "ogbn-papers100M" (or without "ogbn-");
+    like is "ogbn-arxiv", "ogbn-products", "ogbn-papers100M" or "ogbn-proteins"
+    (or without "ogbn-"; proteins is datasets/synthetic_proteins.py's model,
+    which takes scale and seed only);
     homophily defaults to the shape's (about the real graph's edge homophily);
     the other knobs are described in the module docstring. The result's
     extra["synthetic"] holds every parameter and the attainable accuracy.
     """
     like = ALIASES.get(like, like)
     _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor)
+    if like == PROTEINS:
+        from .synthetic_proteins import read_synthetic_proteins, refuse_knobs
+
+        knobs = dict(homophily=homophily, feature_signal=feature_signal, label_noise=label_noise)
+        knobs.update(degree_exponent=degree_exponent, max_degree_factor=max_degree_factor)
+        refuse_knobs([k for k, v in knobs.items() if v is not None and v != DEFAULTS.get(k)])
+        return read_synthetic_proteins(scale, seed)
     shape = SHAPES[like]
     model = _Model(
         shape,
@@ -422,7 +432,13 @@ def _source(like, scale, model: _Model, degree_exponent, max_degree_factor) -> G
 
 def add_arguments(parser):
     """Register --like, --scale, --seed and the generator knobs."""
-    parser.add_argument("--like", required=True, choices=[*SHAPES, *ALIASES], help="the OGB graph to imitate")
+    parser.add_argument(
+        "--like",
+        required=True,
+        choices=[*SHAPES, PROTEINS, *ALIASES],
+        help="the OGB graph to imitate (ogbn-proteins: multi-label, edge features, no node features; "
+        "prepare it with --node-features-from-edges)",
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="node and edge count multiplier (default 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(

@@ -17,13 +17,17 @@ from gnnsys.errors import DatasetError
 from . import csc
 from .atomic import atomic_directory
 from .csc_file import write_csc
-from .features_file import DTYPES, encode_rows, open_rows, row_stride
+from .edge_features import EdgeFeaturePass, derived_nodes, edge_feature_dim, stage_edge_features
+from .features_file import DTYPES, encoded_rows, open_rows, row_stride
 from .host_memory import available_host_bytes
 from .meta import FORMAT, SPLITS, VERSION, is_dataset_dir
 from .output_file import BackgroundWriter, OutputFile, write_error, write_npy
 from .source import GraphSource
 
 DEFAULT_MEM_LIMIT_GB = 8.0
+NODE_FEATURES_FROM_EDGES = ("none", "mean", "sum")
+EDGE_PASS_EDGES = 1 << 20  # edges gathered into CSC order at a time
+RAW_EDGE_FEATURES = ".edge-features.raw"  # scratch: the input's edge features as float32, in its row order
 
 
 @dataclass
@@ -41,6 +45,7 @@ class PrepareOptions:
     normalize_features: str = "none"
     remap_labels: bool = False
     mem_limit: float | None = None
+    node_features_from_edges: str = "none"
     progress: bool = True
 
     def check(self):
@@ -49,6 +54,11 @@ class PrepareOptions:
             raise DatasetError("--self-loops", f"must be keep or drop, got {self.self_loops!r}")
         if self.normalize_features not in ("none", "row"):
             raise DatasetError("--normalize-features", f"must be none or row, got {self.normalize_features!r}")
+        if self.node_features_from_edges not in NODE_FEATURES_FROM_EDGES:
+            raise DatasetError(
+                "--node-features-from-edges",
+                f"must be one of {', '.join(NODE_FEATURES_FROM_EDGES)}, got {self.node_features_from_edges!r}",
+            )
         if self.reorder not in ("none", "degree"):
             raise DatasetError("--reorder", f"must be none or degree, got {self.reorder!r}")
         if self.dtype not in DTYPES:
@@ -94,6 +104,35 @@ class _Phases:
             self.bar.close()
 
 
+def check_multilabel(src: GraphSource, remap: bool = False) -> np.ndarray:
+    """Multi-label targets [num_nodes, tasks] as int8: 1, 0, or -1 for an
+    entry without a label (NaN in a float input, -1 in an integer one);
+    raises on another value or shape."""
+    labels = np.asarray(src.labels)
+    if remap:
+        raise DatasetError("--remap-labels", "numbers classes of a single-label task; the labels are multi-label")
+    if labels.shape[0] != src.num_nodes or labels.shape[1] < 1:
+        raise DatasetError(src.label_file, f"expected {src.num_nodes} rows of task labels, got shape {labels.shape}")
+    if labels.dtype.kind == "f":
+        known = ~np.isnan(labels)
+        bad = np.argwhere(known & (labels != 0) & (labels != 1))
+        values = np.where(known, labels, -1)
+    elif labels.dtype.kind in "iub":
+        values = labels.astype(np.int64)
+        bad = np.argwhere((values != 0) & (values != 1) & (values != -1))
+    else:
+        raise DatasetError(src.label_file, f"task labels must be numbers, got {labels.dtype}")
+    if bad.size:
+        row, task = (int(i) for i in bad[0])
+        raise DatasetError(
+            src.label_file,
+            f"task {task} holds {labels[row, task]}, expected 0 or 1 (or {'NaN' if labels.dtype.kind == 'f' else -1} "
+            "for no label)",
+            row=row,
+        )
+    return values.astype(np.int8)
+
+
 def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int, list | None]:
     """Labels as int64 [N], the class count, and with `remap` the original
     label of each class (else None); raises on bad values.
@@ -102,9 +141,14 @@ def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int
     class c is label c: the count (the source's, else the largest label + 1)
     may not exceed the node count, and an inferred one must have at least
     half of its classes present. With `remap`, the distinct labels, sorted,
-    become classes 0..C-1.
+    become classes 0..C-1. Multi-label targets ([N, tasks], check_multilabel)
+    come back as int8 with the task count as the class count (one output
+    per task).
     """
     labels = np.asarray(src.labels)
+    if labels.ndim == 2:
+        labels = check_multilabel(src, remap)
+        return labels, labels.shape[1], None
     if labels.shape != (src.num_nodes,):
         raise DatasetError(src.label_file, f"expected {src.num_nodes} labels, got shape {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
@@ -122,7 +166,7 @@ def check_labels(src: GraphSource, remap: bool = False) -> tuple[np.ndarray, int
         original, labels[known] = np.unique(labels[known], return_inverse=True)
         return labels, int(original.size), original.tolist()
     inferred = src.num_classes is None
-    num_classes = (int(labels.max()) + 1 if known.any() else 0) if inferred else src.num_classes
+    num_classes = (int(labels.max()) + 1 if known.any() else 0) if src.num_classes is None else int(src.num_classes)
     bad = np.flatnonzero(labels >= num_classes)
     if bad.size:
         raise DatasetError(src.label_file, f"label {labels[bad[0]]} out of range [0, {num_classes})", row=int(bad[0]))
@@ -168,7 +212,8 @@ def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
             raise DatasetError(file, f"split {name!r} {what}", row=j)
         if np.unique(ids).size != ids.size:
             raise DatasetError(file, f"split {name!r} repeats a node id")
-        unlabelled = np.flatnonzero(labels[ids] < 0)
+        missing = labels[ids] < 0
+        unlabelled = np.flatnonzero(missing if missing.ndim == 1 else missing.all(axis=1))
         if unlabelled.size:
             raise DatasetError(
                 file, f"split {name!r} holds unlabelled node {ids[unlabelled[0]]}", row=int(unlabelled[0])
@@ -181,7 +226,6 @@ def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
 def _feature_rows(src: GraphSource, opts: PrepareOptions, stride: int):
     """The source's feature chunks checked, cleaned and encoded as [rows, stride] uint8."""
     start = 0
-    body = src.feature_dim * DTYPES[opts.dtype].itemsize
     for chunk in src.feature_chunks():
         chunk = np.asarray(chunk)
         if chunk.ndim != 2 or chunk.shape[1] != src.feature_dim:
@@ -200,12 +244,7 @@ def _feature_rows(src: GraphSource, opts: PrepareOptions, stride: int):
             chunk = np.where(finite, chunk, 0)
         if opts.normalize_features == "row":
             chunk = normalize_rows(chunk)
-        rows = encode_rows(chunk, opts.dtype)
-        if stride != body:
-            padded = np.empty((chunk.shape[0], stride), np.uint8)
-            padded[:, :body], padded[:, body:] = rows, 0
-            rows = padded
-        yield rows
+        yield encoded_rows(chunk, opts.dtype, stride)
         start += chunk.shape[0]
     if start != src.num_nodes:
         raise DatasetError(src.feature_file, f"{start} feature rows for {src.num_nodes} nodes")
@@ -289,13 +328,15 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
     opts.check()
     out_dir = Path(os.path.abspath(out_dir))
     check_output(out_dir, opts.overwrite)
-    if src.feature_dim < 1:
-        raise DatasetError(src.feature_file, "holds no feature columns; a node needs at least one feature")
+    edge_dim = edge_feature_dim(src, opts)
     labels, num_classes, original_labels = check_labels(src, opts.remap_labels)
     splits = check_splits(src, labels)
-    stride = row_stride(src.feature_dim, opts.dtype, opts.align)
+    derive = opts.node_features_from_edges != "none"
+    stride = row_stride(edge_dim if derive else src.feature_dim, opts.dtype, opts.align)
+    edge_stride = row_stride(edge_dim, opts.dtype, opts.align) if edge_dim else 0
     mem_limit = opts.mem_limit_bytes()
     with atomic_directory(out_dir, overwrite=opts.overwrite) as tmp:
+        edge_rows = stage_edge_features(src, tmp / RAW_EDGE_FEATURES, opts.nan_to_zero) if edge_dim else None
         edges = csc.EdgeStream(
             src.edge_chunks,
             src.num_nodes,
@@ -303,6 +344,8 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
             to_undirected=opts.to_undirected,
             drop_self_loops=opts.self_loops == "drop",
             expected=src.expected_num_edges,
+            edge_rows=edge_rows,
+            edge_row_file=src.edge_feature_file,
         )
         phases = _Phases(opts)
         try:
@@ -312,7 +355,7 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
                 dedup=opts.dedup,
                 reorder=opts.reorder == "degree",
                 mem_limit=mem_limit,
-                check_space=_space_check(out_dir, tmp, src.num_nodes, stride, opts),
+                check_space=_space_check(out_dir, tmp, src.num_nodes, stride, opts, edge_stride),
                 bar=phases,
             )
         finally:
@@ -326,8 +369,32 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
             del inverse
             checksums["order.npy"] = write_npy(tmp / "order.npy", order.astype(np.int64))
         num_edges = int(indptr[-1])
+        nodes, feature_order = src, order
+        if edge_dim:
+            edge_rows_file = graph.edge_rows_file
+            assert edge_rows is not None and edge_rows_file is not None  # staged above, carried by write_csc
+            edge_scratch = [edge_rows_file, tmp / RAW_EDGE_FEATURES]
+            edge_pass = EdgeFeaturePass(
+                indptr,
+                edge_rows_file,
+                tmp / RAW_EDGE_FEATURES,
+                edge_rows,
+                edge_dim,
+                tmp / "edge_features.bin",
+                opts.dtype,
+                edge_stride,
+            )
+            if derive:  # derived in CSC order, so already in the new ids
+                nodes, feature_order = derived_nodes(src, edge_pass, opts.node_features_from_edges), None
+            else:
+                edge_pass.run()
+        stride, checksums["features.bin"] = _write_features(nodes, tmp / "features.bin", opts, feature_order)
         del indptr
-        stride, checksums["features.bin"] = _write_features(src, tmp / "features.bin", opts, order)
+        if edge_dim:
+            checksums["edge_features.bin"] = edge_pass.digest
+            del edge_pass  # its memory maps of the scratch files
+            for scratch in edge_scratch:
+                scratch.unlink()
         checksums["labels.npy"] = write_npy(tmp / "labels.npy", labels)
         for name, ids in splits.items():
             checksums[f"{name}_idx.npy"] = write_npy(tmp / f"{name}_idx.npy", ids)
@@ -342,7 +409,7 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
             "features": {
                 "file": "features.bin",
                 "dtype": opts.dtype,
-                "dim": int(src.feature_dim),
+                "dim": int(nodes.feature_dim),
                 "row_stride": int(stride),
                 "align": int(opts.align),
             },
@@ -350,9 +417,24 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
                 "file": "labels.npy",
                 "num_classes": int(num_classes),
                 **({"original_labels": original_labels} if original_labels is not None else {}),
+                **({"task": "multilabel", "num_tasks": int(num_classes)} if labels.ndim == 2 else {}),
             },
             "splits": {name: f"{name}_idx.npy" for name in SPLITS},
             "order": "order.npy" if order is not None else None,
+            **(
+                {
+                    "edge_features": {
+                        "file": "edge_features.bin",
+                        "dtype": opts.dtype,
+                        "dim": int(edge_dim),
+                        "row_stride": int(edge_stride),
+                        "align": int(opts.align),
+                        "order": "csc",
+                    }
+                }
+                if edge_dim
+                else {}
+            ),
             "checksums": checksums,
             "source": {
                 "kind": src.kind,
@@ -375,16 +457,19 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
     return out_dir
 
 
-def _space_check(out_dir: Path, tmp: Path, num_nodes: int, stride: int, opts: PrepareOptions):
+def _space_check(out_dir: Path, tmp: Path, num_nodes: int, stride: int, opts: PrepareOptions, edge_stride: int = 0):
     """check_space for write_csc: refuse with one line, before the first byte
     is written, an output the file system cannot hold at its fullest
     (spilled edges beside indices.npy, or the finished dataset, with an
-    unordered copy of the features while they are reordered)."""
+    unordered copy of the features while they are reordered, and the edge
+    features with their scratch row numbers)."""
     features = num_nodes * stride
     node_arrays = 8 * (num_nodes + 1) + 8 * num_nodes * (2 if opts.reorder == "degree" else 1) + (1 << 20)
+    itemsize = np.dtype(csc.index_dtype(num_nodes)).itemsize
 
     def check(scratch_bytes: int, indices_bytes: int):
-        final = indices_bytes + features + node_arrays
+        edge_features = (indices_bytes // itemsize) * (edge_stride + 8) if edge_stride else 0
+        final = indices_bytes + features + node_arrays + edge_features
         need = max(scratch_bytes + indices_bytes, final + (features if opts.reorder == "degree" else 0))
         free = shutil.disk_usage(tmp).free
         if need > free:

@@ -12,17 +12,19 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.precision import make_precision
 from gnnsys.samplers import Block
 from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
+from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.loop import epoch_record, run_epochs
 from gnnsys.training.options import FullGraphOptions
 from gnnsys.training.result import TrainResult, make_result
+from gnnsys.training.runs import train_runs
+from gnnsys.training.tasks import task_loss
 from gnnsys.units import full_forward, units_for
 
 
@@ -42,14 +44,17 @@ def train_fullgraph(
     on_epoch_end(record) is called after each epoch (in every worker, with
     the record's "rank"). Returns a TrainResult (its `model` is the trained
     units for the single-process path, None for the pipeline; None itself
-    on a torchrun worker that is not the last stage).
+    on a torchrun worker that is not the last stage). The reference path
+    also takes runs, patience and lr_schedule (gnnsys.training.runs,
+    gnnsys.training.control) and its model holds the best epoch's weights;
+    GNNPipe refuses them.
     """
     options = FullGraphOptions.build(options, keywords)
     dataset = as_dataset(dataset)
     options = options.for_dataset(dataset)
     with run_lock(options):
         if not options.pipelined:
-            return ReferenceTrainer(dataset, options, on_epoch_end).run()
+            return train_runs(options, lambda run: ReferenceTrainer(dataset, run, on_epoch_end).run())
         from gnnsys.gnnpipe import train_pipeline
 
         return train_pipeline(dataset, options, on_epoch_end)
@@ -73,20 +78,31 @@ class ReferenceTrainer:
         self.block = Block.full_graph(dataset.indptr, dataset.indices).to(self.device)
         self.units = units_for(options, dataset.num_features, dataset.num_classes).to(self.device)
         self.opt = torch.optim.Adam(self.units.parameters(), lr=options.lr, weight_decay=options.weight_decay)
+        self.control = EpochControl(options, self.units, self.opt)
         self.history = []
 
     def run(self) -> TrainResult:
         o = self.options
         start = 0
         if o.resume:
-            start, self.history = resume_training(o, self.units, self.opt, self.precision)
-        run_epochs(o, start, self.history, self._epoch, self._evaluate, self._save, self.on_epoch_end, bar="full-graph")
+            start, self.history = resume_training(o, self.units, self.opt, self.precision, self.control)
+        run_epochs(
+            o,
+            start,
+            self.history,
+            self._epoch,
+            self._evaluate,
+            self._save,
+            self.on_epoch_end,
+            bar="full-graph",
+            control=self.control,
+        )
         return make_result(o, self.history, self.units)
 
     def _save(self, epochs_done: int):
         save_checkpoint(
             self.options.checkpoint_dir,
-            training_state(self.options, epochs_done, self.history, self.units, self.opt, self.precision),
+            training_state(self.options, epochs_done, self.history, self.units, self.opt, self.precision, self.control),
         )
 
     def _epoch(self, epoch: int) -> dict:
@@ -95,7 +111,7 @@ class ReferenceTrainer:
         self.opt.zero_grad(set_to_none=True)
         with self.precision.autocast():
             out = full_forward(self.units, self.x, self.block)
-        loss = F.cross_entropy(out[self.train_ids].float(), self.train_labels)
+        loss = task_loss(out[self.train_ids], self.train_labels)
         self.precision.backward_step(loss, self.opt)
         took = time.perf_counter() - t
         return epoch_record(epoch, loss.item(), took, {"compute_s": took}, rank=0, bytes_sent=0)

@@ -14,18 +14,19 @@ run ends with exactly the result of an uninterrupted one.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
-import torch.nn.functional as F
 
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.invariants import check_finite_rows
+from gnnsys.errors import ConfigError
 from gnnsys.feature_stack import GB
 from gnnsys.precision import make_precision
 from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
+from gnnsys.training.control import EpochControl
 from gnnsys.training.data_parallel import (
-    mean_across_ranks,
     rank_options,
     rank_slice,
     resume_ranks,
@@ -35,13 +36,17 @@ from gnnsys.training.data_parallel import (
     split_inference,
     torchrun_options,
     under_torchrun,
-    wrap_model,
     write_rank_result,
 )
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
+from gnnsys.training.runs import train_runs
+from gnnsys.training.tasks import task_loss
+from gnnsys.training.user_model import check_user_model, fresh_copy, needs_degree
+
+POSTFIX_EVERY_S = 0.5  # how often the batch bar reads the running loss back from the device
 
 
 def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None, **keywords) -> TrainResult | None:
@@ -56,7 +61,17 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     see MinibatchOptions), not both.
     on_epoch_end(record) is called after each epoch's checkpoint (a test can
     raise from it to simulate a kill). Returns a TrainResult whose `model` is
-    the trained module.
+    the trained module with the weights of its epoch of best validation.
+
+    model may also be a torch.nn.Module of the blocks interface
+    (gnnsys.models: forward(x, blocks) -> [blocks[-1].num_dst, num_classes]
+    logits, optional needs_degree and GNNLayer `layers`), checked on one
+    sampled batch before training (ConfigError naming what is missing);
+    every run trains a copy re-initialised with the run's seed
+    (gnnsys.training.user_model.fresh_copy), with the same tiers, data
+    parallelism (the module must then pickle), precision, checkpoints and runs.
+    runs > 1 trains seeds seed, seed + 1, ... (gnnsys.training.runs): the
+    result reports every run and their mean and standard deviation.
 
     Data-parallel (gnnsys.training.data_parallel) with workers > 1 (spawned
     processes, on_epoch_end then runs in every worker and must be picklable)
@@ -64,24 +79,39 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     format of a single-process run; under torchrun only rank 0 returns it,
     the other ranks None.
     """
+    module = keywords.pop("model") if isinstance(keywords.get("model"), torch.nn.Module) else None
     options = MinibatchOptions.build(options, keywords)
     dataset = as_dataset(dataset)
+    if module is not None:
+        options = check_user_model(module, dataset, options)
     options = options.for_dataset(dataset)
     if under_torchrun():
         options = torchrun_options(options)
     with run_lock(options):
-        if options.workers > 1:
-            return _train_data_parallel(dataset, options, on_epoch_end)
-        _retain_memory(options)
-        return MinibatchTrainer(dataset, options, on_epoch_end).run()
+        return train_runs(options, lambda run: _train_run(dataset, run, on_epoch_end, module))
 
 
-def build_model(dataset, options: MinibatchOptions) -> torch.nn.Module:
-    """The GNN `options` describe for `dataset`, initialised from options.seed, on the CPU."""
-    from gnnsys.models import GNN
+def _train_run(dataset, options: MinibatchOptions, on_epoch_end, module) -> TrainResult | None:
+    """One run of `train` (of the user's `module`, None for options.model)."""
+    if options.workers > 1:
+        return _train_data_parallel(dataset, options, on_epoch_end, module)
+    _retain_memory(options)
+    return MinibatchTrainer(dataset, options, on_epoch_end, module=module).run()
+
+
+def build_model(dataset, options: MinibatchOptions, module: torch.nn.Module | None = None) -> torch.nn.Module:
+    """The GNN `options` describe for `dataset`, or a copy of the user's
+    `module` (options.model names it), initialised from options.seed, on the
+    CPU (`module`'s own device for a user module)."""
+    from gnnsys.models import GNN, is_user_model
 
     o = options
+    if is_user_model(o.model):
+        if module is None:
+            raise ConfigError("model", f"{o.model} is a user module: pass the module itself as model=")
+        return fresh_copy(module, o.seed)
     torch.manual_seed(o.seed)
+    assert o.layers is not None  # MinibatchOptions sets it from fanouts
     return GNN(
         o.model,
         dataset.num_features,
@@ -104,30 +134,34 @@ def _retain_memory(options: MinibatchOptions):
         retain_freed_memory()
 
 
-def _train_data_parallel(dataset, options: MinibatchOptions, on_epoch_end=None) -> TrainResult | None:
-    """options.workers ranks of `data_parallel_worker`; rank 0's TrainResult
-    with its trained model, None on the other ranks under torchrun."""
-    out = run_ranks(data_parallel_worker, dataset, options, on_epoch_end)
+def _train_data_parallel(dataset, options: MinibatchOptions, on_epoch_end=None, module=None) -> TrainResult | None:
+    """options.workers ranks of `data_parallel_worker` (training the user's
+    `module` when given); rank 0's TrainResult with its trained model, None
+    on the other ranks under torchrun."""
+    out = run_ranks(functools.partial(data_parallel_worker, module=module), dataset, options, on_epoch_end)
     if out is None:
         return None
-    model = build_model(dataset, options)
+    model = build_model(dataset, options, module)
     model.load_state_dict(out["model"])
     return make_result(options, out["history"], model.to(options.device))
 
 
-def data_parallel_worker(ctx, dataset, options: MinibatchOptions, result_path, threads: int, on_epoch_end=None):
+def data_parallel_worker(
+    ctx, dataset, options: MinibatchOptions, result_path, threads: int, on_epoch_end=None, module=None
+):
     """One rank of a data-parallel run (for data_parallel.run_ranks): trains
     on its share of every epoch's seeds with `threads` torch threads; rank 0
-    writes the epoch records and the final weights to result_path. dataset:
-    a Dataset or a prepared directory."""
+    writes the epoch records and the final (best epoch's) weights to
+    result_path. dataset: a Dataset or a prepared directory; module: the
+    user's model, None for options.model."""
     torch.set_num_threads(threads)
     _retain_memory(options)
     trainer = MinibatchTrainer(
         as_dataset(dataset),
         rank_options(options, ctx.device, ctx.rank),
         on_epoch_end,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        ranks=ctx.ranks,
+        module=module,
     )
     seed_rank(options.seed, ctx.rank)
     result = trainer.run()
@@ -138,20 +172,23 @@ def data_parallel_worker(ctx, dataset, options: MinibatchOptions, result_path, t
 class MinibatchTrainer:
     """One minibatch training run: placed features, model, optimizer, loader, history."""
 
-    def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None, rank: int = 0, world_size: int = 1):
+    def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None, ranks=None, module=None):
+        from gnnsys.ranks import Ranks
         from gnnsys.samplers.block import gcn_degree
 
         self.dataset, self.options, self.on_epoch_end = dataset, options, on_epoch_end
-        self.rank, self.world_size = rank, world_size  # data-parallel (gnnsys.training.data_parallel)
         o = options
         self.device = torch.device(o.device)
+        self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
+        self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
         self.features, self.rows = self._feature_tiers()
         self.precision = make_precision(o.precision, self.device)
-        self.model = build_model(dataset, o).to(self.device)
-        self.net = wrap_model(self.model, self.device, world_size)  # what a step calls: DDP over the ranks
-        self.degree = gcn_degree(dataset.indptr, dataset.indices).to(self.device) if self.model.needs_degree else None
+        self.model = build_model(dataset, o, module).to(self.device)
+        self.net = self.ranks.wrap(self.model)  # what a step calls: DDP over the ranks
+        self.degree = gcn_degree(dataset.indptr, dataset.indices).to(self.device) if needs_degree(self.model) else None
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
-        self.history = []
+        self.control = EpochControl(o, self.model, self.optimizer)
+        self.history: list[dict] = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
         self.checked_finite = False
 
@@ -177,7 +214,7 @@ class MinibatchTrainer:
             victim_rows=o.victim_rows,
             host_mem_budget=o.host_mem_budget,
             progress=o.progress,
-            world_size=self.world_size,
+            ranks=self.ranks,
             replicate_frac=o.replicate_frac,
             batch_rows=batch_rows,
             presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling),
@@ -193,10 +230,12 @@ class MinibatchTrainer:
         o = self.options
         start = 0
         try:
-            if o.resume and self.world_size > 1:
-                start, self.history = resume_ranks(o, self.model, self.optimizer, self.rank, self.precision)
+            if o.resume and self.ranks.multi:
+                start, self.history = resume_ranks(
+                    o, self.model, self.optimizer, self.ranks, self.precision, self.control
+                )
             elif o.resume:
-                start, self.history = resume_training(o, self.model, self.optimizer, self.precision)
+                start, self.history = resume_training(o, self.model, self.optimizer, self.precision, self.control)
             loader = self._loader() if start < o.epochs else None
             run_epochs(
                 o,
@@ -206,9 +245,10 @@ class MinibatchTrainer:
                 self._evaluate,
                 self._save,
                 self.on_epoch_end,
+                control=self.control,
             )
         except BaseException:
-            if self.world_size == 1:
+            if not self.ranks.multi:
                 self.features.close()
             raise
         self.features.close()
@@ -218,29 +258,31 @@ class MinibatchTrainer:
         """`_epoch`'s record; its loss is the mean over every rank's seeds
         (the ranks' shares are equal)."""
         record = self._epoch(loader, epoch)
-        if self.world_size > 1:
-            record["loss"] = mean_across_ranks(record["loss"], self.device)
+        record["loss"] = self.ranks.mean(record["loss"])
         return record
 
-    def _loader(self):
+    def _loader(self, split="train", shuffle: bool = True, rank: int | None = None, world_size: int | None = None):
+        """A loader of `split` with the run's sampling, batch size, seed and
+        pipeline options; by default this rank's share of the training seeds."""
         from gnnsys.loader import MinibatchLoader
+        from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
 
         o = self.options
+        batches = BatchOptions(
+            batch_size=o.batch_size,
+            shuffle=shuffle,
+            seed=o.seed,
+            rank=self.rank if rank is None else rank,
+            world_size=self.world_size if world_size is None else world_size,
+        )
         return MinibatchLoader(
             self.dataset,
-            "train",
-            list(o.fanouts),
-            batch_size=o.batch_size,
-            shuffle=True,
-            seed=o.seed,
-            prefetch=o.prefetch,
+            split,
+            SamplingOptions(fanouts=list(o.fanouts), sampler=o.sampler, method=o.sampling),
+            batches,
+            PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead),
             device=self.device,
-            sampler=o.sampler,
-            sampling=o.sampling,
             features=self.features,
-            lookahead=o.lookahead,
-            rank=self.rank,
-            world_size=self.world_size,
             x_dtype=self.precision.input_dtype(self.features.dtype),
         )
 
@@ -253,30 +295,41 @@ class MinibatchTrainer:
         self.model.train()
         loader.set_epoch(epoch)
         times = dict.fromkeys(BREAKDOWN, 0.0)
-        total_loss, seen = 0.0, 0
-        began = time.perf_counter()
+        # summed on the device in float64 (what a host float sum gives): read at bar refreshes, not every step
+        total_loss, seen = torch.zeros((), dtype=torch.float64, device=self.device), 0
+        began = shown = time.perf_counter()
         bar = progress_bar(len(loader), f"epoch {epoch + 1}/{self.options.epochs}", "batch", self.options.progress)
+
+        def show_postfix():
+            elapsed = time.perf_counter() - began
+            bar.set_postfix(
+                loss=f"{total_loss.item() / max(seen, 1):.4f}",
+                seeds_s=f"{seen / elapsed:,.0f}",
+                **tier_postfix(self.features, elapsed),
+            )
+
         with bar:
             for mb in loader:
                 for k in BREAKDOWN:
                     times[k] += mb.timings.get(k, 0.0)
                 t = time.perf_counter()  # the loader hands batches out on self.device
                 loss = self._step(mb)
-                times["compute_s"] += time.perf_counter() - t  # _step's loss.item() waited for this stream only
+                times["compute_s"] += time.perf_counter() - t  # on a GPU: the time to queue the step
                 n = mb.seeds.shape[0]
-                total_loss += loss * n
+                total_loss += loss.detach().double() * n
                 seen += n
                 bar.update()
-                elapsed = time.perf_counter() - began
-                bar.set_postfix(
-                    loss=f"{total_loss / seen:.4f}",
-                    seeds_s=f"{seen / elapsed:,.0f}",
-                    **tier_postfix(self.features, elapsed),
-                )
+                if self.options.progress and time.perf_counter() - shown >= POSTFIX_EVERY_S:
+                    shown = time.perf_counter()
+                    show_postfix()
+            if self.options.progress:
+                show_postfix()  # the epoch's final figures on its line
         elapsed = time.perf_counter() - began
-        return epoch_record(epoch, total_loss / max(seen, 1), elapsed, times, **tier_record(self.features))
+        mean_loss = total_loss.item() / max(seen, 1)
+        return epoch_record(epoch, mean_loss, elapsed, times, **tier_record(self.features))
 
-    def _step(self, mb) -> float:
+    def _step(self, mb) -> torch.Tensor:
+        """One optimizer step on `mb`; its mean loss, left on the device."""
         if not self.checked_finite:  # the first batch only: a NaN feature would make every loss NaN
             check_finite_rows(mb.x, self.dataset)
             self.checked_finite = True
@@ -285,9 +338,9 @@ class MinibatchTrainer:
             mb.attach_degree(self.degree)
         with self.precision.autocast():
             logits = self.net(mb.x, mb.blocks)
-        loss = F.cross_entropy(logits.float(), mb.y.long(), ignore_index=-1)
+        loss = task_loss(logits, mb.y)
         self.precision.backward_step(loss, self.optimizer)
-        return loss.item()
+        return loss
 
     def _evaluate(self) -> dict:
         """The metric on train/valid/test (the same on every rank): from
@@ -313,7 +366,7 @@ class MinibatchTrainer:
             scratch_dir=o.scratch_dir,
             dtype=o.inference_dtype,
         )
-        if self.world_size > 1:
+        if self.ranks.multi:
             return split_inference(
                 self.model,
                 self.dataset,
@@ -321,8 +374,7 @@ class MinibatchTrainer:
                 o.eval_batch_size,
                 self.device,
                 self.rows,
-                self.rank,
-                self.world_size,
+                self.ranks,
                 **streaming,
             )
         return layerwise_inference(
@@ -334,42 +386,29 @@ class MinibatchTrainer:
         of a training batch, within the budget training fits) sampled with
         the training fanouts in the sampling stream of EVAL_EPOCH; each rank
         takes its `rank_slice` (equal lengths) and the logits are all-gathered."""
-        from gnnsys.loader import MinibatchLoader
-
-        o = self.options
         mine = rank_slice(nodes, self.rank, self.world_size)
-        loader = MinibatchLoader(
-            self.dataset,
-            mine,
-            list(o.fanouts),
-            batch_size=o.batch_size,
-            shuffle=False,
-            seed=o.seed,
-            prefetch=o.prefetch,
-            device=self.device,
-            sampler=o.sampler,
-            sampling=o.sampling,
-            features=self.features,
-            lookahead=o.lookahead,
-            epoch=EVAL_EPOCH,
-            x_dtype=self.precision.input_dtype(self.features.dtype),
-        )
+        loader = self._loader(mine, shuffle=False, rank=0, world_size=1)
+        loader.set_epoch(EVAL_EPOCH)
         logits = sampled_logits(self.model, loader, self.degree, self.precision.autocast)
-        if self.world_size == 1:
-            return logits
-        rows = logits.to(self.device)
-        out = torch.empty(rows.shape[0] * self.world_size, rows.shape[1], device=self.device)
-        torch.distributed.all_gather_into_tensor(out, rows)
-        return out[: nodes.shape[0]].cpu()
+        return self.ranks.all_gather_rows(logits)[: nodes.shape[0]]  # host rows: over the host group
 
     def _save(self, epochs_done: int):
         """Checkpoint after `epochs_done` epochs (data-parallel: rank 0 writes, with every rank's RNG state)."""
-        if self.world_size > 1:
+        if self.ranks.multi:
             save_rank_checkpoint(
-                self.options, epochs_done, self.history, self.model, self.optimizer, self.rank, self.precision
+                self.options,
+                epochs_done,
+                self.history,
+                self.model,
+                self.optimizer,
+                self.ranks,
+                self.precision,
+                self.control,
             )
             return
         save_checkpoint(
             self.options.checkpoint_dir,
-            training_state(self.options, epochs_done, self.history, self.model, self.optimizer, self.precision),
+            training_state(
+                self.options, epochs_done, self.history, self.model, self.optimizer, self.precision, self.control
+            ),
         )

@@ -15,6 +15,26 @@ types them).
 
 `GNNLayer` is the reusable unit (the full-graph pipelined trainer stacks
 layers itself); `GNN` stacks them for minibatch training.
+
+The blocks interface: what minibatch training (`gnnsys.train(model=...)`)
+asks of a model, the built-in `GNN` or a user's `torch.nn.Module`:
+- `forward(x, blocks)`: x holds the input features of blocks[0]'s
+  `num_src` source nodes (float32, or the precision's input dtype), blocks
+  is one `gnnsys.samplers.Block` per fanout, input layer first (each reads
+  the rows of its `num_src` sources and writes its first `num_dst`: see
+  `block.adj_t()`, `block.edge_index()`, `block.size`); the result is
+  [blocks[-1].num_dst, num_classes] logits;
+- `needs_degree` (optional, default False): True when it reads
+  `block.full_degree` (as `gcn_adj_t` does), so the trainer attaches the
+  whole graph's degrees to every batch;
+- `layers` (optional): a ModuleList of `GNNLayer`s, one per block, which
+  exact layer-wise evaluation streams one at a time; without it a user
+  module is evaluated on sampled minibatches (eval "sampled").
+A user module's parameters are re-initialised before each run: the
+trainer deep-copies it, seeds torch with the run's seed and calls
+`reset_parameters()` on every submodule that has one (parameters of no
+such submodule keep their given values); the module passed is never changed.
+`gnnsys.training.user_model` checks a module against this interface.
 """
 
 from __future__ import annotations
@@ -31,6 +51,14 @@ from gnnsys.dropout import HashDropout, relu_dropout
 
 CONVS = ("sage", "gcn", "gat")
 NORMS = (None, "batch", "layer")
+USER_MODEL = "module:"  # how training options name a user module: "module:" + its class's qualified name
+
+
+def is_user_model(model: str) -> bool:
+    """True when a `model` option names a user module (USER_MODEL), not one of CONVS."""
+    return model.startswith(USER_MODEL)
+
+
 _GCN_KEY = "gcn_norm"  # where gcn_adj_t caches a block's adjacency (Block.cache)
 
 

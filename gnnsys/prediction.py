@@ -17,6 +17,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from gnnsys._capabilities import normalize_device
 from gnnsys.datasets import as_dataset
 from gnnsys.errors import ConfigError, DatasetError, naming
 from gnnsys.minibatch import build_model
+from gnnsys.models import GNN, GNNLayer, is_user_model
 from gnnsys.training.checkpoints import FILE, load_training_state
 from gnnsys.training.inference import check_streaming, stream_inference
 from gnnsys.training.inference_io import ArraySink, reserve_space
@@ -55,7 +57,8 @@ def predict(
     default every node), in the order given.
 
     output: "scores" (the last layer's logits, float32 [n, classes], before
-    softmax), "labels" (their argmax, int64 [n]) or "embeddings" (the output
+    softmax), "labels" (their argmax, int64 [n]; for a multi-label dataset
+    each task's 0/1 prediction, int8 [n, tasks], 1 where the logit is positive) or "embeddings" (the output
     of layer `layer`, 1-based, default the last, float32 [n, width]).
     dataset: a Dataset or a prepared directory; checkpoint: the checkpoint
     directory of `gnnsys train --checkpoint-dir` or its checkpoint.pt.
@@ -73,9 +76,8 @@ def predict(
     model = load_model(checkpoint, dataset, device)
     layer = _check_layer(layer, model.num_layers, output)
     nodes = _check_nodes(nodes, dataset.num_nodes)
-    width = model.layers[layer - 1].out_dim
-    shape, kind = ((nodes.shape[0],), np.int64) if output == "labels" else ((nodes.shape[0], width), np.float32)
-    transform = (lambda rows: rows.argmax(1)) if output == "labels" else None
+    width = cast(GNNLayer, model.layers[layer - 1]).out_dim
+    shape, kind, transform = _output_rows(output, dataset.task, nodes.shape[0], width)
     run = dict(
         num_layers=layer,
         batch_size=batch_size,
@@ -94,10 +96,24 @@ def predict(
     return (Path(out), stats) if return_stats else Path(out)
 
 
-def load_model(checkpoint, dataset, device="cpu") -> torch.nn.Module:
+def _output_rows(output: str, task: str, n: int, width: int):
+    """(shape, dtype, transform of logit rows) of predict's result: scores
+    (logits) or embeddings as float32 [n, width]; labels as the argmax class [n] (int64),
+    or for a multi-label dataset every task's 0/1 prediction [n, tasks] (int8,
+    1 where the logit is positive, i.e. probability above one half)."""
+    if output != "labels":
+        return (n, width), np.float32, None
+    if task == "multilabel":
+        return (n, width), np.int8, lambda rows: (rows > 0).to(torch.int8)
+    return (n,), np.int64, lambda rows: rows.argmax(1)
+
+
+def load_model(checkpoint, dataset, device="cpu") -> GNN:
     """The GNN saved in `checkpoint` (a checkpoint directory or its
-    checkpoint.pt) built for `dataset` on `device`; DatasetError naming the
-    checkpoint when it is not a minibatch checkpoint or its weights do not
+    checkpoint.pt) built for `dataset` on `device`, with the weights of its
+    epoch of best validation (those of the last epoch in a checkpoint from
+    before they were kept); DatasetError naming the checkpoint when it is
+    not a minibatch checkpoint of a built-in model or its weights do not
     fit (another dataset's feature or class count, or another model)."""
     path = Path(checkpoint)
     if path.is_file() and path.name == FILE:
@@ -111,9 +127,13 @@ def load_model(checkpoint, dataset, device="cpu") -> torch.nn.Module:
     saved = state.get("options", {})
     if "fanouts" not in saved:
         raise DatasetError(file, "is not a checkpoint of minibatch training (gnnsys train --mode minibatch)")
+    if is_user_model(saved.get("model", "")):
+        raise DatasetError(
+            file, f"holds the weights of a user module ({saved['model']}): load its 'best_model' into that module"
+        )
     options = MinibatchOptions(**{k: saved[k] for k in MODEL_OPTIONS if k in saved})
-    model = build_model(dataset, options)
-    ours, theirs = model.state_dict(), state["model"]
+    model = cast(GNN, build_model(dataset, options))  # a built-in model: user modules were refused above
+    ours, theirs = model.state_dict(), state.get("best_model") or state["model"]
     missing, unexpected = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
     if missing or unexpected:
         raise DatasetError(

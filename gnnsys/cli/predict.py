@@ -28,7 +28,8 @@ def add_parser(sub):
         "--output",
         choices=list(OUTPUTS),
         default="scores",
-        help="scores: the last layer's logits (float32, before softmax); labels: their argmax (int64); "
+        help="scores: the last layer's logits (float32, before softmax); labels: their argmax (int64; "
+        "multi-label datasets: each task's 0/1, int8); "
         "embeddings: the output of --layer (float32) (default scores)",
     )
     p.add_argument(

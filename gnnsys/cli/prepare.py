@@ -73,6 +73,13 @@ def add_common(p):
         help="anonymous memory the process may use (default: half of the available memory, at most 8 GB); "
         "edges are spilled to bucket files beside the output when the graph does not fit",
     )
+    p.add_argument(
+        "--node-features-from-edges",
+        choices=["none", "mean", "sum"],
+        default="none",
+        help="for an input with edge features and no node features (ogbn-proteins): each node's features are "
+        "the mean or sum of its in-edges' features, zeros without in-edges (default none)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -103,6 +110,7 @@ def options_from_args(args):
         normalize_features=args.normalize_features,
         remap_labels=args.remap_labels,
         mem_limit=args.mem_limit,
+        node_features_from_edges=args.node_features_from_edges,
         progress=not args.no_progress,
     )
 

@@ -19,6 +19,8 @@ from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.training.options import (
     EVAL_MODES,
     FEATURES,
+    LR_SCHEDULES,
+    MAX_RUNS,
     OUTPUT_DTYPES,
     PRECISIONS,
     SAMPLINGS,
@@ -156,7 +158,34 @@ def add_optimizer_arguments(p):
     g.add_argument("--epochs", type=int, help="epochs")
     g.add_argument("--lr", type=float, help="Adam learning rate")
     g.add_argument("--weight-decay", type=float, help="Adam weight decay")
-    g.add_argument("--seed", type=int, help="random seed")
+    g.add_argument("--seed", type=int, help="random seed (run i of --runs: seed + i)")
+    g.add_argument(
+        "--runs",
+        type=int,
+        help=f"train N runs (seeds seed, seed+1, ...; at most {MAX_RUNS}) and report each run's and the mean "
+        "and std of the metrics at the epoch of best validation, as OGB's leaderboard does",
+    )
+    g.add_argument(
+        "--patience",
+        type=int,
+        metavar="N",
+        help="stop a run when its validation metric has not improved for N epochs (default: never)",
+    )
+    g.add_argument(
+        "--lr-schedule",
+        choices=list(LR_SCHEDULES),
+        help="step: lr times --lr-gamma every --lr-step-size epochs; cosine: down to --lr-min over --epochs; "
+        "plateau: lr times --lr-gamma when validation has not improved for --lr-patience evaluations",
+    )
+    g.add_argument("--lr-step-size", type=int, metavar="N", help="epochs between the decays of --lr-schedule step")
+    g.add_argument("--lr-gamma", type=float, help="the factor of each decay (--lr-schedule step or plateau)")
+    g.add_argument("--lr-min", type=float, help="the last learning rate of --lr-schedule cosine")
+    g.add_argument(
+        "--lr-patience",
+        type=int,
+        metavar="N",
+        help="evaluations without improvement before --lr-schedule plateau decays",
+    )
 
 
 def add_run_arguments(p):
@@ -186,7 +215,12 @@ def add_run_arguments(p):
         choices=list(OUTPUT_DTYPES),
         help="dtype of hidden layers' outputs kept by layer-wise evaluation",
     )
-    g.add_argument("--metric", choices=["auto", "acc", "auc"], help="auto: ROC AUC for 2 classes, else accuracy")
+    g.add_argument(
+        "--metric",
+        choices=["auto", "acc", "auc", "rocauc"],
+        help="auto: rocauc (OGB's ROC-AUC averaged over tasks) for a multilabel dataset, "
+        "ROC AUC for 2 classes, else accuracy",
+    )
     g.add_argument("--checkpoint-dir", help="write a checkpoint here after every epoch")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
     g.add_argument("--json", dest="json_out", metavar="OUT", help="write the TrainResult JSON here")
@@ -248,6 +282,31 @@ def format_table(result) -> str:
     return "\n".join(lines)
 
 
+LOGGER_LINES = (  # OGB Logger.print_statistics's labels of result.runs' and result.summary's metrics
+    ("Highest Train", "highest_train"),
+    ("Highest Valid", "highest_valid"),
+    ("  Final Train", "final_train"),
+    ("   Final Test", "final_test"),
+)
+
+
+def format_runs(result) -> str:
+    """Every run and all runs in the form of OGB's Logger.print_statistics
+    (metrics in percent): "Run NN:" and its four metrics, then "All runs:"
+    with each metric's mean ± std over the runs."""
+    pct = lambda v: "nan" if v is None else f"{100 * v:.2f}"  # noqa: E731
+    lines = []
+    for run in result.runs:
+        lines.append(f"Run {run['run'] + 1:02d}:")
+        lines += [f"{label}: {pct(run[key])}" for label, key in LOGGER_LINES]
+    lines.append("All runs:")
+    for label, key in LOGGER_LINES:
+        stat = result.summary.get(key)
+        mean, std = (None, None) if stat is None else (stat["mean"], stat["std"])
+        lines.append(f"{label}: {pct(mean)} ± {pct(std)}")
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     options = options_from_args(args)
     if isinstance(options, FullGraphOptions):
@@ -261,6 +320,9 @@ def run(args) -> int:
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
     print(format_table(result))
+    if len(result.runs) > 1:
+        print(f"the epochs above are run {result.best_run + 1:02d}'s, the run of best validation")
+        print(format_runs(result))
     if json_out:
         return save_json(result, json_out)
     return 0

@@ -1,4 +1,5 @@
-"""Atomic training checkpoints: model, optimizer, RNG states, epoch, history.
+"""Atomic training checkpoints: model, optimizer, RNG states, epoch, history,
+the LR schedule, early stopping and the best epoch's weights.
 
 A checkpoint is one file, `checkpoint.pt` in the checkpoint directory, written
 with torch.save to a temporary sibling and renamed into place, so a kill at
@@ -38,6 +39,7 @@ from .outputs import check_output_dir, write_output
 
 FILE = "checkpoint.pt"
 LOCK = ".lock"  # held by the run writing into the directory (checkpoint_lock)
+SINCE_CONTROL = ("runs", "patience", "lr_schedule", "lr_step_size", "lr_gamma", "lr_min", "lr_patience")
 PLAIN = (str, int, float, bool, type(None))  # exact types (numpy's float64 is a float, but pickles as numpy's)
 
 log = logging.getLogger(__name__)
@@ -152,11 +154,18 @@ def _check_shape(state, path) -> dict:
     return state
 
 
-def training_state(options, epochs_done: int, history: list, model, optimizer, precision=None, **extra) -> dict:
+def training_state(
+    options, epochs_done: int, history: list, model, optimizer, precision=None, control=None, **extra
+) -> dict:
     """What a trainer checkpoints after an epoch: its options (the precision
     among them), the epochs done and their records, model and optimizer state,
     the gradient scaler's state (`precision`, a gnnsys.precision.Precision;
-    empty without a scaler), RNG states, and `extra`."""
+    empty without a scaler), RNG states, `control`'s state (an EpochControl:
+    LR schedule, patience, stop; empty without one) with its best epoch's
+    weights as "best_model" (what `gnnsys predict` loads; {} without one),
+    and `extra`."""
+    held = control.state_dict() if control is not None else {}
+    best = held.pop("best_weights", {})
     return {
         "epoch": epochs_done,
         "options": options.to_dict(),
@@ -164,19 +173,27 @@ def training_state(options, epochs_done: int, history: list, model, optimizer, p
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scaler": precision.state_dict() if precision else {},
+        "control": held,
+        "best_model": best,
         "rng": rng_state(),
         "extra": extra,
     }
 
 
-def restore_training_state(state: dict, file, options, model, optimizer, precision=None) -> tuple[int, list]:
+def restore_training_state(
+    state: dict, file, options, model, optimizer, precision=None, control=None
+) -> tuple[int, list]:
     """Load a `training_state` into `model`, `optimizer`, `precision`'s gradient
-    scaler and the RNGs; returns (epochs done, history). DatasetError naming
-    `file` when it was written with another precision (naming both) or other
-    options (those a resume may not change)."""
-    saved = {k: v for k, v in state["options"].items() if k not in options.RESUMABLE}
+    scaler, `control` (an EpochControl) and the RNGs; returns (epochs done,
+    history). DatasetError naming `file` when it was written with another
+    precision (naming both) or other options (those a resume may not
+    change), or its weights do not fit the model."""
+    saved = {k: v for k, v in state["options"].items() if k not in options.resumable()}
     saved.setdefault("precision", "32")  # checkpoints from before the option trained in fp32
     ours = options.resume_key()
+    for name in SINCE_CONTROL:  # checkpoints from before these options trained without them
+        if name in ours:
+            saved.setdefault(name, getattr(type(options), name))
     if "sampling" in ours:  # minibatch checkpoints from before the option sampled uniformly
         saved.setdefault("sampling", "uniform")
     if saved["precision"] != ours["precision"]:
@@ -188,23 +205,32 @@ def restore_training_state(state: dict, file, options, model, optimizer, precisi
     if saved != ours:
         diff = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
         raise DatasetError(file, f"was written with different options ({', '.join(diff)}); cannot resume")
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        why = " ".join(line.strip() for line in str(e).splitlines())
+        raise DatasetError(file, f"its weights do not fit this model ({why[:300]})") from None
     optimizer.load_state_dict(state["optimizer"])
     if precision is not None:
         precision.load_state_dict(state.get("scaler", {}))
+    history = list(state["history"])
+    if control is not None:
+        control.load_state_dict({**state.get("control", {}), "best_weights": state.get("best_model", {})}, history)
     set_rng_state(state["rng"])
-    return int(state["epoch"]), list(state["history"])
+    return int(state["epoch"]), history
 
 
-def resume_training(options, model, optimizer, precision=None) -> tuple[int, list]:
+def resume_training(options, model, optimizer, precision=None, control=None) -> tuple[int, list]:
     """For `options.resume`: (epochs done, history) of the checkpoint in
     options.checkpoint_dir, restored into `model`, `optimizer`, `precision`'s
-    gradient scaler and the RNGs; (0, []) after `note_fresh_start` when there is none."""
+    gradient scaler, `control` and the RNGs; (0, []) after `note_fresh_start` when there is none."""
     state = load_training_state(options.checkpoint_dir)
     if state is None:
         note_fresh_start(options.checkpoint_dir)
         return 0, []
-    return restore_training_state(state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision)
+    return restore_training_state(
+        state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision, control
+    )
 
 
 def run_lock(options):

@@ -15,7 +15,7 @@ import contextlib
 import numpy as np
 import torch
 
-from .metrics import evaluate
+from .tasks import split_score
 
 SPLITS = ("train", "valid", "test")
 EVAL_EPOCH = 2**31 - 1  # the sampling stream of evaluation; an epoch training never runs
@@ -29,15 +29,13 @@ def eval_nodes(splits: dict) -> torch.Tensor:
 
 def split_scores(metric: str, logits: torch.Tensor, labels: torch.Tensor, splits: dict) -> dict:
     """The metric per split. `logits` has one row per id of `eval_nodes(splits)`;
-    unlabelled nodes (label -1) are skipped."""
+    unlabelled nodes (label -1; per task for multilabel) are skipped (tasks.split_score)."""
     scores, offset = {}, 0
     for name in SPLITS:
         ids = splits[name]
         rows = logits[offset : offset + ids.shape[0]]
         offset += ids.shape[0]
-        y = labels[ids].long()
-        keep = y >= 0
-        scores[name] = evaluate(metric, rows[keep], y[keep])
+        scores[name] = split_score(metric, rows, labels[ids])
     return scores
 
 

@@ -96,19 +96,23 @@ def check_machine(options, dataset):
 def model_bytes(options, dataset) -> tuple[int, int]:
     """(bytes of the parameters with their gradients and Adam state, bytes
     of one step's layer outputs and input rows) of the model `options`
-    describe for `dataset` (built on the meta device: nothing allocated)."""
-    from gnnsys.models import GNN
+    describe for `dataset` (built on the meta device: nothing allocated); a
+    user module's parameters are not known here and count 0, its layer
+    outputs `hidden` wide."""
+    from gnnsys.models import GNN, is_user_model
     from gnnsys.units import build_units
 
     o, dim, classes = options, dataset.num_features, dataset.num_classes
     shape = dict(heads=o.heads, norm=o.norm, residual=o.residual)
-    with torch.device("meta"):
-        model = (
-            build_units(o.model, dim, o.hidden, classes, o.layers, input_proj=o.input_proj, **shape)
-            if hasattr(o, "input_proj")
-            else GNN(o.model, dim, o.hidden, classes, o.layers, **shape)
-        )
-    params = 16 * sum(p.numel() for p in model.parameters())
+    params = 0
+    if not is_user_model(o.model):
+        with torch.device("meta"):
+            model = (
+                build_units(o.model, dim, o.hidden, classes, o.layers, input_proj=o.input_proj, **shape)
+                if hasattr(o, "input_proj")
+                else GNN(o.model, dim, o.hidden, classes, o.layers, **shape)
+            )
+        params = 16 * sum(p.numel() for p in model.parameters())
     rows = _layer_rows(options, dataset.num_nodes)  # input rows first
     widths = [o.hidden] * (o.layers - 1) + [classes]
     return params, 4 * rows[0] * dim + 12 * sum(r * w for r, w in zip(rows[1:], widths))

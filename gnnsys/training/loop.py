@@ -41,27 +41,40 @@ def run_epochs(
     on_epoch_end=None,
     bar: str | None = None,
     show_bar: bool | None = None,
+    control=None,
 ) -> list:
     """Epochs `start` .. options.epochs - 1: `train_epoch(epoch)` gives the
-    epoch's record, `evaluate()` adds the metrics every `eval_every` epochs and
-    after the last, the record joins `history`, `save(epochs_done)`
-    checkpoints when options.checkpoint_dir is set, then `on_epoch_end(record)`.
-    `bar` names a progress bar over the epochs (`progress_bar`, one line per
-    epoch off a terminal; shown when `show_bar`, default options.progress).
-    Returns `history`."""
+    epoch's record (its "lr" added: the rate it trained with), `evaluate()`
+    adds the metrics every `eval_every` epochs and after the last, the
+    record joins `history`, `control.after_epoch(history)` (an EpochControl:
+    best weights, LR schedule, early stopping), `save(epochs_done)`
+    checkpoints when options.checkpoint_dir is set, then
+    `on_epoch_end(record)`. The epochs end early when the control stops
+    them; then `control.finish()` loads the best epoch's weights. `bar` names
+    a progress bar over the epochs (`progress_bar`, one line per epoch off a
+    terminal; shown when `show_bar`, default options.progress). Returns `history`."""
     shown = bar is not None and (options.progress if show_bar is None else show_bar)
     with progress_bar(options.epochs, bar, "epoch", shown, line_per_step=True, done=start) as epochs_bar:
         for epoch in range(start, options.epochs):
+            if control is not None and control.stopped:
+                break
+            lr = None if control is None else control.lr
             record = train_epoch(epoch)
+            if lr is not None:
+                record["lr"] = lr
             if (epoch + 1) % options.eval_every == 0 or epoch + 1 == options.epochs:
                 record.update(evaluate())
             history.append(record)
+            if control is not None:
+                control.after_epoch(history)
             if options.checkpoint_dir is not None:
                 save(epoch + 1)
             epochs_bar.set_postfix({k: f"{record[k]:.4f}" for k in ("loss", "valid") if record[k] is not None})
             epochs_bar.update()
             if on_epoch_end is not None:
                 on_epoch_end(record)
+    if control is not None:
+        control.finish()
     return history
 
 

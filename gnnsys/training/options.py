@@ -22,17 +22,27 @@ import torch
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.feature_stack import CACHE_POLICIES
-from gnnsys.models import CONVS, NORMS
+from gnnsys.models import CONVS, NORMS, is_user_model
 from gnnsys.partition import METHODS
 from gnnsys.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
 from gnnsys.samplers.factory import SAMPLERS, SAMPLINGS
 from gnnsys.storage.placement import PLACEMENTS
 
 from .inference_io import OUTPUT_DTYPES
-from .limits import check_machine, check_ranges
-from .metrics import resolve_metric
+from .limits import SEED_MAX, check_machine, check_ranges
+from .tasks import METRICS as TASK_METRICS
+from .tasks import task_metric
 
 FEATURES = PLACEMENTS + ("ssd",)
+MAX_RUNS = 100  # runs of one call (OGB's leaderboard asks for 10)
+LR_SCHEDULES = {  # schedule -> the options it reads
+    "none": (),
+    "step": ("lr_step_size", "lr_gamma"),
+    "cosine": ("lr_min",),
+    "plateau": ("lr_gamma", "lr_patience"),
+}
+SCHEDULE_PARAMETERS = ("lr_step_size", "lr_gamma", "lr_min", "lr_patience")
+MODEL_SHAPE = ("hidden", "dropout", "input_dropout", "norm", "residual", "heads")  # what a user module decides
 DEEP_FROM = 4  # full-graph layers from which input_proj/residual/norm default on
 EVAL_MODES = ("auto", "sampled", "layerwise")
 
@@ -46,7 +56,7 @@ class TrainOptions:
     input_dropout on the input features; norm (None, "batch", "layer") and
     residual for hidden layers; heads (GAT);
     device ("cpu", "cuda", "cuda:N"); seed; eval_every: evaluate every N
-    epochs (and after the last); metric "auto", "acc" or "auc";
+    epochs (and after the last); metric "auto", "acc", "auc" or "rocauc" (gnnsys.training.tasks);
     precision: "auto" (bf16-mixed where bf16 GEMMs are native, else "32"),
     "32", "bf16-mixed" (bf16 autocast, fp32 master weights and loss; CPU and
     CUDA; fp32 GEMMs on a CPU without native bf16) or "16-mixed" (fp16
@@ -56,6 +66,20 @@ class TrainOptions:
     prepared dataset's checksums and invariants before training (as `gnnsys
     info --verify`; reads every file once). dataset: set by
     `for_dataset` (the dataset's path or name), recorded with the result.
+
+    runs: train this many runs with seeds seed, seed + 1, ... (at most
+    MAX_RUNS) and report each run's and the mean and standard deviation of
+    their metrics at the epoch of best validation (gnnsys.training.runs).
+    patience: stop a run when its validation metric has not improved for
+    this many epochs (checked at evaluated epochs; None: never).
+    lr_schedule (gnnsys.training.control): "none"; "step" (lr times
+    lr_gamma every lr_step_size epochs); "cosine" (from lr down to lr_min
+    over `epochs`, which a resume may then not change); "plateau" (lr times
+    lr_gamma when the validation metric has not improved for lr_patience
+    evaluations). A schedule's parameter given for another schedule is refused.
+    model may also name a user module ("module:" + its class; set by
+    `gnnsys.train(model=<nn.Module>)`), whose shape options (hidden,
+    dropout, input_dropout, norm, residual, heads) are then refused.
     """
 
     model: str = "sage"
@@ -79,10 +103,17 @@ class TrainOptions:
     progress: bool = True
     verify: bool = False
     dataset: str | None = None
+    runs: int = 1
+    patience: int | None = None
+    lr_schedule: str = "none"
+    lr_step_size: int = 10
+    lr_gamma: float = 0.1
+    lr_min: float = 0.0
+    lr_patience: int = 10
 
     # options a resumed run may change; every other one must match the checkpoint
-    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "verify")
-    POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads")
+    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "verify", "runs")
+    POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads", "runs")
 
     def __post_init__(self):
         self._set("device", str(self.device) if isinstance(self.device, torch.device) else self.device)
@@ -106,8 +137,8 @@ class TrainOptions:
                 raise ConfigError(f.name, f"must be {names}, got {value!r}")
 
     def _check(self):
-        if self.model not in CONVS:
-            raise ConfigError("model", f"must be one of {', '.join(CONVS)}, got {self.model!r}")
+        if self.model not in CONVS and not is_user_model(self.model):
+            raise ConfigError("model", f"must be one of {', '.join(CONVS)} or a torch.nn.Module, got {self.model!r}")
         if self.norm not in NORMS:
             raise ConfigError("norm", f"must be one of {NORMS}, got {self.norm!r}")
         for name in self.POSITIVE:
@@ -125,10 +156,46 @@ class TrainOptions:
             and not Path(self.checkpoint_dir).is_dir()
         ):
             raise ConfigError("checkpoint_dir", f"{self.checkpoint_dir} exists and is not a directory")
-        if self.metric not in ("auto", "acc", "auc"):
-            raise ConfigError("metric", f"must be 'auto', 'acc' or 'auc', got {self.metric!r}")
+        if self.metric not in ("auto", *TASK_METRICS):
+            raise ConfigError("metric", f"must be 'auto', 'acc', 'auc' or 'rocauc', got {self.metric!r}")
         self._set("device", str(normalize_device(self.device)))
         self._set("precision", resolve_precision(self.precision, self.device))
+        self._check_runs()
+        self._check_schedule()
+        if is_user_model(self.model):
+            self._refuse_changed(MODEL_SHAPE, f"shapes the built-in models; the user model {self.model} has its own")
+
+    def _refuse_changed(self, names, why: str):
+        """ConfigError naming the first of `names` given another value than its default, saying `why`."""
+        given = [n for n in names if getattr(self, n) != getattr(type(self), n)]
+        if given:
+            raise ConfigError(given[0], why)
+
+    def _check_runs(self):
+        """runs within MAX_RUNS and its seeds within SEED_MAX; patience None or >= 1."""
+        if self.runs > MAX_RUNS:
+            raise ConfigError("runs", f"must be at most {MAX_RUNS}, got {self.runs}")
+        if self.seed + self.runs - 1 > SEED_MAX:
+            raise ConfigError("runs", f"{self.runs} runs from seed {self.seed} need seeds beyond 2**64 - 1")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError("patience", f"must be >= 1 epochs (None: no early stopping), got {self.patience}")
+
+    def _check_schedule(self):
+        """lr_schedule is known, its parameters are in range, and no other schedule's is given."""
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError("lr_schedule", f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        for name in SCHEDULE_PARAMETERS:
+            if name not in LR_SCHEDULES[self.lr_schedule] and getattr(self, name) != getattr(type(self), name):
+                users = " or ".join(s for s, params in LR_SCHEDULES.items() if name in params)
+                raise ConfigError(name, f"applies to lr_schedule {users}, this run's is {self.lr_schedule!r}")
+        if self.lr_step_size < 1:
+            raise ConfigError("lr_step_size", f"must be >= 1 epochs, got {self.lr_step_size}")
+        if not 0 < self.lr_gamma < 1:
+            raise ConfigError("lr_gamma", f"must be in (0, 1), got {self.lr_gamma}")
+        if not 0 <= self.lr_min < self.lr:
+            raise ConfigError("lr_min", f"must be in [0, lr = {self.lr}), got {self.lr_min}")
+        if self.lr_patience < 0:
+            raise ConfigError("lr_patience", f"must be >= 0 evaluations, got {self.lr_patience}")
 
     def for_dataset(self, dataset):
         """These options completed for `dataset` (metric resolved, its name
@@ -137,10 +204,7 @@ class TrainOptions:
         if self.verify:
             _verify(dataset)
         check_machine(self, dataset)
-        try:
-            metric = resolve_metric(self.metric, dataset.num_classes)
-        except ValueError as e:
-            raise ConfigError("metric", str(e)) from None
+        metric = task_metric(self, dataset)
         name = str(dataset.path) if dataset.path is not None else dataset.name
         return dataclasses.replace(self, metric=metric, dataset=name)
 
@@ -149,8 +213,15 @@ class TrainOptions:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def resume_key(self) -> dict:
-        """The options a checkpoint must share with the run that resumes it."""
-        return {k: v for k, v in self.to_dict().items() if k not in self.RESUMABLE}
+        """The options a checkpoint must share with the run that resumes it
+        (`epochs` too under a cosine schedule, which anneals over them)."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.resumable()}
+
+    def resumable(self) -> tuple:
+        """The options a resumed run may change (RESUMABLE, less `epochs` under a cosine schedule)."""
+        if self.lr_schedule == "cosine":
+            return tuple(n for n in self.RESUMABLE if n != "epochs")
+        return self.RESUMABLE
 
     @classmethod
     def build(cls, options=None, keywords: dict | None = None):
@@ -348,7 +419,7 @@ class FullGraphOptions(TrainOptions):
     epochs: int = 100
     lr: float = 0.01
     norm: str | None = "auto"
-    residual: bool | None = None
+    residual: bool | None = None  # type: ignore[assignment]  # None until __post_init__ picks the depth's default
     input_proj: bool | None = None
     workers: int = 1
     chunks: int = 1
@@ -380,6 +451,13 @@ class FullGraphOptions(TrainOptions):
 
     def _check(self):
         super()._check()
+        if is_user_model(self.model):
+            raise ConfigError("model", f"full-graph training builds one of {', '.join(CONVS)}; got {self.model}")
+        if self.pipelined:
+            self._refuse_changed(
+                ("runs", "patience", "lr_schedule"),
+                "is not supported by GNNPipe (workers or chunks > 1); train with workers=1 and chunks=1",
+            )
         units = self.layers + int(self.input_proj)
         if self.workers > units:
             raise ConfigError("workers", f"{self.workers} workers need at least as many units, the model has {units}")

@@ -147,7 +147,7 @@ def test_existing_output(tmp_path, capsys, monkeypatch):
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer, "encode_rows", interrupt)
+    monkeypatch.setattr(writer, "encoded_rows", interrupt)
     status, _, err = run_cli(capsys, *args, "--overwrite")
     assert status == 130 and "interrupted" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ogbn_arxiv", "out"]
