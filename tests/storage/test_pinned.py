@@ -51,12 +51,6 @@ def test_pinned_needs_cuda():
         PinnedFeatures(torch.zeros(3, 2))
 
 
-
-
-
-
-
-
 @pytest.fixture(autouse=True)
 def no_registration_left():
     """Every test gives back every registration it made."""
@@ -82,10 +76,6 @@ def test_table_gather_checks_ids():
     pending = source.gather_async(torch.tensor([2, -1]))
     with pytest.raises(IndexError, match="id -1 at position 1"):
         pending.check()
-
-
-
-
 
 
 def test_pending_gather_check_waits_for_its_own_event():
