@@ -77,6 +77,7 @@ command -v "$PY" > /dev/null || fail_args "--python: no interpreter '$PY'"
 for step in ${SKIP//,/ }; do
     [[ " ${STEPS[*]} " == *" $step "* ]] || fail_args "--skip: unknown step '$step' (steps: ${STEPS[*]})"
 done
+"$PY" -c "import torch" 2> /dev/null || fail_args "--python: '$PY' cannot import torch (give the interpreter of your CUDA torch)"
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 WORK=$(mktemp -d)

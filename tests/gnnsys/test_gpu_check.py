@@ -96,6 +96,16 @@ def test_bad_arguments_are_one_line_errors(args, message):
     assert r.stderr == f"gpu_check: {message} (see --help)\n"
 
 
+def test_an_interpreter_without_torch_is_one_line(tmp_path):
+    no_torch = tmp_path / "python"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")
+    no_torch.chmod(0o755)
+    r = gpu_check("--dry-run", "--python", str(no_torch))
+    assert r.returncode == 2 and r.stdout == ""
+    why = "cannot import torch (give the interpreter of your CUDA torch)"
+    assert r.stderr == f"gpu_check: --python: '{no_torch}' {why} (see --help)\n"
+
+
 def test_help_names_the_steps():
     r = gpu_check("--help")
     assert r.returncode == 0 and "Steps, in order" in r.stdout and "--dry-run" in r.stdout
