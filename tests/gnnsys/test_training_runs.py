@@ -18,26 +18,13 @@ from gnnsys.training.checkpoints import load_checkpoint, save_checkpoint
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.inference import layerwise_inference
 from gnnsys.training.result import LOGGER_METRICS
+from tests.gnnsys.test_checkpoint import Killed, kill_after
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import this module's model by name
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2)
 USER = {k: v for k, v in FAST.items() if k != "hidden"}  # a user module has its own width
 CLI_FAST = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "16", "--no-progress"]
-
-
-class Killed(Exception):
-    pass
-
-
-def kill_after(epoch):
-    """on_epoch_end raising Killed after `epoch`'s checkpoint."""
-
-    def hook(record):
-        if record["epoch"] == epoch:
-            raise Killed
-
-    return hook
 
 
 def strip(epochs):
