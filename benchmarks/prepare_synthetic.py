@@ -3,18 +3,21 @@
 Runs `python -m gnnsys prepare synthetic --like ogbn-arxiv --scale 1.0
 --to-undirected`, `--like ogbn-products --scale 1.0`, `--like ogbn-proteins
 --scale 1.0 --node-features-from-edges mean` (79M stored edges with 8 edge
-features each) and `--like ogbn-papers100M --scale S --dtype float16 --align 512` (S from --scale,
+features each), `--like ogbn-mag --scale 1.0` (heterogeneous: four node types,
+four relations and their reverses, 21.1M generated edges) and `--like
+ogbn-papers100M --scale S --dtype float16 --align 512` (S from --scale,
 default 1.0; extra prepare options after --prepare-options) as child
 processes, each repeated (--arxiv-repeats, default 3; --products-repeats,
---proteins-repeats and --papers-repeats, default 1 because one run takes minutes), and records each
+--proteins-repeats, --mag-repeats and --papers-repeats, default 1 because
+one run takes minutes), and records each
 child's wall time, peak resident memory (from os.wait4's rusage of that
 child) and the peak disk space it used beyond what the file system held
 when it started (sampled every 0.5 s), next to the finished dataset's size.
 The prepared datasets stay under --root (default /work/bench-data:
-arxiv-1.0, products-1.0, proteins-1.0, papers-S) for the training benchmarks. Writes
+arxiv-1.0, products-1.0, proteins-1.0, mag-1.0, papers-S) for the training benchmarks. Writes
 --results (default benchmarks/results/prepare_synthetic.json).
 
-    python benchmarks/prepare_synthetic.py [--root DIR] [--only arxiv|products|papers] [--scale S]
+    python benchmarks/prepare_synthetic.py [--root DIR] [--only arxiv|products|proteins|mag|papers] [--scale S]
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ CASES = {
         "dir": "proteins-1.0",
         "options": ["--node-features-from-edges", "mean"],
     },
+    "mag": {"like": "ogbn-mag", "dir": "mag-1.0", "options": []},
     "papers": {
         "like": "ogbn-papers100M",
         "dir": "papers-{scale:g}",
@@ -72,6 +76,21 @@ def machine() -> dict:
         "torch": torch.__version__,
         "gnnsys": version("gnnsys"),
         "note": "shared machine: other jobs ran at the same time, so times are noisy",
+    }
+
+
+def dataset_sizes(meta: dict) -> dict:
+    """Node and edge counts and the (target's) feature width of a prepared
+    dataset's meta.json; a heterogeneous one's also per node type and relation."""
+    if meta.get("kind") != "hetero":
+        return {"num_nodes": meta["num_nodes"], "num_edges": meta["num_edges"], "feature_dim": meta["features"]["dim"]}
+    relations = {"__".join((r["src"], r["rel"], r["dst"])): r["num_edges"] for r in meta["relations"]}
+    return {
+        "num_nodes": sum(t["num_nodes"] for t in meta["node_types"].values()),
+        "num_edges": sum(relations.values()),
+        "feature_dim": meta["node_types"][meta["target"]]["features"]["dim"],
+        "node_types": {name: t["num_nodes"] for name, t in meta["node_types"].items()},
+        "relations": relations,
     }
 
 
@@ -132,6 +151,7 @@ def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.
     synth = meta["source"]["synthetic"]
     wall = statistics.median(r["wall_s"] for r in runs)
     size = sum(f.stat().st_size for f in out.iterdir())
+    sizes = dataset_sizes(meta)
     return {
         "command": " ".join(argv[1:]),
         "path": str(out),
@@ -142,15 +162,19 @@ def bench_case(name: str, root: Path, repeats: int, seed: int, scale: float = 1.
         "max_peak_rss_anon_mib": max(r["peak_rss_anon_mib"] for r in runs),
         "peak_disk_over_dataset": max(r["peak_disk_bytes"] for r in runs) / size,
         "graph_build": meta["source"].get("graph_build"),
-        "num_nodes": meta["num_nodes"],
-        "num_edges": meta["num_edges"],
-        "edges_per_s": round(meta["num_edges"] / wall),
+        **sizes,
+        "edges_per_s": round(sizes["num_edges"] / wall),
         "dataset_bytes": size,
-        "feature_dim": meta["features"]["dim"],
         "num_classes": meta["labels"]["num_classes"],
         **{  # the class-labelled shapes' known ceilings (ogbn-proteins' generator records its own parameters)
             key: synth[key]
-            for key in ("attainable_accuracy", "bayes_accuracy", "label_ceiling", "homophily")
+            for key in (
+                "attainable_accuracy",
+                "attainable_accuracy_at_least",
+                "bayes_accuracy",
+                "label_ceiling",
+                "homophily",
+            )
             if key in synth
         },
         **({"edge_features": meta["edge_features"]} if "edge_features" in meta else {}),
@@ -166,6 +190,7 @@ def main(argv=None) -> int:
     p.add_argument("--products-repeats", type=int, default=1, help="1 by default: one run takes minutes")
     p.add_argument("--papers-repeats", type=int, default=1, help="1 by default: one run takes minutes")
     p.add_argument("--proteins-repeats", type=int, default=1, help="1 by default: one run takes minutes")
+    p.add_argument("--mag-repeats", type=int, default=1, help="1 by default: one run takes minutes")
     p.add_argument("--scale", type=float, default=1.0, help="scale of the papers case")
     p.add_argument(
         "--prepare-options",
@@ -180,6 +205,7 @@ def main(argv=None) -> int:
         "arxiv": args.arxiv_repeats,
         "products": args.products_repeats,
         "proteins": args.proteins_repeats,
+        "mag": args.mag_repeats,
         "papers": args.papers_repeats,
     }
     result = {

@@ -6,6 +6,7 @@ from gnnsys.errors import DatasetError
 from .arrays import read_arrays
 from .dataset import Dataset, as_dataset, load_dataset
 from .feature_table import RowTable
+from .hetero_dataset import HeteroDataset
 from .npz import read_npz
 from .ogb import read_ogb
 from .planetoid import read_planetoid
@@ -17,6 +18,7 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "GraphSource",
+    "HeteroDataset",
     "PrepareOptions",
     "RowTable",
     "as_dataset",

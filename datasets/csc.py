@@ -22,18 +22,19 @@ def index_dtype(num_nodes: int):
     return np.int32 if num_nodes < 2**31 else np.int64
 
 
-def check_edge_ids(src, dst, num_nodes: int, file: str, first_row: int):
-    """(src, dst) as int64 after checking every id is an integer in [0, num_nodes);
+def check_edge_ids(src, dst, num_nodes: int, file: str, first_row: int, num_src: int | None = None):
+    """(src, dst) as int64 after checking every id is an integer in [0, num_nodes)
+    (source ids in [0, num_src) when given: a relation between two node types);
     a bad id raises DatasetError naming `file` and its row (first_row + position)."""
-    for ids in (src, dst):
+    for ids, bound in ((src, num_nodes if num_src is None else num_src), (dst, num_nodes)):
         if ids.size == 0:
             continue
         if not np.issubdtype(ids.dtype, np.integer):
             raise DatasetError(file, f"node ids must be integers, got {ids.dtype}")
-        bad = np.flatnonzero((ids < 0) | (ids >= num_nodes))
+        bad = np.flatnonzero((ids < 0) | (ids >= bound))
         if bad.size:
             row = first_row + int(bad[0])
-            raise DatasetError(file, f"node id {int(ids[bad[0]])} out of range [0, {num_nodes})", row=row)
+            raise DatasetError(file, f"node id {int(ids[bad[0]])} out of range [0, {bound})", row=row)
     return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
 
 
@@ -47,6 +48,10 @@ class EdgeStream:
     row of its features and chunks are (src, dst, row): the third array of a
     source chunk, else the edge's position in the stream; a reverse edge
     shares its edge's row.
+
+    `num_src`, when given, makes it a relation between two node types:
+    destinations are ids in [0, num_nodes) (the CSC's columns), sources ids
+    in [0, num_src); such a stream cannot be made undirected.
     """
 
     def __init__(
@@ -54,6 +59,7 @@ class EdgeStream:
         edge_chunks: EdgeChunks,
         num_nodes: int,
         *,
+        num_src: int | None = None,
         file: str = "edges",
         to_undirected: bool = False,
         drop_self_loops: bool = False,
@@ -63,6 +69,9 @@ class EdgeStream:
         edge_row_file: str = "edge features",
     ):
         self.edge_chunks, self.num_nodes, self.file = edge_chunks, num_nodes, file
+        self.num_src = num_nodes if num_src is None else num_src
+        if to_undirected and self.num_src != num_nodes:
+            raise ValueError("only edges within one node type can be made undirected")
         self.expected = expected  # edges the source says it holds (for progress bars), if it knows
         self.to_undirected, self.drop_self_loops = to_undirected, drop_self_loops
         self.progress = progress
@@ -105,7 +114,7 @@ class EdgeStream:
         counts = np.zeros(self.num_nodes, np.int64) if counts is None else counts
         row = 0
         for src, dst, rows in self._source():
-            src, dst = check_edge_ids(src, dst, self.num_nodes, self.file, row)
+            src, dst = check_edge_ids(src, dst, self.num_nodes, self.file, row, self.num_src)
             if rows is not None:
                 self._check_rows(rows, row)
             row += src.shape[0]
@@ -214,6 +223,7 @@ def build_csc(
     edge_chunks: EdgeChunks,
     num_nodes: int,
     *,
+    num_src: int | None = None,
     file: str = "edges",
     to_undirected: bool = False,
     drop_self_loops: bool = False,
@@ -221,12 +231,15 @@ def build_csc(
 ):
     """CSC (indptr int64, indices int32/int64, sorted per node) of the edges, in memory.
 
-    Raises DatasetError naming `file` and the row of the first id out of range.
+    `num_src` (default num_nodes) bounds the source ids of a relation between
+    two node types; indices are int32 while they are below 2**31. Raises
+    DatasetError naming `file` and the row of the first id out of range.
     `progress(n_edges)` is called after each chunk of each pass.
     """
     edges = EdgeStream(
         edge_chunks,
         num_nodes,
+        num_src=num_src,
         file=file,
         to_undirected=to_undirected,
         drop_self_loops=drop_self_loops,
@@ -234,7 +247,7 @@ def build_csc(
     )
     indptr = np.zeros(num_nodes + 1, np.int64)
     np.cumsum(edges.in_degrees(), out=indptr[1:])
-    indices = np.empty(int(indptr[-1]), index_dtype(num_nodes))
+    indices = np.empty(int(indptr[-1]), index_dtype(edges.num_src))
     cursor = indptr[:-1].copy()
     for src, dst in edges:
         if not scatter_edges(src, dst, 0, cursor, indptr[1:], indices):

@@ -208,8 +208,10 @@ def write_csc(
     mem_limit: int | None = None,
     check_space=None,
     bar=None,
+    names: tuple[str, str] = ("indptr.npy", "indices.npy"),
 ) -> CSCFiles:
-    """Write the CSC of `edges` to directory/indptr.npy and indices.npy.
+    """Write the CSC of `edges` to directory/indptr.npy and indices.npy
+    (`names` gives others: a heterogeneous dataset has one pair per relation).
 
     `mem_limit` bytes bound the process's anonymous memory (what it holds
     when the lists are planned counts against it; pages of memory-mapped
@@ -226,7 +228,10 @@ def write_csc(
     bar = bar or (lambda phase, total: None)
     check_dedup(dedup, edges.carries_rows)
     n = edges.num_nodes
-    dtype = np.dtype(index_dtype(n))
+    if reorder and edges.num_src != n:
+        raise ValueError("only a graph of one node type can be relabelled by degree")
+    dtype = np.dtype(index_dtype(edges.num_src))  # the lists hold source ids
+    indptr_name, indices_name = names
     edges.progress = bar("count edges", edges.expected)
     indptr = np.zeros(n + 1, np.int64)
     degree = edges.in_degrees(indptr[1:])
@@ -252,11 +257,12 @@ def write_csc(
         edge_bytes = dtype.itemsize + (ROW_BYTES if edges.carries_rows else 0)
         buckets = plan_buckets(indptr, edge_bytes, mem_limit - held)
     row_bytes = 8 * total if edges.carries_rows else 0
-    spill_bytes = 2 * total * dtype.itemsize + row_bytes if len(buckets) > 1 else 0
+    pair_dtype = np.dtype(index_dtype(max(n, edges.num_src)))  # a spilled (source, destination) pair
+    spill_bytes = 2 * total * pair_dtype.itemsize + row_bytes if len(buckets) > 1 else 0
     header = npy_header(dtype, total)
     if check_space:
         check_space(spill_bytes + row_bytes, len(header) + total * dtype.itemsize)
-    out = OutputFile(directory / "indices.npy", len(header) + total * dtype.itemsize)
+    out = OutputFile(directory / indices_name, len(header) + total * dtype.itemsize)
     rows_out = OutputFile(directory / EDGE_ROWS_FILE, row_bytes) if edges.carries_rows else None
     spill = None
     try:
@@ -266,7 +272,7 @@ def write_csc(
             edges.progress = bar("place edges", total)
             _emit(out, rows_out, indptr, 0, n, iter(edges), counts, edges)
         else:
-            spill = _Spill(directory, buckets, dtype, rows=edges.carries_rows)
+            spill = _Spill(directory, buckets, pair_dtype, rows=edges.carries_rows)
             edges.progress = bar("spill edges", total)
             for chunk in edges:
                 spill.add(*chunk)
@@ -288,8 +294,8 @@ def write_csc(
         raise
     if dedup:
         indptr[1:] = np.cumsum(counts)
-        digest = _rewrite_count(directory / "indices.npy", dtype, int(indptr[-1]), len(header))
-    checksums = {"indices.npy": digest, "indptr.npy": write_npy(directory / "indptr.npy", indptr)}
+        digest = _rewrite_count(directory / indices_name, dtype, int(indptr[-1]), len(header))
+    checksums = {indices_name: digest, indptr_name: write_npy(directory / indptr_name, indptr)}
     rows_file = directory / EDGE_ROWS_FILE if edges.carries_rows else None
     return CSCFiles(indptr, order, checksums, len(buckets), spill_bytes, rows_file)
 
@@ -299,7 +305,7 @@ def _emit(out: OutputFile, rows_out, indptr, lo: int, hi: int, pieces, counts, e
     deduplicate into counts[lo:hi]) and append them to `out`; with `rows_out`
     the pieces are (src, dst, rows) and the rows, in list order, go there."""
     local = indptr[lo : hi + 1] - indptr[lo]
-    lists = np.empty(int(local[-1]), index_dtype(edges.num_nodes))
+    lists = np.empty(int(local[-1]), index_dtype(edges.num_src))
     list_rows = np.empty(lists.shape[0] if rows_out is not None else 0, np.int64)
     cursor = local[:-1].copy()
     for piece in pieces:

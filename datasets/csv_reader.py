@@ -49,7 +49,7 @@ def _io_problem(err: BaseException) -> str:
     return f"cannot read ({err})"
 
 
-def _reader(path: Path, header: bool, chunk_rows: int, nrows=None):
+def _reader(path: Path, header: bool, chunk_rows: int, nrows=None, dtype=None):
     import pandas as pd
 
     return pd.read_csv(
@@ -58,6 +58,7 @@ def _reader(path: Path, header: bool, chunk_rows: int, nrows=None):
         skiprows=1 if header else 0,
         chunksize=chunk_rows,
         nrows=nrows,
+        dtype=dtype,
         engine="c",
         keep_default_na=False,
         na_values=_NAN_TEXT,
@@ -66,12 +67,12 @@ def _reader(path: Path, header: bool, chunk_rows: int, nrows=None):
     )
 
 
-def _guarded(path: Path, header: bool, chunk_rows: int, nrows=None) -> Iterator:
+def _guarded(path: Path, header: bool, chunk_rows: int, nrows=None, dtype=None) -> Iterator:
     """pandas DataFrame chunks of `path`, every parser and I/O failure turned
     into a DatasetError (rows counted from 0 after the header)."""
     ParserError, EmptyDataError = _pandas_errors()
     try:
-        yield from _reader(path, header, chunk_rows, nrows)
+        yield from _reader(path, header, chunk_rows, nrows, dtype)
     except EmptyDataError:
         raise DatasetError(path, "empty file") from None
     except ParserError as e:
@@ -160,6 +161,24 @@ def read_csv(path, *, columns: int = 1, dtype=np.int64, header: bool = False) ->
     """The whole of a small CSV file: [rows] if `columns` is 1, else [rows, columns]."""
     data = np.concatenate(list(csv_chunks(path, columns=columns, dtype=dtype, header=header)))
     return data[:, 0] if columns == 1 else data
+
+
+def read_text_rows(path, max_rows: int = 1 << 16) -> list[list[str]]:
+    """Every row of a small CSV file (plain or gzipped) as stripped strings,
+    header lines included: OGB's tables of names (num-node-dict.csv.gz,
+    triplet-type-list.csv.gz). Rows must all have the first row's number of
+    fields; more than `max_rows` rows is an error."""
+    path = Path(path)
+    rows = [
+        [str(v).strip() for v in row]
+        for frame in _guarded(path, False, max_rows + 1, nrows=max_rows + 1, dtype=str)
+        for row in frame.itertuples(index=False)
+    ]
+    if not rows:
+        raise DatasetError(path, "no data rows")
+    if len(rows) > max_rows:
+        raise DatasetError(path, f"more than {max_rows} rows; expected a small table of names")
+    return rows
 
 
 def read_count(path) -> int:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from gnnsys.errors import DatasetError, PathError, naming
-
 from .feature_table import RowTable
-from .features_file import DTYPES, open_rows
+from .hetero_load import load_hetero_dataset
 from .invariants import check_dataset
-from .meta import SPLITS, read_meta, regular_file_size
+from .meta import HETERO, SPLITS, read_any_meta
+from .open_arrays import load_int_array, open_row_table
 
 
 class Dataset:
@@ -95,26 +93,25 @@ class Dataset:
         )
 
     @classmethod
-    def from_pyg(cls, data, name: str = "pyg") -> Dataset:
+    def from_pyg(cls, data, name: str = "pyg", target: str | None = None):
         """An in-memory Dataset from a torch_geometric `Data` with x, y,
-        edge_index and train/val/test masks (or `*_idx` tensors)."""
+        edge_index and train/val/test masks (or `*_idx` tensors); from a
+        `HeteroData`, a HeteroDataset (datasets/hetero_pyg.py: `target` names
+        the labelled node type, default the only one with y)."""
         from .csc import build_csc
+        from .hetero_pyg import from_pyg_hetero, is_hetero_data, pyg_splits
         from .source import array_edge_chunks
+
+        if is_hetero_data(data):
+            return from_pyg_hetero(data, name, target)
+        if target is not None:
+            raise ValueError("target names a node type of a HeteroData; data is a homogeneous Data")
 
         n = int(data.num_nodes)
         ei = data.edge_index.cpu().numpy()
         indptr, indices = build_csc(array_edge_chunks(ei[0], ei[1]), n, file="data.edge_index")
         y = data.y.cpu().long().view(-1)
-        splits = {}
-        for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test")):
-            mask = getattr(data, f"{theirs}_mask", None)
-            idx = getattr(data, f"{theirs}_idx", getattr(data, f"{ours}_idx", None))
-            if mask is not None:
-                splits[ours] = mask.cpu().nonzero().view(-1)
-            elif idx is not None:
-                splits[ours] = idx.cpu().long().view(-1)
-            else:
-                raise ValueError(f"data has neither {theirs}_mask nor {theirs}_idx")
+        splits = pyg_splits(data, n, "data")
         return cls(
             name=name,
             indptr=torch.from_numpy(indptr),
@@ -126,52 +123,25 @@ class Dataset:
         )
 
 
-def _load_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
-    """The signed-integer .npy array `name` of the dataset at `path`, in
-    native byte order; DatasetError if it cannot be read or holds anything
-    else. With `mmap` it is memory-mapped copy-on-write: pages are read from
-    the file on first use and stay in the page cache, not in the process's
-    anonymous memory."""
-    regular_file_size(path / name)
-    try:
-        arr = np.load(path / name, mmap_mode="c" if mmap else None)
-    except OSError as e:
-        raise PathError(path / name, e, "read") from None
-    except (ValueError, EOFError) as e:
-        raise DatasetError(path / name, f"cannot read ({e})") from None
-    if not isinstance(arr, np.ndarray):
-        arr.close()
-        raise DatasetError(path / name, "expected a .npy array, got an npz archive")
-    if arr.dtype.kind != "i":
-        raise DatasetError(path / name, f"expected a .npy array of signed integers, got {arr.dtype}")
-    return arr.astype(arr.dtype.newbyteorder("="), copy=False)
-
-
 def open_features(path, meta, section: str = "features"):
     """The memory-mapped rows of a prepared dataset's features (or, with
     `section` "edge_features", its edge features) as a RowTable; DatasetError
     unless the file is a regular file of num_nodes (num_edges) x row_stride
     bytes that can be read."""
-    f = meta[section]
     count = meta["num_nodes"] if section == "features" else meta["num_edges"]
-    file = Path(path) / f["file"]
-    size = regular_file_size(file)
-    if size != count * f["row_stride"]:
-        raise DatasetError(file, f"size {size} bytes, expected {count} rows x {f['row_stride']}")
-    if count == 0:
-        return RowTable(np.zeros((0, f["row_stride"]), np.uint8), f["dim"], DTYPES[f["dtype"]])
-    with naming(file, "read"):
-        rows = open_rows(file, count, f["row_stride"])
-    return RowTable(rows, f["dim"], DTYPES[f["dtype"]])
+    return open_row_table(path, meta[section], count)
 
 
-def as_dataset(dataset) -> Dataset:
-    """`dataset` itself if it is a Dataset, else the dataset prepared at that path."""
-    return dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+def as_dataset(dataset):
+    """`dataset` itself if it is a Dataset or HeteroDataset, else the dataset prepared at that path."""
+    from .hetero_dataset import HeteroDataset
+
+    return dataset if isinstance(dataset, (Dataset, HeteroDataset)) else load_dataset(dataset)
 
 
-def load_dataset(path) -> Dataset:
-    """Open a prepared dataset directory. Features stay memory-mapped from
+def load_dataset(path):
+    """Open a prepared dataset directory: a Dataset, or a HeteroDataset when
+    meta.json's kind is "hetero" (datasets/hetero_load.py). Features stay memory-mapped from
     features.bin (`dataset.features[ids]` reads just those rows), and so do
     the graph's indptr and indices (the sampler reads them through the page
     cache, so a graph larger than memory trains); labels and splits are read
@@ -180,8 +150,10 @@ def load_dataset(path) -> Dataset:
     checksums: that is `gnnsys info --verify`); a failure is a DatasetError
     naming the file."""
     path = Path(path)
-    meta = read_meta(path)
-    tensor = lambda name, mmap=False: torch.from_numpy(_load_array(path, name, mmap))  # noqa: E731
+    meta = read_any_meta(path)
+    if meta.get("kind") == HETERO:
+        return load_hetero_dataset(path, meta)
+    tensor = lambda name, mmap=False: torch.from_numpy(load_int_array(path, name, mmap))  # noqa: E731
     return Dataset(
         name=meta["name"],
         indptr=tensor(meta["graph"]["indptr"], True),

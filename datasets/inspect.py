@@ -8,16 +8,21 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
-from .atomic import sha256_file
+from .class_balance import class_balance
 from .dataset import load_dataset
-from .features_file import DTYPES, open_rows
-from .meta import SPLITS, read_meta
+from .file_checks import checksum_problems, padding_problem
+from .hetero_dataset import HeteroDataset
+from .hetero_inspect import format_hetero_summary, summarize_hetero, verify_hetero
+from .meta import HETERO, HOMOGENEOUS, SPLITS, read_any_meta
 
 
 def summarize(path) -> dict:
     """Counts, degree statistics, feature layout, split sizes, class balance
-    of the dataset at `path`, after every load-time check (`load_dataset`)."""
+    of the dataset at `path`, after every load-time check (`load_dataset`);
+    a heterogeneous one's summary (kind "hetero") is datasets/hetero_inspect.py's."""
     ds = load_dataset(path)
+    if isinstance(ds, HeteroDataset):
+        return summarize_hetero(ds)
     meta = ds.meta
     degree = np.diff(ds.indptr.numpy())
     labels = ds.labels.numpy()
@@ -30,6 +35,7 @@ def summarize(path) -> dict:
         known = None
     splits = {s: int(ds.split(s).shape[0]) for s in SPLITS}
     return {
+        "kind": HOMOGENEOUS,
         "name": meta["name"],
         "num_nodes": meta["num_nodes"],
         "num_edges": meta["num_edges"],
@@ -54,14 +60,23 @@ def summarize(path) -> dict:
     }
 
 
+def placement_table(summary: dict) -> tuple[dict | None, int]:
+    """The feature table training places, as (its meta.json section, rows):
+    the features of a homogeneous dataset, the target type's of a
+    heterogeneous one ((None, 0) when the target has no features)."""
+    if summary.get("kind") != HETERO:
+        return summary["features"], summary["num_nodes"]
+    section = summary["node_types"][summary["target"]]
+    return section["features"], section["num_nodes"] if section["features"] else 0
+
+
 def format_summary(s: dict) -> str:
     """The summary as aligned text lines."""
+    if s.get("kind") == HETERO:
+        return format_hetero_summary(s)
     f, d, c = s["features"], s["in_degree"], s["classes"]
     multilabel = c.get("task") == "multilabel"
-    totals = [max(1, k) for k in c["labelled"]] if multilabel else [max(1, sum(c["counts"]))] * len(c["counts"])
-    balance = ", ".join(f"{i}:{n / t:.1%}" for i, (n, t) in enumerate(zip(c["counts"][:20], totals)))
-    if len(c["counts"]) > 20:
-        balance += f", ... ({len(c['counts'])} {'tasks' if multilabel else 'classes'})"
+    balance = class_balance(c)
     lines = [
         f"dataset      {s['name']}  ({s['source'].get('kind', '?')})",
         f"nodes        {s['num_nodes']:,}",
@@ -96,59 +111,29 @@ def _data_files(meta: dict) -> set:
     return names | ({meta["order"]} if meta.get("order") else set())
 
 
-def _padding_problem(path: Path, meta: dict, section: str = "features") -> str | None:
-    """What is wrong when a row of `section` (features or edge_features) has
-    a non-zero byte after its dim x itemsize bytes (the writer pads with
-    zeros, so meta.json's dtype or dim does not describe the rows), else
-    None. Reads the file in 64 MiB blocks."""
-    f = meta[section]
-    count = meta["num_nodes"] if section == "features" else meta["num_edges"]
-    body = f["dim"] * DTYPES[f["dtype"]].itemsize
-    if count == 0 or body == f["row_stride"]:
-        return None
-    rows = open_rows(path / f["file"], count, f["row_stride"])
-    step = max(1, (64 << 20) // max(f["row_stride"], 1))
-    for lo in range(0, count, step):
-        bad = np.flatnonzero(rows[lo : lo + step, body:].any(axis=1))
-        if bad.size:
-            return str(
-                DatasetError(
-                    path / f["file"],
-                    f"non-zero bytes after the {body} of {f['dim']} x {f['dtype']}: "
-                    "meta.json's dtype or dim does not describe the rows",
-                    row=lo + int(bad[0]),
-                )
-            )
-    return None
-
-
 def verify(path) -> list[str]:
     """Every checksum and invariant; returns the problems found (empty = ok):
     meta.json's checksums of every file it names, the load-time checks of
     `load_dataset`, and what only a full pass can tell (empty splits, zero
-    padding after every feature row, order.npy a permutation)."""
+    padding after every feature row, order.npy a permutation). A
+    heterogeneous dataset is checked by datasets/hetero_inspect.py."""
     path = Path(path)
     try:
-        meta = read_meta(path)
+        meta = read_any_meta(path)
     except DatasetError as e:
         return [str(e)]
-    checksums = meta.get("checksums")
-    if checksums is None:
-        return [f"{path / 'meta.json'}: has no checksums to verify"]
-    problems = [f"{path / name}: has no checksum in meta.json" for name in sorted(_data_files(meta) - set(checksums))]
-    for name, digest in checksums.items():
-        file = path / name
-        if not file.is_file():
-            problems.append(f"{file}: missing")
-        elif sha256_file(file) != digest:
-            problems.append(f"{file}: checksum mismatch")
+    if meta.get("kind") == HETERO:
+        return verify_hetero(path, meta)
+    problems = checksum_problems(path, meta, _data_files(meta))
+    if "checksums" not in meta:
+        return problems
     try:
         ds = load_dataset(path)
     except DatasetError as e:
         return problems + [str(e)]
     problems += [f"{path / meta['splits'][s]}: empty split" for s in SPLITS if ds.split(s).numel() == 0]
-    for section in ("features", "edge_features"):
-        padding = _padding_problem(path, meta, section) if section in meta else None
+    for section, count in (("features", meta["num_nodes"]), ("edge_features", meta["num_edges"])):
+        padding = padding_problem(path, meta[section], count) if section in meta else None
         if padding:
             problems.append(padding)
     if ds.order is not None and not np.array_equal(np.sort(ds.order.numpy()), np.arange(ds.num_nodes)):

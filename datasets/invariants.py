@@ -62,34 +62,50 @@ def check_dataset(ds) -> None:
     ids in [0, N), none repeated or in two splits; the counts in meta.json,
     when there is one, equal to the arrays'."""
     file = files_of(ds.meta, ds.path)
-    indptr = _vector(ds.indptr, file["indptr"], (torch.int64,))
-    indices = _vector(ds.indices, file["indices"], (torch.int32, torch.int64))
-    n = indptr.shape[0] - 1
-    if n < 0 or int(indptr[0]) != 0:
-        raise DatasetError(file["indptr"], "must start with 0")
+    n = _vector(ds.indptr, file["indptr"]).shape[0] - 1
     if ds.meta and n != ds.meta["num_nodes"]:
         raise DatasetError(file["indptr"], f"holds {n + 1} entries, meta.json says {ds.meta['num_nodes']} nodes")
-    falls = indptr[1:] < indptr[:-1]
-    if bool(falls.any()):
-        row = int(torch.nonzero(falls)[0]) + 1
-        raise DatasetError(file["indptr"], f"decreases from {int(indptr[row - 1])} to {int(indptr[row])}", row=row)
-    if int(indptr[-1]) != indices.shape[0]:
-        raise DatasetError(file["indptr"], f"ends at {int(indptr[-1])}, but indices holds {indices.shape[0]} ids")
+    indices = check_csc(ds.indptr, ds.indices, n, n, file["indptr"], file["indices"])
     if ds.meta and indices.shape[0] != ds.meta["num_edges"]:
         raise DatasetError(
             file["indices"], f"holds {indices.shape[0]} ids, meta.json says {ds.meta['num_edges']} edges"
         )
-    _in_range(indices, 0, n, file["indices"], "node id")
-    _check_labels(ds, n, file["labels"])
+    check_labels(ds, n, file["labels"])
     if ds.features.shape[0] != n:
         raise DatasetError(file["features"], f"holds {ds.features.shape[0]} rows for {n} nodes")
     edge_features = getattr(ds, "edge_features", None)
     if edge_features is not None and edge_features.shape[0] != indices.shape[0]:
         where = file.get("edge_features", "Dataset.edge_features")
         raise DatasetError(where, f"holds {edge_features.shape[0]} rows for {indices.shape[0]} edges")
+    check_splits(ds.splits, n, {name: file.get(name, f"Dataset.splits[{name!r}]") for name in ds.splits})
+
+
+def check_csc(indptr, indices, num_dst: int, num_src: int, indptr_file, indices_file) -> torch.Tensor:
+    """The checked `indices` of a CSC graph whose indptr (int64, num_dst + 1
+    entries) starts at 0, never decreases and ends at len(indices), and
+    whose indices (int32/int64) are source ids in [0, num_src); DatasetError
+    naming the file (or attribute) otherwise."""
+    indptr = _vector(indptr, indptr_file, (torch.int64,))
+    indices = _vector(indices, indices_file, (torch.int32, torch.int64))
+    if indptr.shape[0] != num_dst + 1:
+        raise DatasetError(indptr_file, f"holds {indptr.shape[0]} entries for {num_dst} destination nodes")
+    if int(indptr[0]) != 0:
+        raise DatasetError(indptr_file, "must start with 0")
+    falls = indptr[1:] < indptr[:-1]
+    if bool(falls.any()):
+        row = int(torch.nonzero(falls)[0]) + 1
+        raise DatasetError(indptr_file, f"decreases from {int(indptr[row - 1])} to {int(indptr[row])}", row=row)
+    if int(indptr[-1]) != indices.shape[0]:
+        raise DatasetError(indptr_file, f"ends at {int(indptr[-1])}, but indices holds {indices.shape[0]} ids")
+    _in_range(indices, 0, num_src, indices_file, "node id")
+    return indices
+
+
+def check_splits(splits: dict, n: int, files: dict) -> None:
+    """Each split's ids (`files` names them) in [0, n), none repeated or in two splits."""
     seen, marked = torch.zeros(n, dtype=torch.bool), 0
-    for name, ids in ds.splits.items():
-        where = file.get(name, f"Dataset.splits[{name!r}]")
+    for name, ids in splits.items():
+        where = files[name]
         _in_range(_vector(ids, where), 0, n, where, "node id")
         seen[ids] = True
         if int(seen.sum()) != marked + ids.shape[0]:  # fewer new ids than given: a repeat or an overlap
@@ -97,7 +113,7 @@ def check_dataset(ds) -> None:
         marked += ids.shape[0]
 
 
-def _check_labels(ds, n: int, file):
+def check_labels(ds, n: int, file):
     """Labels: N integers in [-1, num_classes), or [N, num_classes] task labels in {-1, 0, 1}."""
     labels = ds.labels
     if isinstance(labels, torch.Tensor) and labels.dim() == 2 and _is_integer(labels):

@@ -15,73 +15,62 @@ from pathlib import Path
 
 from gnnsys.errors import DatasetError, PathError
 
-from .features_file import DTYPES, strides_written
+from .features_file import DTYPES
+from .hetero_meta import check_hetero_meta
+from .meta_schema import (
+    FILE_FIELD,
+    FORMAT,
+    HETERO,
+    HOMOGENEOUS,
+    ROWS_SCHEMA,
+    SPLITS,
+    VERSION,
+    check_fields,
+    check_rows,
+    is_count,
+    is_file_name,
+    short_json,
+)
 
-FORMAT = "gnnsys-dataset"
 TASKS = ("multiclass", "multilabel")
-VERSION = 1
-SPLITS = ("train", "valid", "test")
 
-
-def _count(v) -> bool:
-    return type(v) is int and v >= 0
-
-
-def _file_name(v) -> bool:
-    return isinstance(v, str) and v not in ("", ".", "..") and "/" not in v and "\\" not in v
-
-
-_FILE = ("a file name inside the dataset directory", _file_name)
 _OBJECT = ("an object", lambda v: isinstance(v, dict))
 
 # (field, what it must be, test); an object comes before its fields, and a
 # field whose name ends in "?" may be missing.
 SCHEMA = (
     ("version", f"{VERSION}", lambda v: type(v) is int and v == VERSION),
+    ("kind?", f"{HOMOGENEOUS!r}", lambda v: v == HOMOGENEOUS),
     ("name", "a string", lambda v: isinstance(v, str)),
-    ("num_nodes", "a non-negative integer", _count),
-    ("num_edges", "a non-negative integer", _count),
+    ("num_nodes", "a non-negative integer", is_count),
+    ("num_edges", "a non-negative integer", is_count),
     ("graph", *_OBJECT),
     ("graph.layout", "'csc'", lambda v: v == "csc"),
-    ("graph.indptr", *_FILE),
-    ("graph.indices", *_FILE),
+    ("graph.indptr", *FILE_FIELD),
+    ("graph.indices", *FILE_FIELD),
     ("features", *_OBJECT),
-    ("features.file", *_FILE),
+    ("features.file", *FILE_FIELD),
     ("features.dtype", f"one of {', '.join(DTYPES)}", lambda v: isinstance(v, str) and v in DTYPES),
-    ("features.dim", "a non-negative integer", _count),
-    ("features.align", "a positive power of two", lambda v: _count(v) and v > 0 and v & (v - 1) == 0),
-    ("features.row_stride", "a non-negative integer", _count),
+    ("features.dim", "a non-negative integer", is_count),
+    ("features.align", "a positive power of two", lambda v: is_count(v) and v > 0 and v & (v - 1) == 0),
+    ("features.row_stride", "a non-negative integer", is_count),
     ("labels", *_OBJECT),
-    ("labels.file", *_FILE),
-    ("labels.num_classes", "a non-negative integer", _count),
+    ("labels.file", *FILE_FIELD),
+    ("labels.num_classes", "a non-negative integer", is_count),
     ("labels.task?", f"one of {', '.join(TASKS)}", lambda v: v in TASKS),
     ("splits", *_OBJECT),
-    *((f"splits.{s}", *_FILE) for s in SPLITS),
-    ("order?", "null or a file name inside the dataset directory", lambda v: v is None or _file_name(v)),
+    *((f"splits.{s}", *FILE_FIELD) for s in SPLITS),
+    ("order?", "null or a file name inside the dataset directory", lambda v: v is None or is_file_name(v)),
     (
         "checksums?",
         "an object mapping file names to sha256 hex digests",
-        lambda v: isinstance(v, dict) and all(_file_name(k) and isinstance(d, str) for k, d in v.items()),
+        lambda v: isinstance(v, dict) and all(is_file_name(k) and isinstance(d, str) for k, d in v.items()),
     ),
     ("source?", *_OBJECT),
     ("edge_features?", *_OBJECT),
 )
 
-# The fields of edge_features, checked when it is present: rows in CSC order,
-# laid out like features.bin.
-EDGE_FEATURES_SCHEMA = (
-    ("file", *_FILE),
-    ("dtype", f"one of {', '.join(DTYPES)}", lambda v: isinstance(v, str) and v in DTYPES),
-    ("dim", "a positive integer", lambda v: _count(v) and v > 0),
-    ("align", "a positive power of two", lambda v: _count(v) and v > 0 and v & (v - 1) == 0),
-    ("row_stride", "a non-negative integer", _count),
-    ("order", "'csc'", lambda v: v == "csc"),
-)
-
-
-def _short(value) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+EDGE_FEATURES_SCHEMA = (*ROWS_SCHEMA, ("order", "'csc'", lambda v: v == "csc"))
 
 
 def check_meta(meta, file) -> dict:
@@ -90,6 +79,10 @@ def check_meta(meta, file) -> dict:
         raise DatasetError(file, f"must hold a JSON object, got {type(meta).__name__}")
     if meta.get("format") != FORMAT:
         raise DatasetError(file, f"format is {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get("kind") == HETERO:
+        raise DatasetError(
+            file, "describes a heterogeneous dataset (kind 'hetero'); this reader takes a homogeneous one"
+        )
     for field, what, ok in SCHEMA:
         optional = field.endswith("?")
         field = field.rstrip("?")
@@ -102,15 +95,16 @@ def check_meta(meta, file) -> dict:
                 continue
             raise DatasetError(file, f"field {field!r} is missing")
         if not ok(holder[key]):
-            raise DatasetError(file, f"field {field!r} must be {what}, got {_short(holder[key])}")
-    _check_rows(meta["features"], "features", file)
+            raise DatasetError(file, f"field {field!r} must be {what}, got {short_json(holder[key])}")
+    check_rows(meta["features"], "features", file)
     if "edge_features" in meta:
-        _check_edge_features(meta["edge_features"], file)
+        check_fields(meta["edge_features"], EDGE_FEATURES_SCHEMA, "edge_features", file)
+        check_rows(meta["edge_features"], "edge_features", file)
     labels = meta["labels"]
     if labels.get("task", "multiclass") == "multilabel":
-        if not (_count(labels.get("num_tasks")) and labels["num_tasks"] > 0):
+        if not (is_count(labels.get("num_tasks")) and labels["num_tasks"] > 0):
             raise DatasetError(
-                file, f"field 'labels.num_tasks' must be a positive integer, got {_short(labels.get('num_tasks'))}"
+                file, f"field 'labels.num_tasks' must be a positive integer, got {short_json(labels.get('num_tasks'))}"
             )
         if labels["num_classes"] != labels["num_tasks"]:
             raise DatasetError(
@@ -127,39 +121,27 @@ def check_meta(meta, file) -> dict:
     return meta
 
 
-def _check_rows(f: dict, section: str, file):
-    """DatasetError unless the row stride of `section` (features or
-    edge_features) is one the writer gives rows of its dim and dtype."""
-    body = f["dim"] * DTYPES[f["dtype"]].itemsize
-    if f["row_stride"] < body:
-        raise DatasetError(
-            file,
-            f"field '{section}.row_stride' is {f['row_stride']} bytes, less than the "
-            f"{body} bytes of {f['dim']} x {f['dtype']}",
-        )
-    strides = strides_written(f["dim"], f["dtype"], f["align"])
-    if f["row_stride"] not in strides:
-        raise DatasetError(
-            file,
-            f"field '{section}.row_stride' is {f['row_stride']} bytes, but rows of {f['dim']} x "
-            f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
-            f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong",
-        )
-
-
-def _check_edge_features(section: dict, file):
-    """DatasetError naming the first field of edge_features that breaks EDGE_FEATURES_SCHEMA."""
-    for key, what, ok in EDGE_FEATURES_SCHEMA:
-        if key not in section:
-            raise DatasetError(file, f"field 'edge_features.{key}' is missing")
-        if not ok(section[key]):
-            raise DatasetError(file, f"field 'edge_features.{key}' must be {what}, got {_short(section[key])}")
-    _check_rows(section, "edge_features", file)
-
-
 def read_meta(path) -> dict:
-    """meta.json of the prepared dataset at `path`, checked against SCHEMA;
-    DatasetError if it is missing, not JSON, not ours or breaks the schema."""
+    """meta.json of the prepared (homogeneous) dataset at `path`, checked
+    against SCHEMA; DatasetError if it is missing, not JSON, not ours or
+    breaks the schema."""
+    path = Path(path)
+    return check_meta(load_meta_json(path), path / "meta.json")
+
+
+def read_any_meta(path) -> dict:
+    """meta.json of the prepared dataset at `path`, of either kind, checked
+    against its kind's schema (a heterogeneous one: datasets/hetero_meta.py)."""
+    path = Path(path)
+    meta = load_meta_json(path)
+    if isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("kind") == HETERO:
+        return check_hetero_meta(meta, path / "meta.json")
+    return check_meta(meta, path / "meta.json")
+
+
+def load_meta_json(path):
+    """The parsed, unchecked meta.json of the dataset at `path`; DatasetError
+    if it is missing or not JSON."""
     path = Path(path)
     meta_file = path / "meta.json"
     try:
@@ -178,7 +160,7 @@ def read_meta(path) -> dict:
         raise PathError(meta_file, e, "read") from None
     except UnicodeDecodeError as e:
         raise DatasetError(meta_file, f"cannot read ({e})") from None
-    return check_meta(meta, meta_file)
+    return meta
 
 
 _KINDS = (

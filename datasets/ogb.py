@@ -20,6 +20,10 @@ the inverse edges when loading (master.csv: add_inverse_edge), an inverse
 edge taking its edge's features; `add_inverse_edges="auto"` does the same for
 a directory whose name contains "products" or "proteins". A raw/ holding
 files of both layouts, or one file both gzipped and plain, is refused.
+
+The heterogeneous layout (ogbn-mag: raw/num-node-dict.csv.gz,
+raw/triplet-type-list.csv.gz, raw/relations/...) is read by
+datasets/ogb_mag.py into a HeteroSource.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
-from .csc import check_edge_ids
 from .csv_reader import count_columns, csv_chunks, read_count, read_csv
+from .hetero_source import add_reverse_arguments, apply_reverse_choice, check_reverse_choice
 from .npy import NpyArray, integer_labels
+from .ogb_csv import csv_file, edge_chunks, split_files, split_folder
+from .ogb_mag import hetero_markers, read_ogb_hetero
 from .source import GraphSource
 
 INVERSE_CHOICES = ("auto", "yes", "no")
@@ -49,29 +55,6 @@ def _wants_inverse(choice, root: Path) -> bool:
     return choice == "yes"
 
 
-def _edge_chunks(pairs, file: str, num_nodes: int, inverse: bool, expected: int, count_file: str, rows: bool = False):
-    """Edge chunks from `pairs()` (an iterator of (src, dst) in file order):
-    ids checked against num_nodes at their file rows, the inverse of every
-    edge added when `inverse`, and the row count checked against `expected`.
-    With `rows`, chunks are (src, dst, row): each edge's file row, which an
-    inverse edge shares (the row of its edge features)."""
-
-    def chunks():
-        row = 0
-        for src, dst in pairs():
-            src, dst = check_edge_ids(src, dst, num_nodes, file, row)
-            at = np.arange(row, row + src.shape[0]) if rows else None
-            row += src.shape[0]
-            if inverse:
-                src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-                at = np.concatenate([at, at]) if rows else None
-            yield (src, dst, at) if rows else (src, dst)
-        if row != expected:
-            raise DatasetError(count_file, f"says {expected} edges, but {file} holds {row}")
-
-    return chunks
-
-
 def _counted_rows(chunks, file: str, expected: int, count_file: str):
     """`chunks()` with its row count checked against `expected` at the end."""
 
@@ -86,34 +69,6 @@ def _counted_rows(chunks, file: str, expected: int, count_file: str):
     return counted
 
 
-def _csv_file(raw: Path, stem: str, required: bool = True) -> Path | None:
-    """raw/<stem>.csv.gz or raw/<stem>.csv (None when neither and not `required`);
-    DatasetError when both are there or a required one is missing."""
-    gz, plain = raw / f"{stem}.csv.gz", raw / f"{stem}.csv"
-    if gz.exists() and plain.exists():
-        raise DatasetError(raw, f"holds both {gz.name} and {plain.name}; keep one")
-    if gz.exists() or plain.exists():
-        return gz if gz.exists() else plain
-    if required:
-        raise DatasetError(gz, "file not found (nor a plain .csv)")
-    return None
-
-
-def _choose_split(root: Path, split: str | None) -> tuple[str, dict]:
-    """The split name and its train/valid/test files under root/split."""
-    folder = root / "split"
-    names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
-    if not names:
-        raise DatasetError(folder, "no split folders (expected split/<name>/{train,valid,test}.csv.gz)")
-    if split is None:
-        if len(names) > 1:
-            raise DatasetError(folder, f"several splits ({', '.join(names)}); choose one with --split")
-        split = names[0]
-    elif split not in names:
-        raise DatasetError("--split", f"no split {split!r} in {folder} (has {', '.join(names)})")
-    return split, {s: _csv_file(folder / split, s) for s in ("train", "valid", "test")}
-
-
 def _single_count(arr: NpyArray) -> int:
     values = arr.read().reshape(-1)
     if values.shape != (1,) or values.dtype.kind not in "iu" or values[0] < 0:
@@ -122,10 +77,10 @@ def _single_count(arr: NpyArray) -> int:
 
 
 def _csv_layout(raw: Path, inverse: bool) -> dict:
-    n_file, e_file = _csv_file(raw, "num-node-list"), _csv_file(raw, "num-edge-list")
-    edge_file, label_file = _csv_file(raw, "edge"), _csv_file(raw, "node-label")
-    edge_feat_file = _csv_file(raw, "edge-feat", required=False)
-    feat_file = _csv_file(raw, "node-feat", required=edge_feat_file is None)  # none: derived from edge features
+    n_file, e_file = csv_file(raw, "num-node-list"), csv_file(raw, "num-edge-list")
+    edge_file, label_file = csv_file(raw, "edge"), csv_file(raw, "node-label")
+    edge_feat_file = csv_file(raw, "edge-feat", required=False)
+    feat_file = csv_file(raw, "node-feat", required=edge_feat_file is None)  # none: derived from edge features
     n, e = read_count(n_file), read_count(e_file)
     tasks = count_columns(label_file)
     labels = read_csv(label_file, columns=tasks, dtype=np.float32 if tasks > 1 else np.float64)
@@ -138,7 +93,7 @@ def _csv_layout(raw: Path, inverse: bool) -> dict:
         feature_dim=dim,
         expected_num_edges=e * (2 if inverse else 1),
         labels=labels if tasks > 1 else integer_labels(labels, str(label_file), n),
-        edge_chunks=_edge_chunks(pairs, str(edge_file), n, inverse, e, str(e_file), rows=edge_feat_file is not None),
+        edge_chunks=edge_chunks(pairs, str(edge_file), n, inverse, e, str(e_file), rows=edge_feat_file is not None),
         feature_chunks=(lambda: csv_chunks(feat_file, columns=dim, dtype=np.float32))
         if feat_file
         else (lambda: iter(())),
@@ -176,7 +131,7 @@ def _npz_layout(raw: Path, inverse: bool) -> dict:
         feature_dim=feats.shape[1],
         expected_num_edges=e * (2 if inverse else 1),
         labels=integer_labels(label_arr.read(), label_arr.label, n),
-        edge_chunks=_edge_chunks(
+        edge_chunks=edge_chunks(
             lambda: edges.pair_chunks("columns"), edges.label, n, inverse, e, counts["num_edges_list"].label
         ),
         feature_chunks=lambda: (c.astype(np.float32, copy=False) for c in feats.row_chunks()),
@@ -187,19 +142,46 @@ def _npz_layout(raw: Path, inverse: bool) -> dict:
     )
 
 
-def read_ogb(root, *, split: str | None = None, add_inverse_edges="auto", name: str | None = None) -> GraphSource:
-    """A GraphSource over an OGB node-property directory (raw/ and split/).
+def read_ogb(
+    root,
+    *,
+    split: str | None = None,
+    add_inverse_edges="auto",
+    name: str | None = None,
+    add_reverse_relations="auto",
+    reverse_names: str | None = None,
+):
+    """A GraphSource over an OGB node-property directory (raw/ and split/),
+    or a HeteroSource over one in the heterogeneous layout (ogbn-mag:
+    datasets/ogb_mag.py).
 
     `split` picks split/<split>/ (default: the only one present);
-    `add_inverse_edges` is "auto" (yes for products), "yes"/"no" or a bool.
+    `add_inverse_edges` is "auto" (yes for products), "yes"/"no" or a bool
+    (a homogeneous layout only); `add_reverse_relations` ("auto": yes for
+    the heterogeneous layout, "yes", "no" or a bool) and `reverse_names`
+    ("ogb" or "pyg") are those of hetero_source.apply_reverse_choice.
     """
     root = Path(root)
     raw = root / "raw"
     if not raw.is_dir():
         raise DatasetError(root, "no raw/ folder; expected an OGB node-property directory (raw/ and split/)")
-    inverse = _wants_inverse(add_inverse_edges, root)
     binary = (raw / "data.npz").exists()
     csv = [p.name for p in (raw / "edge.csv.gz", raw / "edge.csv") if p.exists()]
+    hetero = hetero_markers(raw)
+    if hetero and (binary or csv):
+        other = "the binary layout (data.npz)" if binary else f"the CSV layout ({csv[0]})"
+        raise DatasetError(raw, f"mixes the heterogeneous layout ({hetero[0]}) with {other}; keep one")
+    if hetero:
+        if add_inverse_edges in ("yes", True):
+            raise DatasetError(
+                "--add-inverse-edges",
+                "applies to a homogeneous OGB directory; a heterogeneous one takes --add-reverse-relations",
+            )
+        _wants_inverse(add_inverse_edges, root)  # refuses an unknown value
+        source = read_ogb_hetero(root, split=split, name=name)
+        return apply_reverse_choice(source, add_reverse_relations, reverse_names)
+    check_reverse_choice(add_reverse_relations, reverse_names, hetero=False)
+    inverse = _wants_inverse(add_inverse_edges, root)
     if binary and csv:
         raise DatasetError(raw, f"mixes the binary layout (data.npz) with the CSV layout ({csv[0]}); keep one")
     if binary:
@@ -207,14 +189,19 @@ def read_ogb(root, *, split: str | None = None, add_inverse_edges="auto", name: 
     elif csv:
         parts = _csv_layout(raw, inverse)
     else:
-        raise DatasetError(raw, "holds neither edge.csv.gz (CSV layout) nor data.npz (binary layout)")
-    split_name, split_files = _choose_split(root, split)
-    splits = {s: read_csv(f) for s, f in split_files.items()}
+        raise DatasetError(
+            raw,
+            "holds neither edge.csv.gz (CSV layout) nor data.npz (binary layout) nor num-node-dict.csv.gz "
+            "(heterogeneous layout)",
+        )
+    split_name, folder = split_folder(root, split)
+    files = split_files(folder)
+    splits = {s: read_csv(f) for s, f in files.items()}
     return GraphSource(
         name=name or root.resolve().name,
         kind="ogb",
         splits=splits,
-        split_files={s: str(f) for s, f in split_files.items()},
+        split_files={s: str(f) for s, f in files.items()},
         extra={"split": split_name, "add_inverse_edges": inverse},
         **parts,
     )
@@ -229,11 +216,19 @@ def add_arguments(parser):
         choices=INVERSE_CHOICES,
         default="auto",
         help="add the reverse of each stored edge (sharing its edge features) as OGB does on loading "
-        "(auto: yes for ogbn-products and ogbn-proteins, no otherwise)",
+        "(auto: yes for ogbn-products and ogbn-proteins, no otherwise; a homogeneous layout only)",
     )
+    add_reverse_arguments(parser)
     parser.add_argument("--name", help="dataset name (default: the directory's name)")
 
 
-def source_from_args(args) -> GraphSource:
+def source_from_args(args):
     """read_ogb from parsed arguments."""
-    return read_ogb(args.root, split=args.split, add_inverse_edges=args.add_inverse_edges, name=args.name)
+    return read_ogb(
+        args.root,
+        split=args.split,
+        add_inverse_edges=args.add_inverse_edges,
+        name=args.name,
+        add_reverse_relations=args.add_reverse_relations,
+        reverse_names=args.reverse_names,
+    )

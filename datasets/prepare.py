@@ -5,6 +5,7 @@
     prepare_npz("tolokers.npz", "data/tolokers", split_index=0)
     prepare_arrays(out="data/mine", edges="e.npy", features="x.npy", labels="y.npy", random_split="0.6,0.2,0.2")
     prepare_synthetic(out="data/fake-arxiv", like="arxiv", scale=0.1, seed=0)
+    prepare_synthetic(out="data/fake-mag", like="mag", scale=0.1)        # heterogeneous: datasets/hetero_writer.py
 
 Each is `write_dataset(read_<kind>(...), out, PrepareOptions(**options))`:
 the reader's required arguments come first, then `out`, then keywords that

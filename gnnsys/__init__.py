@@ -33,7 +33,9 @@ _API = {  # public name -> the module that defines it
     "FullGraphOptions": "gnnsys.training.options",
     "MinibatchOptions": "gnnsys.training.options",
     "TrainResult": "gnnsys.training.result",
-    "train": "gnnsys.minibatch",
+    "train": "gnnsys.api",
+    "HeteroDataset": "gnnsys.datasets",
+    "HeteroOptions": "gnnsys.training.hetero_options",
     "train_fullgraph": "gnnsys.fullgraph",
     "predict": "gnnsys.prediction",
 }

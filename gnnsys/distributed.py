@@ -156,7 +156,9 @@ def _stop_on_signals(rank: int) -> None:
     or torchrun's fault handling stops the other workers."""
 
     def stop(signum, frame):
-        print(f"gnnsys worker {rank}: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        line = f"gnnsys worker {rank}: stopped by {signal.Signals(signum).name}\n"
+        sys.stderr.flush()
+        os.write(2, line.encode())  # one write: ranks sharing a stderr pipe never interleave within a line
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

@@ -165,14 +165,34 @@ def estimate_batch_rows(
     largest of the first `batches` sampled batches of epoch 0 (the sampler
     training uses, so the estimate follows the graph, fanouts and sampling)."""
     sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed, sampling)
-    seeds = seeds.epoch(0)[:batches]
+    return largest_batch_rows(sampler, seeds, dataset.num_nodes, batches)
+
+
+def largest_batch_rows(sampler, seed_batches, num_nodes: int, batches: int = 3) -> int:
+    """1.25 x the largest `input_nodes` of the first `batches` batches of
+    epoch 0 that `sampler` draws for `seed_batches` (SeedBatches), at most num_nodes."""
+    seeds = seed_batches.epoch(0)[:batches]
     largest = max((sampler.sample(s, 0, i).input_nodes.shape[0] for i, s in enumerate(seeds)), default=0)
-    return min(dataset.num_nodes, largest + largest // 4)
+    return min(num_nodes, largest + largest // 4)
 
 
-def build_feature_stack(
-    dataset,
+def build_feature_stack(dataset, **options):
+    """The FeatureSource stack for `dataset` (see the module docstring):
+    `build_table_stack` over dataset.features, whose SSD tier reads the
+    prepared directory's features.bin and whose cache is scored by out-degree
+    in the dataset's graph; `options` are build_table_stack's. Returns
+    (source, HostMemoryPlan)."""
+    from gnnsys.storage.cache import out_degree
+
+    degree = lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)  # noqa: E731
+    return build_table_stack(dataset.features, ssd=dataset.path, degree=degree, **options)
+
+
+def build_table_stack(
+    table,
     *,
+    ssd,
+    degree,
     features: str = "auto",
     device="cpu",
     cache_rows: int = 0,
@@ -187,10 +207,14 @@ def build_feature_stack(
     replicate_frac: float = 0.0,
     batch_rows: int = 0,
 ):
-    """The FeatureSource stack for `dataset` (see the module docstring).
+    """The FeatureSource stack over the RowTable `table` (see the module docstring).
 
+    ssd: what the SSD tier reads (a prepared dataset directory, or a
+    memory-mapped RowTable: storage.ssd.rows_file), None when there is
+    nothing on disk to read; degree(): the cache's out-degree score (float64
+    per row), called only when the policy needs it.
     features: a placement of storage.placement ("auto", "gpu", "pinned",
-    "cpu-gather") or "ssd" (needs a prepared dataset directory); cache_rows
+    "cpu-gather") or "ssd" (needs `ssd`); cache_rows
     or cache_gb and cache_policy (CACHE_POLICIES: "static" out-degree,
     "presample" hotness, "lru", "sieve", "s3fifo", "hybrid"): the cache (none
     when both are unset/0; on a CUDA device its rows live in GPU memory);
@@ -219,10 +243,10 @@ def build_feature_stack(
         batch_rows=batch_rows,
         cache_on_host=not on_gpu,
     )
-    source, plan = _bottom(dataset, features, device, host_mem_budget, progress, sizes)
+    source, plan = _bottom(table, ssd, features, device, host_mem_budget, progress, sizes)
     if plan.cache_rows == 0:
         return check_stack(source), plan
-    from gnnsys.storage.cache import CachedFeatures, SharedCachedFeatures, out_degree
+    from gnnsys.storage.cache import CachedFeatures, SharedCachedFeatures
 
     if plan.victim_rows:
         from gnnsys.storage.cache import VictimBuffer
@@ -233,7 +257,7 @@ def build_feature_stack(
             raise ConfigError("cache_policy", f"{cache_policy!r} needs a pre-sampling score")
         score = presample()
     else:
-        score = out_degree(dataset.indices.numpy(), dataset.num_nodes)
+        score = degree()
     policy = storage_policy(cache_policy)
     if ranks is not None and ranks.multi:
         shares = dict(score=score, replicate_frac=replicate_frac, group=ranks.new_host_group())
@@ -254,16 +278,16 @@ def build_feature_stack(
     return check_stack(source), plan
 
 
-def _bottom(dataset, features, device, host_mem_budget, progress, sizes):
-    """(rows source, HostMemoryPlan): the placed table, or the SSD tier sized by the plan."""
-    num_nodes, dim = dataset.num_nodes, dataset.num_features
-    row_bytes = dim * dataset.features.dtype.itemsize
+def _bottom(table, ssd, features, device, host_mem_budget, progress, sizes):
+    """(rows source, HostMemoryPlan): the placed table, or the SSD tier reading `ssd` sized by the plan."""
+    num_nodes, dim = table.shape
+    row_bytes = dim * table.dtype.itemsize
     if features != "ssd":
-        from gnnsys.storage.placement import place_features
+        from gnnsys.storage.placement import unified
 
         plan = plan_host_memory(num_nodes, row_bytes, **sizes)
-        return place_features(dataset, features, device, progress=progress).source, plan
-    if dataset.path is None:
+        return unified(table, features, device, progress=progress).source, plan
+    if ssd is None:
         raise ConfigError("features", "'ssd' reads a prepared dataset's features.bin; got an in-memory dataset")
     from gnnsys.storage.ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
 
@@ -275,7 +299,7 @@ def _bottom(dataset, features, device, host_mem_budget, progress, sizes):
         engine_bytes=SSD_ENGINE_BYTES,
         **sizes,
     )
-    return SSDFeatures(dataset.path, host_mem_budget=plan.staging_bytes), plan
+    return SSDFeatures(ssd, host_mem_budget=plan.staging_bytes), plan
 
 
 def tiers_of(source):
@@ -337,10 +361,16 @@ def presample_score(
     """GNNLab's hotness: in how many batches of `epochs` pre-sampled epochs of
     the training seeds (numbered from PRESAMPLE_FROM, never trained on) each
     node's features are needed, with the CPU sampler of `sampling`."""
+    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed, sampling)
+    return presampled_hotness(sampler, seeds, epochs)
+
+
+def presampled_hotness(sampler, seed_batches, epochs: int = PRESAMPLE_EPOCHS) -> np.ndarray:
+    """storage.cache.presample_hotness of `sampler` (with `num_nodes` and
+    `sample`) over `epochs` epochs of `seed_batches` numbered from PRESAMPLE_FROM."""
     from gnnsys.storage.cache import presample_hotness
 
-    sampler, seeds = _training_batches(dataset, fanouts, batch_size, seed, sampling)
-    return presample_hotness(sampler, seeds, range(PRESAMPLE_FROM, PRESAMPLE_FROM + epochs))
+    return presample_hotness(sampler, seed_batches, range(PRESAMPLE_FROM, PRESAMPLE_FROM + epochs))
 
 
 def placement_advice(

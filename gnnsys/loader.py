@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -100,17 +100,12 @@ class MinibatchLoader:
             world_size=batches.world_size,
         )
         self.device = normalize_device(device)
-        self.sampler = _sampler(sampling, dataset, self.device, batches.seed)
+        self.sampler = self._make_sampler(sampling, batches.seed)
         self.features = dataset.features if features is None else features
         self.prefetch, self.lookahead, self.num_workers = pipeline.prefetch, pipeline.lookahead, pipeline.num_workers
-        if self.lookahead and not has_tier(self.features, "cache"):
-            raise ValueError(
-                f"lookahead needs a feature stack with a cache, which takes the window; got {self.features!r}"
-            )
+        self.x_dtype = x_dtype
+        self._rows = self._row_buffers()
         self.set_epoch(0)
-        source, self.x_dtype = self.features, x_dtype
-        self._x_buffers = _BufferPool(source.shape[1], x_dtype, capacity=self.prefetch + 3)
-        self._raw_buffers = None if source.dtype == x_dtype else _BufferPool(source.shape[1], source.dtype, capacity=2)
         streams = pipeline.streams
         # streams and events are duck-typed (CudaStreams, or a stand-in with its methods); None off CUDA
         self._streams: Any = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
@@ -122,6 +117,45 @@ class MinibatchLoader:
 
     def __len__(self) -> int:
         return len(self.seeds)
+
+    # What a loader of another kind of minibatch (gnnsys.hetero_loader) redefines: its
+    # sampler, the buffers and gathers of its features, the ids its window holds.
+
+    def _make_sampler(self, sampling: SamplingOptions, seed: int):
+        """The options' Sampler object, or the kind they name built over the dataset's graph."""
+        return _sampler(sampling, self.dataset, self.device, seed)
+
+    def _row_buffers(self) -> FeatureRows:
+        """The rows of `features` with their buffers; ValueError for a lookahead without a cache."""
+        return FeatureRows(self.features, self.x_dtype, self.prefetch + 3, self.lookahead)
+
+    def _window_ids(self, mb: MiniBatch):
+        """What the window holds of sampled batch `mb`: its input ids, copied to the host."""
+        return self._to_host(mb.input_nodes)
+
+    def _set_window(self, window: list):
+        """Hand the feature source the window (`_window_ids` of the batches sampled ahead)."""
+        self.features.set_window(window)
+
+    def _gather_rows(self, mb: MiniBatch, stream) -> list:
+        """mb.x: the rows of its input nodes; returns the gathers whose id check is due at hand-out."""
+        mb.x, pending = self._gather_from(self._rows, mb.input_nodes, stream)
+        return [pending]
+
+    def _gather_from(self, rows: FeatureRows, ids: torch.Tensor, stream):
+        """(rows `ids` of rows.source in x_dtype, the gather whose id check is due at
+        hand-out, None for a CPU source, which checks at once), queued on `stream`."""
+        source = rows.source
+        ids = ids if source.device.type != "cpu" else ids.cpu()
+        if stream is not None:
+            self._streams.record_stream(ids, stream)  # made on the sampling stream, read here
+        if source.device.type != "cpu":
+            pending = source.gather_async(ids)
+            return pending.wait().to(rows.x.dtype), pending
+        if rows.raw is None:
+            return source.gather(ids, out=rows.x.take(ids.shape[0])), None
+        raw = source.gather(ids, out=rows.raw.take(ids.shape[0]))
+        return rows.x.take(ids.shape[0]).copy_(raw), None
 
     def set_epoch(self, epoch: int):
         """Use the shuffle and sampling stream of epoch `epoch` from the next pass."""
@@ -171,7 +205,7 @@ class MinibatchLoader:
         stream = self._sample_streams[worker]
         with self._on(stream):
             mb = self.sampler.sample(seeds, epoch, index)
-            host_ids = self._to_host(mb.input_nodes) if self.lookahead else None
+            host_ids = self._window_ids(mb) if self.lookahead else None
             ready = self._event_after(stream)
         mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
         return _InFlight(mb, seeds, ready, sampled=ready, host_ids=host_ids)
@@ -182,7 +216,7 @@ class MinibatchLoader:
         return ids.cpu() if self._streams is None else self._streams.to_host(ids)
 
     @staticmethod
-    def _host_ids(item: _InFlight) -> torch.Tensor:
+    def _host_ids(item: _InFlight):
         """The input ids of the sampled `item` on the host, once the host has
         waited for its sampling event (the sampling and the copy behind it)."""
         if item.sampled is not None:
@@ -196,25 +230,14 @@ class MinibatchLoader:
         (except for the sampling of the window's batches, whose ids the
         feature source reads on the host)."""
         began = time.perf_counter()
-        stream, mb, source = self._gather_stream, item.mb, self.features
+        stream, mb = self._gather_stream, item.mb
         if self.lookahead:
-            source.set_window([self._host_ids(ahead) for ahead in window])
+            self._set_window([self._host_ids(ahead) for ahead in window])
         with self._on(stream):
             if item.ready is not None:
                 stream.wait_event(item.ready)
-            ids = mb.input_nodes if source.device.type != "cpu" else mb.input_nodes.cpu()
-            if stream is not None:
-                self._streams.record_stream(ids, stream)  # made on the sampling stream, read here
-            item.pending = None
-            if source.device.type != "cpu":
-                item.pending = source.gather_async(ids)
-                x = item.pending.wait().to(self.x_dtype)
-            elif self._raw_buffers is None:
-                x = source.gather(ids, out=self._x_buffers.take(ids.shape[0]))
-            else:
-                raw = source.gather(ids, out=self._raw_buffers.take(ids.shape[0]))
-                x = self._x_buffers.take(ids.shape[0]).copy_(raw)
-            mb.x, mb.y = x, self.dataset.labels[item.seeds]
+            item.pending = self._gather_rows(mb, stream)
+            mb.y = self.dataset.labels[item.seeds]
             gathered = time.perf_counter()
             # tensors already there stay as they are; a copy to the host must be complete when it is read
             item.mb = mb.to(self.device, non_blocking=self.device.type == "cuda")
@@ -232,10 +255,11 @@ class MinibatchLoader:
         if item.ready is not None:
             current = self._streams.current(self.device)
             current.wait_event(item.ready)
-            for t in _tensors(item.mb):
+            for t in item.mb.tensors():
                 self._streams.record_stream(t, current)
-        if hasattr(item.pending, "check"):
-            item.pending.check()
+        for pending in item.pending:
+            if hasattr(pending, "check"):
+                pending.check()
         return item.mb
 
 
@@ -270,24 +294,35 @@ def _sampler(sampling: SamplingOptions, dataset, device, seed: int):
 class _InFlight:
     """A batch between stages: its MiniBatch, its seeds as given (on the host:
     labels are read with them), the event recorded after the last stage's work
-    on that stage's stream (None off CUDA), the feature gather whose id
+    on that stage's stream (None off CUDA), the feature gathers whose id
     check is due at hand-out (None for a CPU source, which checks at once),
     and with a lookahead window the sampling's event and the input ids'
     copy on the host queued before it."""
 
-    mb: MiniBatch
+    mb: Any  # a MiniBatch, or what the loader's sampler makes (gnnsys.hetero_loader)
     seeds: torch.Tensor
     ready: Any = None
-    pending: Any = None
+    pending: list = field(default_factory=list)
     sampled: Any = None
-    host_ids: torch.Tensor | None = None
+    host_ids: Any = None
 
 
-def _tensors(mb: MiniBatch):
-    """Every tensor a MiniBatch holds when it is handed out."""
-    yield from (t for t in (mb.seeds, mb.input_nodes, mb.x, mb.y) if t is not None)
-    for block in mb.blocks:
-        yield from (block.indptr, block.indices, *block.cache.values())
+def _tensors(mb) -> list:
+    """Every tensor a minibatch holds when it is handed out (its `tensors()`)."""
+    return list(mb.tensors())
+
+
+class FeatureRows:
+    """A feature source with the reusable host buffers its gathered rows land
+    in (`x`, x_dtype) and, for rows stored in another dtype, are read into
+    first (`raw`); ValueError for a `lookahead` without a cache to take the window."""
+
+    def __init__(self, source, x_dtype: torch.dtype, capacity: int, lookahead: int = 0):
+        if lookahead and not has_tier(source, "cache"):
+            raise ValueError(f"lookahead needs a feature stack with a cache, which takes the window; got {source!r}")
+        self.source = source
+        self.x = _BufferPool(source.shape[1], x_dtype, capacity=capacity)
+        self.raw = None if source.dtype == x_dtype else _BufferPool(source.shape[1], source.dtype, capacity=2)
 
 
 class _BufferPool:

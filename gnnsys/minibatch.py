@@ -20,6 +20,7 @@ import time
 import torch
 
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.errors import ConfigError
 from gnnsys.feature_stack import GB
@@ -70,6 +71,8 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     every run trains a copy re-initialised with the run's seed
     (gnnsys.training.user_model.fresh_copy), with the same tiers, data
     parallelism (the module must then pickle), precision, checkpoints and runs.
+    A heterogeneous dataset is refused (ConfigError): `gnnsys.train` trains it
+    with gnnsys.hetero_minibatch.train_hetero.
     runs > 1 trains seeds seed, seed + 1, ... (gnnsys.training.runs): the
     result reports every run and their mean and standard deviation.
 
@@ -82,6 +85,8 @@ def train(dataset, options: MinibatchOptions | None = None, *, on_epoch_end=None
     module = keywords.pop("model") if isinstance(keywords.get("model"), torch.nn.Module) else None
     options = MinibatchOptions.build(options, keywords)
     dataset = as_dataset(dataset)
+    if isinstance(dataset, HeteroDataset):
+        raise ConfigError("dataset", f"{dataset.name} is heterogeneous: train it with gnnsys.train")
     if module is not None:
         options = check_user_model(module, dataset, options)
     options = options.for_dataset(dataset)
@@ -95,7 +100,7 @@ def _train_run(dataset, options: MinibatchOptions, on_epoch_end, module) -> Trai
     """One run of `train` (of the user's `module`, None for options.model)."""
     if options.workers > 1:
         return _train_data_parallel(dataset, options, on_epoch_end, module)
-    _retain_memory(options)
+    retain_memory(options)
     return MinibatchTrainer(dataset, options, on_epoch_end, module=module).run()
 
 
@@ -126,7 +131,7 @@ def build_model(dataset, options: MinibatchOptions, module: torch.nn.Module | No
     )
 
 
-def _retain_memory(options: MinibatchOptions):
+def retain_memory(options: MinibatchOptions):
     """Keep freed memory for reuse in this process when options.retain_memory (gnnsys.allocator)."""
     if options.retain_memory:
         from gnnsys.allocator import retain_freed_memory
@@ -155,7 +160,7 @@ def data_parallel_worker(
     result_path. dataset: a Dataset or a prepared directory; module: the
     user's model, None for options.model."""
     torch.set_num_threads(threads)
-    _retain_memory(options)
+    retain_memory(options)
     trainer = MinibatchTrainer(
         as_dataset(dataset),
         rank_options(options, ctx.device, ctx.rank),
@@ -183,7 +188,7 @@ class MinibatchTrainer:
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
         self.features, self.rows = self._feature_tiers()
         self.precision = make_precision(o.precision, self.device)
-        self.model = build_model(dataset, o, module).to(self.device)
+        self.model = self._build_model(module).to(self.device)
         self.net = self.ranks.wrap(self.model)  # what a step calls: DDP over the ranks
         self.degree = gcn_degree(dataset.indptr, dataset.indices).to(self.device) if needs_degree(self.model) else None
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
@@ -191,6 +196,45 @@ class MinibatchTrainer:
         self.history: list[dict] = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
         self.checked_finite = False
+
+    # What the heterogeneous trainer (gnnsys.hetero_minibatch) redefines besides its
+    # feature tiers and loader: its model, what a step feeds it, how its tiers are counted.
+
+    def _build_model(self, module):
+        """The model of options.model, or a fresh copy of the user's `module` (build_model)."""
+        return build_model(self.dataset, self.options, module)
+
+    def _inputs(self, mb) -> tuple:
+        """The model's arguments for `mb`: (features, blocks), the blocks given the
+        whole graph's degrees for a GCN; the first batch's features are checked finite."""
+        if not self.checked_finite:  # the first batch only: a NaN feature would make every loss NaN
+            check_finite_rows(mb.x, self.dataset)
+            self.checked_finite = True
+        if self.degree is not None:
+            mb.attach_degree(self.degree)
+        return mb.x, mb.blocks
+
+    def _reset_tiers(self):
+        """Zero every feature tier's counters (at an epoch's start)."""
+        from gnnsys.feature_stack import reset_tier_stats
+
+        reset_tier_stats(self.features)
+
+    def _tier_postfix(self, elapsed_s: float) -> dict:
+        """The tiers' figures for the batch bar (feature_stack.tier_postfix)."""
+        from gnnsys.feature_stack import tier_postfix
+
+        return tier_postfix(self.features, elapsed_s)
+
+    def _tier_record(self) -> dict:
+        """The tiers' counters for the epoch record (feature_stack.tier_record)."""
+        from gnnsys.feature_stack import tier_record
+
+        return tier_record(self.features)
+
+    def _close_tiers(self):
+        """Close the feature tiers (threads stopped, files closed)."""
+        self.features.close()
 
     def _feature_tiers(self):
         """(the stack of feature tiers training gathers through, its bottom:
@@ -249,9 +293,9 @@ class MinibatchTrainer:
             )
         except BaseException:
             if not self.ranks.multi:
-                self.features.close()
+                self._close_tiers()
             raise
-        self.features.close()
+        self._close_tiers()
         return make_result(o, self.history, self.model) if self.rank == 0 else None
 
     def _train_epoch(self, loader, epoch: int) -> dict:
@@ -264,8 +308,7 @@ class MinibatchTrainer:
     def _loader(self, split="train", shuffle: bool = True, rank: int | None = None, world_size: int | None = None):
         """A loader of `split` with the run's sampling, batch size, seed and
         pipeline options; by default this rank's share of the training seeds."""
-        from gnnsys.loader import MinibatchLoader
-        from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
+        from gnnsys.loader_options import BatchOptions, PipelineOptions
 
         o = self.options
         batches = BatchOptions(
@@ -275,12 +318,20 @@ class MinibatchTrainer:
             rank=self.rank if rank is None else rank,
             world_size=self.world_size if world_size is None else world_size,
         )
+        return self._open_loader(split, batches, PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead))
+
+    def _open_loader(self, split, batches, pipeline):
+        """The MinibatchLoader of `split` with the run's sampling over its feature tiers."""
+        from gnnsys.loader import MinibatchLoader
+        from gnnsys.loader_options import SamplingOptions
+
+        o = self.options
         return MinibatchLoader(
             self.dataset,
             split,
             SamplingOptions(fanouts=list(o.fanouts), sampler=o.sampler, method=o.sampling),
             batches,
-            PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead),
+            pipeline,
             device=self.device,
             features=self.features,
             x_dtype=self.precision.input_dtype(self.features.dtype),
@@ -289,9 +340,7 @@ class MinibatchTrainer:
     def _epoch(self, loader, epoch: int) -> dict:
         """One pass over the training seeds; the epoch's record without metrics
         (with each feature tier's counters of the epoch under "tiers")."""
-        from gnnsys.feature_stack import reset_tier_stats, tier_postfix, tier_record
-
-        reset_tier_stats(self.features)
+        self._reset_tiers()
         self.model.train()
         loader.set_epoch(epoch)
         times = dict.fromkeys(BREAKDOWN, 0.0)
@@ -305,7 +354,7 @@ class MinibatchTrainer:
             bar.set_postfix(
                 loss=f"{total_loss.item() / max(seen, 1):.4f}",
                 seeds_s=f"{seen / elapsed:,.0f}",
-                **tier_postfix(self.features, elapsed),
+                **self._tier_postfix(elapsed),
             )
 
         with bar:
@@ -326,18 +375,14 @@ class MinibatchTrainer:
                 show_postfix()  # the epoch's final figures on its line
         elapsed = time.perf_counter() - began
         mean_loss = total_loss.item() / max(seen, 1)
-        return epoch_record(epoch, mean_loss, elapsed, times, **tier_record(self.features))
+        return epoch_record(epoch, mean_loss, elapsed, times, **self._tier_record())
 
     def _step(self, mb) -> torch.Tensor:
         """One optimizer step on `mb`; its mean loss, left on the device."""
-        if not self.checked_finite:  # the first batch only: a NaN feature would make every loss NaN
-            check_finite_rows(mb.x, self.dataset)
-            self.checked_finite = True
+        inputs = self._inputs(mb)
         self.optimizer.zero_grad(set_to_none=True)
-        if self.degree is not None:
-            mb.attach_degree(self.degree)
         with self.precision.autocast():
-            logits = self.net(mb.x, mb.blocks)
+            logits = self.net(*inputs)
         loss = task_loss(logits, mb.y)
         self.precision.backward_step(loss, self.optimizer)
         return loss
@@ -389,7 +434,7 @@ class MinibatchTrainer:
         mine = rank_slice(nodes, self.rank, self.world_size)
         loader = self._loader(mine, shuffle=False, rank=0, world_size=1)
         loader.set_epoch(EVAL_EPOCH)
-        logits = sampled_logits(self.model, loader, self.degree, self.precision.autocast)
+        logits = sampled_logits(self.model, loader, self._inputs, self.precision.autocast)
         return self.ranks.all_gather_rows(logits)[: nodes.shape[0]]  # host rows: over the host group
 
     def _save(self, epochs_done: int):

@@ -24,6 +24,7 @@ import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.errors import ConfigError, DatasetError, naming
 from gnnsys.minibatch import build_model
 from gnnsys.models import GNN, GNNLayer, is_user_model
@@ -73,6 +74,10 @@ def predict(
     check_streaming(batch_size, host_mem_budget, dtype)
     device = normalize_device(device)
     dataset = as_dataset(dataset)
+    if isinstance(dataset, HeteroDataset):
+        raise ConfigError(
+            "dataset", f"{dataset.name} is heterogeneous: predicting with its R-GCN (layer-wise) is not implemented"
+        )
     model = load_model(checkpoint, dataset, device)
     layer = _check_layer(layer, model.num_layers, output)
     nodes = _check_nodes(nodes, dataset.num_nodes)

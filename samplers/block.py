@@ -137,6 +137,12 @@ class MiniBatch:
             block.full_degree = mine[: block.num_src]
         return self
 
+    def tensors(self):
+        """Every tensor the batch holds (what a consumer's stream must record)."""
+        yield from (t for t in (self.seeds, self.input_nodes, self.x, self.y) if t is not None)
+        for block in self.blocks:
+            yield from (block.indptr, block.indices, *block.cache.values())
+
     def to(self, device, non_blocking: bool = False) -> MiniBatch:
         """This minibatch (blocks with their caches and degrees, x, y) on `device`."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731

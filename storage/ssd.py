@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnsys.datasets.feature_table import RowTable
 from gnnsys.datasets.features_file import DTYPES
 from gnnsys.datasets.meta import read_meta
 from gnnsys.errors import ConfigError, DatasetError
@@ -78,9 +79,25 @@ def pick_engine(
     return "uring" if ok else "threads"
 
 
+def rows_file(source) -> tuple[Path, tuple[int, int], torch.dtype, int]:
+    """(file, (rows, dim), dtype, row stride) of the rows SSDFeatures reads:
+    a prepared dataset directory's features.bin, or the file a memory-mapped
+    RowTable maps (a node type's features in a heterogeneous dataset);
+    ConfigError("features") for a table held in memory."""
+    if isinstance(source, RowTable):
+        mapped = source.table.base  # RowTable keeps the memmap it was given as its array's base
+        if not (source.mapped and isinstance(mapped, np.memmap) and mapped.offset == 0 and mapped.filename):
+            raise ConfigError("features", f"'ssd' reads the file of a memory-mapped table; {source!r} is not one")
+        return Path(mapped.filename), source.shape, source.dtype, source.table.shape[1]
+    meta = read_meta(source)
+    f = meta["features"]
+    return Path(source) / f["file"], (meta["num_nodes"], f["dim"]), DTYPES[f["dtype"]], f["row_stride"]
+
+
 class SSDFeatures(FeatureSource):
     """Rows of the prepared dataset at `path`, read from its features.bin on
     every gather (a FeatureSource with no lower tier; rows come back on the CPU).
+    `path` may also be a memory-mapped RowTable: its file is read (`rows_file`).
 
     io_model: the device's measured costs (storage/io_probe.py IOModel);
     None (default) takes storage.io_probe.io_model's (cached, or probed for a
@@ -116,12 +133,8 @@ class SSDFeatures(FeatureSource):
         max_gap: int | str = "auto",
         io_model: IOModel | None = None,
     ):
-        meta = read_meta(path)
-        f = meta["features"]
-        self.path = Path(path) / f["file"]
-        self.dtype = DTYPES[f["dtype"]]
-        self.shape = (meta["num_nodes"], f["dim"])
-        self.row_bytes, self.stride = f["dim"] * self.dtype.itemsize, f["row_stride"]
+        self.path, self.shape, self.dtype, self.stride = rows_file(path)
+        self.row_bytes = self.shape[1] * self.dtype.itemsize
         if threads < 1:
             raise ConfigError("threads", f"must be at least 1, got {threads}")
         if max_gap != "auto" and (

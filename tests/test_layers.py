@@ -42,11 +42,14 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules
             "gnnsys.precision",
             "gnnsys.cpu_features",
             "gnnsys.streaming",
+            "gnnsys.hetero_models",
+            "gnnsys.hetero_loader",
+            "gnnsys.hetero_features",
         ),
     ),
     (4, ("gnnsys.training",)),
-    (5, ("gnnsys.minibatch", "gnnsys.fullgraph", "gnnsys.gnnpipe", "gnnsys.prediction")),
-    (6, ("gnnsys.cli", "gnnsys.__main__")),
+    (5, ("gnnsys.minibatch", "gnnsys.fullgraph", "gnnsys.gnnpipe", "gnnsys.prediction", "gnnsys.hetero_minibatch")),
+    (6, ("gnnsys.cli", "gnnsys.__main__", "gnnsys.api")),
 ]
 FORBIDDEN = [  # (importer, imported) within one rank
     ("gnnsys.samplers", "gnnsys.storage"),

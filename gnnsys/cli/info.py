@@ -53,7 +53,8 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
 
 def run(args) -> int:
     from gnnsys.datasets.features_file import DTYPES
-    from gnnsys.datasets.inspect import format_summary, summarize, verify
+    from gnnsys.datasets.inspect import format_summary, placement_table, summarize, verify
+    from gnnsys.errors import ConfigError
     from gnnsys.feature_stack import format_advice, placement_advice
 
     problems = verify(args.path) if args.verify else []
@@ -63,16 +64,20 @@ def run(args) -> int:
         print(f"verify: {len(problems)} problem(s)")
         return 1
     summary = summarize(args.path)
-    f = summary["features"]
-    row_bytes = f["dim"] * DTYPES[f["dtype"]].itemsize
-    summary["placement"] = placement_advice(
-        summary["num_nodes"], f["row_stride"], row_bytes, args.device, args.host_mem_budget
-    )
-    probe_lines = []
+    f, rows = placement_table(summary)  # a heterogeneous dataset's: its target type's features
+    if f is None:
+        for given, option in ((args.probe_io, "--probe-io"), (args.host_mem_budget is not None, "--host-mem-budget")):
+            if given:
+                raise ConfigError(option, f"the target node type {summary['target']!r} has no feature table")
+    advice, probe_lines = [], []
+    if f is not None:
+        row_bytes = f["dim"] * DTYPES[f["dtype"]].itemsize
+        summary["placement"] = placement_advice(rows, f["row_stride"], row_bytes, args.device, args.host_mem_budget)
+        advice = format_advice(summary["placement"])
     if args.probe_io:
         file = os.path.join(args.path, f["file"])
         probe_lines, summary["io_probe"] = probe_io(file, row_bytes, f["row_stride"])
-    text = "\n".join([format_summary(summary), *format_advice(summary["placement"]), *probe_lines])
+    text = "\n".join([format_summary(summary), *advice, *probe_lines])
     print(json.dumps(summary, indent=2) if args.json else text)
     if args.verify:
         print("verify: ok")

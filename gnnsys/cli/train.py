@@ -16,6 +16,7 @@ import dataclasses
 from gnnsys.cli import error
 from gnnsys.errors import ConfigError, PathError
 from gnnsys.feature_stack import CACHE_POLICIES
+from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import (
     EVAL_MODES,
     FEATURES,
@@ -30,6 +31,9 @@ from gnnsys.training.options import (
 from gnnsys.training.outputs import check_output_file
 
 MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
+HETERO_ONLY = {f.name for f in dataclasses.fields(HeteroOptions)} - {
+    f.name for f in dataclasses.fields(MinibatchOptions)
+}
 NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
 DEFAULTS = {
     f.name: f.default
@@ -54,6 +58,18 @@ def fanout_list(text: str) -> list[int]:
     return values
 
 
+def relation_fanout(text: str) -> tuple[str, list[int]]:
+    """argparse type for "src__rel__dst=4,3": a relation's own fanouts, one per layer (0: none, -1: all)."""
+    name, sep, counts = text.partition("=")
+    try:
+        values = [int(v) for v in counts.split(",")]
+    except ValueError:
+        values = []
+    if not sep or not name or not values or any(v < -1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected RELATION=N,N,... like paper__cites__paper=5,5, got {text!r}")
+    return name, values
+
+
 def add_model_arguments(p):
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=["sage", "gcn", "gat"], help="conv layer")
@@ -64,6 +80,12 @@ def add_model_arguments(p):
     g.add_argument("--norm", choices=["batch", "layer"], help="normalisation after hidden layers")
     g.add_argument("--residual", action="store_true", help="residual connections in hidden layers")
     g.add_argument("--heads", type=int, help="GAT attention heads")
+    g.add_argument(
+        "--embedding-dim",
+        type=int,
+        help="heterogeneous dataset: width of the learnable embeddings of node types without features "
+        "(default: --hidden)",
+    )
 
 
 def add_sampling_arguments(p):
@@ -73,6 +95,14 @@ def add_sampling_arguments(p):
         type=fanout_list,
         metavar="N,N,...",
         help="neighbours per layer, output layer first; -1 takes every neighbour (e.g. --fanouts=-1,-1)",
+    )
+    g.add_argument(
+        "--relation-fanouts",
+        type=relation_fanout,
+        action="append",
+        metavar="REL=N,N,...",
+        help="heterogeneous dataset: a relation (src__rel__dst) that draws its own fanouts, one per layer "
+        "(repeat for several); the others draw --fanouts",
     )
     g.add_argument("--batch-size", type=int, help="seeds per minibatch")
     g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
@@ -255,15 +285,24 @@ def add_parser(sub):
 
 
 def options_from_args(args):
-    """The options of the chosen `--mode` built from the flags given;
-    ConfigError for a flag that mode has no option for."""
+    """The options of the chosen `--mode` built from the flags given
+    (HeteroOptions for a heterogeneous dataset, which trains in minibatch
+    mode); ConfigError for a flag that mode has no option for."""
+    from gnnsys.hetero_minibatch import is_hetero
+
     mode = getattr(args, "mode", "minibatch")
-    cls = MODES[mode]
+    cls, hetero = MODES[mode], is_hetero(args.path)
+    if hetero and mode != "minibatch":
+        raise ConfigError("--mode", f"{mode}: a heterogeneous dataset trains in minibatch mode")
+    cls = HeteroOptions if hetero else cls
     names = {f.name for f in dataclasses.fields(cls)}
     given = {k: v for k, v in vars(args).items() if k not in NOT_OPTIONS}
     for name in given:
         if name not in names:
-            raise ConfigError(f"--{name.replace('_', '-')}", f"does not apply to --mode {mode}")
+            where = "a homogeneous dataset" if name in HETERO_ONLY else f"--mode {mode}"
+            raise ConfigError(f"--{name.replace('_', '-')}", f"does not apply to {where}")
+    if "relation_fanouts" in given:
+        given["relation_fanouts"] = dict(given["relation_fanouts"])
     return cls(**given)
 
 
@@ -311,6 +350,8 @@ def run(args) -> int:
     options = options_from_args(args)
     if isinstance(options, FullGraphOptions):
         from gnnsys.fullgraph import train_fullgraph as trainer
+    elif isinstance(options, HeteroOptions):
+        from gnnsys.hetero_minibatch import train_hetero as trainer
     else:
         from gnnsys.minibatch import train as trainer
     json_out = getattr(args, "json_out", None)

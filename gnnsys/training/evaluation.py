@@ -50,20 +50,19 @@ def sampled_splits(splits: dict, seed: int, limit: int = SAMPLED_TRAIN_NODES) ->
 
 
 @torch.no_grad()
-def sampled_logits(model, loader, degree=None, autocast=contextlib.nullcontext) -> torch.Tensor:
+def sampled_logits(model, loader, inputs, autocast=contextlib.nullcontext) -> torch.Tensor:
     """The model's logits (float32, CPU) for the seeds of every batch of
     `loader` (a MinibatchLoader without shuffling), in eval mode (restored
-    after), each batch's blocks given `degree` (a GCN's whole-graph degrees),
-    run under `autocast()` (e.g. a Precision's autocast)."""
+    after), called with `inputs(batch)` (its arguments: features and blocks)
+    under `autocast()` (e.g. a Precision's autocast)."""
     was_training = model.training
     model.eval()
     outs = []
     try:
         for mb in loader:
-            if degree is not None:
-                mb.attach_degree(degree)
+            arguments = inputs(mb)
             with autocast():
-                outs.append(model(mb.x, mb.blocks).float().cpu())
+                outs.append(model(*arguments).float().cpu())
     finally:
         model.train(was_training)
     return torch.cat(outs) if outs else torch.empty(0, model.layers[-1].out_dim)

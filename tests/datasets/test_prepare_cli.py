@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gnnsys.cli import main
-from gnnsys.datasets import load_dataset, writer
+from gnnsys.datasets import feature_writer, load_dataset
 from gnnsys.datasets.inspect import verify
 from gnnsys.datasets.prepare import prepare_arrays, prepare_ogb, prepare_planetoid
 from gnnsys.datasets.writer import tool_version
@@ -147,7 +147,7 @@ def test_existing_output(tmp_path, capsys, monkeypatch):
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer, "encoded_rows", interrupt)
+    monkeypatch.setattr(feature_writer, "encoded_rows", interrupt)
     status, _, err = run_cli(capsys, *args, "--overwrite")
     assert status == 130 and "interrupted" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ogbn_arxiv", "out"]

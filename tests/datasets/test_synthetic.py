@@ -7,7 +7,8 @@ import torch
 from gnnsys.cli import main
 from gnnsys.datasets import DatasetError, PrepareOptions, load_dataset, write_dataset
 from gnnsys.datasets.prepare import prepare_synthetic
-from gnnsys.datasets.synthetic import DEFAULTS, SHAPES, _alias_tables, _Model, read_synthetic
+from gnnsys.datasets.synthetic import DEFAULTS, SHAPES, _Model, read_synthetic
+from gnnsys.datasets.synthetic_model import _alias_tables
 
 TINY = {"ogbn-arxiv": 0.01, "ogbn-products": 0.001, "ogbn-papers100M": 0.0001}
 

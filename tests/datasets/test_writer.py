@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from gnnsys.datasets import DatasetError, PrepareOptions, load_dataset, write_dataset
+from gnnsys.datasets.feature_writer import normalize_rows
 from gnnsys.datasets.features_file import DTYPES, row_stride
 from gnnsys.datasets.inspect import verify
-from gnnsys.datasets.writer import normalize_rows
 from tests.conftest import random_source
 
 EMBEDDED_CORA = files("gnnsys") / "data" / "cora"

@@ -1,0 +1,37 @@
+"""Progress bars of the dataset writers (shown on a terminal only)."""
+
+from __future__ import annotations
+
+from tqdm.auto import tqdm
+
+
+def progress_bar(opts, total, desc, unit):
+    """A tqdm bar of `total` `unit`s named `desc`, shown when opts.progress
+    and stderr is a terminal (so logs and captured stderr keep just the messages)."""
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        disable=None if opts.progress else True,
+        dynamic_ncols=True,
+        leave=False,
+    )
+
+
+class Phases:
+    """One progress bar per phase of the edge passes (`bar` of write_csc);
+    each call closes the last. `label` (a relation's name) prefixes the phases."""
+
+    def __init__(self, opts, label: str = ""):
+        self.opts, self.bar, self.label = opts, None, label
+
+    def __call__(self, desc, total):
+        self.close()
+        unit = "edges" if desc != "sort buckets" else "buckets"
+        self.bar = progress_bar(self.opts, total, f"{self.label}: {desc}" if self.label else desc, unit)
+        return self.bar.update
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
