@@ -5,7 +5,10 @@ the timed epoch loops and the JSON line a run prints.
 The on-disk format is the contract in docs/architecture.md: meta.json, CSC indptr.npy /
 indices.npy (sources of node v's in-edges are indices[indptr[v]:indptr[v+1]]),
 features.bin with rows row_stride bytes apart, labels.npy and the *_idx.npy
-splits.
+splits. A multi-label dataset (meta labels.task "multilabel", ogbn-proteins)
+has labels [N, tasks] of 0/1 with -1 for no label: its loss is binary cross
+entropy with logits over the labelled entries and its metric OGB's ROC-AUC
+averaged over tasks; otherwise cross entropy and accuracy.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 FEATURE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -41,7 +45,7 @@ class PeerDataset:
         self.indices = torch.from_numpy(np.load(path / meta["graph"]["indices"])).long()
         self.features = read_features(path, meta)
         self.labels = torch.from_numpy(np.load(path / meta["labels"]["file"])).long()
-        self.num_classes = int(meta["labels"]["num_classes"])
+        self.num_classes = int(meta["labels"]["num_classes"])  # the task count of a multi-label dataset
         self.splits = {name: torch.from_numpy(np.load(path / file)).long()
                        for name, file in meta["splits"].items()}
 
@@ -133,22 +137,67 @@ def timed_epoch(batches, gather, step=None) -> dict:
     return out
 
 
-def split_accuracy(logits: torch.Tensor, labels: torch.Tensor, splits: dict) -> dict:
-    """{"valid": acc, "test": acc} of full-graph logits."""
+def task_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean training loss: binary cross entropy with logits over the labelled
+    (>= 0) entries of multi-label [n, tasks] labels, else cross entropy."""
+    if y.dim() == 2:
+        known = y >= 0
+        return F.binary_cross_entropy_with_logits(logits[known], y[known].float())
+    return F.cross_entropy(logits, y)
+
+
+def roc_auc(scores: np.ndarray, y: np.ndarray) -> float:
+    """Binary ROC AUC of `scores` against 0/1 labels `y` (both classes
+    present), tied scores counting half: the Mann-Whitney statistic from
+    average ranks, what OGB's Evaluator gets from sklearn's roc_auc_score."""
+    order = np.argsort(scores, kind="mergesort")
+    ordered = scores[order]
+    first = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    starts = np.concatenate([np.flatnonzero(first), [len(scores)]])
+    average_rank = (starts[:-1] + starts[1:] + 1) / 2  # 1-based ranks of each run of equal scores, averaged
+    ranks = np.empty(len(scores))
+    ranks[order] = average_rank[np.cumsum(first) - 1]
+    positives = y == 1
+    n_pos, n_neg = int(positives.sum()), int((~positives).sum())
+    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def mean_rocauc(scores: torch.Tensor, y: torch.Tensor) -> float:
+    """OGB's "rocauc": the ROC AUC of each task whose labelled entries hold
+    both 0 and 1, on those entries, averaged over such tasks."""
+    scores, y = scores.double().numpy(), y.numpy()
+    per_task = []
+    for t in range(y.shape[1]):
+        labelled = y[:, t] >= 0
+        column = y[labelled, t]
+        if (column == 1).any() and (column == 0).any():
+            per_task.append(roc_auc(scores[labelled, t], column))
+    if not per_task:
+        raise SystemExit("ROC-AUC is undefined: no task has both a positive and a negative labelled node")
+    return float(np.mean(per_task))
+
+
+def split_scores(logits: torch.Tensor, labels: torch.Tensor, splits: dict) -> dict:
+    """{"valid": score, "test": score} of full-graph logits: OGB's ROC-AUC for
+    multi-label [N, tasks] labels, else accuracy."""
+    if labels.dim() == 2:
+        return {name: mean_rocauc(logits[ids], labels[ids]) for name, ids in splits.items()
+                if name in ("valid", "test")}
     return {name: float((logits[ids].argmax(-1) == labels[ids]).float().mean()) for name, ids in splits.items()
             if name in ("valid", "test")}
 
 
 def train_and_report(record: dict, args, model, batches, gather, step, full_logits, labels, splits):
     """The shared end of a peer script: `args.epochs` timed training epochs,
-    then (with --eval) valid/test accuracy of `full_logits()`, printed as one
-    JSON line."""
+    then (with --eval) valid/test scores of `full_logits()` (split_scores,
+    named by record["metric"]), printed as one JSON line."""
     record["epochs"] = []
     for epoch in range(args.epochs):
         model.train()
         record["epochs"].append({"epoch": epoch, **timed_epoch(batches, gather, step)})
     if args.eval and args.epochs:
-        record.update(split_accuracy(full_logits(), labels, splits))
+        record["metric"] = "rocauc" if labels.dim() == 2 else "acc"
+        record.update(split_scores(full_logits(), labels, splits))
     emit(record)
 
 

@@ -5,6 +5,8 @@ Runs in the DGL peer environment (benchmarks/setup_peers.sh), never imports
 gnnsys. DGL's NeighborSampler lists fanouts from the input layer outwards, so
 the PyG-order --fanouts 15,10,5 becomes [5, 10, 15] here. Accuracy comes from
 DGL's usual exact layer-wise inference (MultiLayerFullNeighborSampler(1)).
+On a multi-label dataset (ogbn-proteins) the loss is binary cross entropy over
+the labelled entries and the score OGB's ROC-AUC (common.task_loss, split_scores).
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import torch.nn.functional as F
 from dgl.dataloading import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
 from dgl.nn import SAGEConv
 
-from common import PeerDataset, machine, parse_args, seed_everything, timed_epoch, train_and_report, warm_up
+from common import (PeerDataset, machine, parse_args, seed_everything, task_loss, timed_epoch, train_and_report,
+                    warm_up)
 
 
 class SAGE(torch.nn.Module):
@@ -82,7 +85,7 @@ def main():
     def step(batch, x):
         _, seeds, blocks = batch
         opt.zero_grad()
-        loss = F.cross_entropy(model(blocks, x), y_all[seeds])
+        loss = task_loss(model(blocks, x), y_all[seeds])
         loss.backward()
         opt.step()
         return loss.detach()

@@ -19,7 +19,8 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import SAGEConv
 
-from common import PeerDataset, machine, parse_args, seed_everything, timed_epoch, train_and_report, warm_up
+from common import (PeerDataset, machine, parse_args, seed_everything, task_loss, timed_epoch, train_and_report,
+                    warm_up)
 
 
 class SAGE(torch.nn.Module):
@@ -85,7 +86,7 @@ def main():
     def step(batch, x):
         opt.zero_grad()
         out = model(x, batch.edge_index)[:batch.batch_size]
-        loss = F.cross_entropy(out, y_all[batch.n_id[:batch.batch_size]])
+        loss = task_loss(out, y_all[batch.n_id[:batch.batch_size]])
         loss.backward()
         opt.step()
         return loss.detach()
