@@ -77,7 +77,11 @@ def test_a_signal_to_the_launcher_stops_every_rank_with_one_line_each(tmp_path, 
     data = write_dataset(source, tmp_path / "ds", PrepareOptions(progress=False))
     args = ["train", str(data), "--workers", "2", "--epochs", "1000", "--batch-size", "4", "--fanouts", "3,2"]
     args += ["--hidden", "8", "--no-progress", "--checkpoint-dir", str(tmp_path / "ck")]
-    run = subprocess.Popen([sys.executable, "-m", "gnnsys", *args], stderr=subprocess.PIPE, text=True)
+    # a shell starts background jobs with SIGINT ignored, which Python then keeps: give the launcher the default
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gnnsys", *args], stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     began = time.monotonic()
     while not (tmp_path / "ck" / "checkpoint.pt").exists():  # an epoch is done: training runs
         assert run.poll() is None and time.monotonic() - began < 120
