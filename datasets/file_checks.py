@@ -54,3 +54,21 @@ def checksum_problems(path: Path, meta: dict, files: set) -> list[str]:
         elif sha256_file(file) != digest:
             problems.append(f"{file}: checksum mismatch")
     return problems
+
+
+def loaded_problems(path: Path, meta: dict, files) -> tuple[list[str], object]:
+    """(problems, dataset) of a full check's first part: the checksums of
+    `files`, then, where meta.json has checksums, the load-time checks of
+    `load_dataset` and empty splits; dataset is None when it did not load."""
+    from .dataset import load_dataset
+    from .meta_schema import SPLITS
+
+    problems = checksum_problems(path, meta, files)
+    if "checksums" not in meta:
+        return problems, None
+    try:
+        ds = load_dataset(path)
+    except DatasetError as e:
+        return problems + [str(e)], None
+    problems += [f"{path / meta['splits'][s]}: empty split" for s in SPLITS if ds.split(s).numel() == 0]
+    return problems, ds

@@ -6,11 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnsys.errors import DatasetError
-
 from .class_balance import class_balance
-from .dataset import load_dataset
-from .file_checks import checksum_problems, padding_problem
+from .file_checks import loaded_problems, padding_problem
 from .hetero_dataset import HeteroDataset
 from .hetero_meta import data_files
 from .meta import HETERO, SPLITS
@@ -88,14 +85,9 @@ def verify_hetero(path: Path, meta: dict) -> list[str]:
     """The problems of the heterogeneous dataset at `path` (empty = ok):
     checksums of every file meta.json names, the load-time checks, empty
     splits, and zero padding after every feature row of every node type."""
-    problems = checksum_problems(path, meta, data_files(meta))
-    if "checksums" not in meta:
+    problems, ds = loaded_problems(path, meta, data_files(meta))
+    if ds is None:
         return problems
-    try:
-        ds = load_dataset(path)
-    except DatasetError as e:
-        return problems + [str(e)]
-    problems += [f"{path / meta['splits'][s]}: empty split" for s in SPLITS if ds.split(s).numel() == 0]
     for section in meta["node_types"].values():
         padding = padding_problem(path, section["features"], section["num_nodes"]) if section["features"] else None
         if padding:

@@ -10,7 +10,7 @@ from gnnsys.errors import DatasetError
 
 from .class_balance import class_balance
 from .dataset import load_dataset
-from .file_checks import checksum_problems, padding_problem
+from .file_checks import loaded_problems, padding_problem
 from .hetero_dataset import HeteroDataset
 from .hetero_inspect import format_hetero_summary, summarize_hetero, verify_hetero
 from .meta import HETERO, HOMOGENEOUS, SPLITS, read_any_meta
@@ -124,14 +124,9 @@ def verify(path) -> list[str]:
         return [str(e)]
     if meta.get("kind") == HETERO:
         return verify_hetero(path, meta)
-    problems = checksum_problems(path, meta, _data_files(meta))
-    if "checksums" not in meta:
+    problems, ds = loaded_problems(path, meta, _data_files(meta))
+    if ds is None:
         return problems
-    try:
-        ds = load_dataset(path)
-    except DatasetError as e:
-        return problems + [str(e)]
-    problems += [f"{path / meta['splits'][s]}: empty split" for s in SPLITS if ds.split(s).numel() == 0]
     for section, count in (("features", meta["num_nodes"]), ("edge_features", meta["num_edges"])):
         padding = padding_problem(path, meta[section], count) if section in meta else None
         if padding:
