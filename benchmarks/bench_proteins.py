@@ -50,18 +50,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 from bench_minibatch import SYSTEMS
-from bench_precision import median_of, warm
-from peaks import Peaks
+from bench_precision import median_of
 from plotting import can_plot, save_figure
+from side_by_side import (
+    add_timing_arguments,
+    check_configs,
+    child_arguments,
+    child_command,
+    describe_run,
+    gnnsys_record,
+    machine_facts,
+    peer_command,
+    result_paths,
+    run_interleaved,
+    write_plot,
+)
 
 HERE = Path(__file__).resolve().parent
 RECIPE = {"model": "sage", "hidden": 256, "dropout": 0.0, "lr": 0.01, "weight_decay": 0.0}
@@ -136,20 +145,12 @@ def child_gnnsys(argv: list) -> dict:
     format: per-epoch times, then valid/test ROC-AUC (exact layer-wise)."""
     import gnnsys
 
-    p = argparse.ArgumentParser()
-    p.add_argument("dataset")
-    p.add_argument("--precision", required=True)
-    p.add_argument("--epochs", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fanouts", required=True)
-    p.add_argument("--batch-size", type=int, required=True)
-    a = p.parse_args(argv)
-    fanouts = [int(f) for f in a.fanouts.split(",")]
+    a = child_arguments(argv)
     result = gnnsys.train(
         a.dataset,
         **RECIPE,
-        layers=len(fanouts),
-        fanouts=fanouts,
+        layers=len(a.fanouts),
+        fanouts=a.fanouts,
         batch_size=a.batch_size,
         epochs=a.epochs,
         seed=a.seed,
@@ -157,137 +158,21 @@ def child_gnnsys(argv: list) -> dict:
         precision=a.precision,
         eval="layerwise",
         progress=False,
-    ).to_dict()
-    last = result["epochs"][-1]
-    return {
-        "system": "gnnsys",
-        "precision": result["config"]["precision"],
-        "metric": result["metric"],
-        "epochs": [{k: e[k] for k in ("epoch", "time_s", "loss", "breakdown")} for e in result["epochs"]],
-        "valid": last["valid"],
-        "test": last["test"],
-    }
+    )
+    return gnnsys_record(result.to_dict())
 
 
 def command(config: str, dataset: Path, args, seed: int) -> list:
     """The command line of one timed run of `config`."""
-    sampling = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size)]
-    common = [str(dataset), "--epochs", str(args.epochs), "--seed", str(seed), *sampling]
     if config == "dgl":
-        python, script = SYSTEMS["dgl"]
         recipe = ["--hidden", str(RECIPE["hidden"]), "--dropout", str(RECIPE["dropout"]), "--lr", str(RECIPE["lr"])]
-        return [str(python), str(script), *common, *recipe, "--eval"]
-    return [sys.executable, str(Path(__file__).resolve()), "child", *common, "--precision", PRECISIONS[config]]
-
-
-def measured_run(cmd: list, timeout: float) -> dict:
-    """One child process: its JSON record (the last output line starting
-    with "{") or an error record, with its wall time, the load average
-    before and after, its peak RSS (ru_maxrss) and peak RssAnon."""
-    from gnnsys.datasets.host_memory import anonymous_bytes
-
-    before, start = os.getloadavg(), time.perf_counter()
-    child = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": str(HERE)}
-    )
-    peaks = Peaks({"rss_anon": lambda: anonymous_bytes(child.pid)}, period=0.2)
-    killer = threading.Timer(timeout, child.kill)
-    killer.start()
-    output = child.stdout.read()
-    peak = peaks.stop()  # before wait4 reaps the child, while its /proc entry is there
-    _, status, usage = os.wait4(child.pid, 0)
-    killer.cancel()
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; keep Popen consistent
-    lines = [line for line in output.splitlines() if line.startswith("{")]
-    if child.returncode != 0 or not lines:
-        record = {"error": f"exit {child.returncode}: " + " | ".join(output.strip().splitlines()[-3:])}
-    else:
-        record = json.loads(lines[-1])
-    record.update(
-        process_wall_s=time.perf_counter() - start,
-        loadavg_before=before,
-        loadavg_after=os.getloadavg(),
-        peak_rss_mib=usage.ru_maxrss / 1024,
-        peak_rss_anon_mib=peak["rss_anon"] / 2**20,
-    )
-    return record
-
-
-def summarize(runs: list) -> dict:
-    """Medians over one configuration's successful runs (epoch times without
-    each run's first epoch when it has more)."""
-    ok = [r for r in runs if "error" not in r]
-    epochs = [e for r in ok for e in warm(r["epochs"])]
-    return {
-        "runs_ok": len(ok),
-        "runs_failed": len(runs) - len(ok),
-        "precision": sorted({r.get("precision", "32") for r in ok}),
-        "epoch_s": median_of([e["time_s"] for e in epochs]),
-        "epoch_s_per_run": [[round(e["time_s"], 2) for e in r["epochs"]] for r in ok],
-        "first_epoch_s": median_of([r["epochs"][0]["time_s"] for r in ok]),
-        "breakdown_s": {k: median_of([e["breakdown"].get(k) for e in epochs]) for k in ("sample_s", "compute_s")},
-        "peak_rss_mib": median_of([r["peak_rss_mib"] for r in ok]),
-        "peak_rss_anon_mib": median_of([r["peak_rss_anon_mib"] for r in ok]),
-        "valid": median_of([r.get("valid") for r in ok]),
-        "test": median_of([r.get("test") for r in ok]),
-        "loadavg_1min": [[round(r["loadavg_before"][0], 2), round(r["loadavg_after"][0], 2)] for r in ok],
-    }
-
-
-def ratios(summary: dict) -> dict:
-    """Each gnnsys configuration's median over DGL's (< 1: gnnsys takes less)."""
-    base = summary.get("dgl")
-    if not base or not base["runs_ok"]:
-        return {}
-    keys = ("epoch_s", "peak_rss_mib", "peak_rss_anon_mib")
-    return {
-        name: {k: s[k] / base[k] if s[k] and base[k] else None for k in keys}
-        for name, s in summary.items()
-        if name != "dgl"
-    }
-
-
-def plot_timing(result: dict, path: Path):
-    """Median epoch time (with each run's) and peak memory per configuration, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [n for n, s in result["summary"].items() if s["runs_ok"]]
-    if not names:
-        return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    summary = result["summary"]
-    left.bar(names, [summary[n]["epoch_s"] for n in names], color="tab:blue")
-    for i, n in enumerate(names):
-        times = [e for run in summary[n]["epoch_s_per_run"] for e in warm(run)]
-        firsts = [run[0] for run in summary[n]["epoch_s_per_run"] if len(run) > 1]
-        left.scatter([i] * len(times), times, color="black", s=12, zorder=3, label="runs" if i == 0 else None)
-        left.scatter(
-            [i] * len(firsts), firsts, color="black", marker="x", s=20, label="first epochs" if i == 0 else None
-        )
-        top = max([summary[n]["epoch_s"], *times, *firsts])
-        left.text(i, 1.03 * top, f"{summary[n]['epoch_s']:.1f} s", ha="center", va="bottom")
-    left.set_ylabel("seconds per training epoch (median)")
-    left.legend(fontsize=8)
-    left.set_title("epoch time")
-    positions = np.arange(len(names))
-    right.bar(positions - 0.2, [summary[n]["peak_rss_mib"] / 1024 for n in names], 0.4, label="peak RSS")
-    right.bar(positions + 0.2, [summary[n]["peak_rss_anon_mib"] / 1024 for n in names], 0.4, label="peak RssAnon")
-    right.set_xticks(positions, names)
-    right.set_ylabel("GiB (median)")
-    right.set_title("peak memory (training + exact evaluation)")
-    right.legend()
-    d = result["dataset"]
-    fig.suptitle(f"{d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges", fontsize=10)
-    save_figure(fig, path)
+        return peer_command(SYSTEMS["dgl"][1], dataset, args, seed, recipe)
+    return child_command(__file__, dataset, args, seed, PRECISIONS[config])
 
 
 def timing(args) -> dict:
-    """Interleaved timed runs of every configuration; the result document, written after every run."""
+    """Interleaved timed runs of every configuration (side_by_side.run_interleaved); the result document."""
     import gnnsys
-    from gnnsys.datasets.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
     json_path, png_path = result_paths(args.out, f"proteins_timing_{Path(args.dataset).resolve().name}")
@@ -295,46 +180,22 @@ def timing(args) -> dict:
         "benchmark": "proteins_timing",
         "dataset": _dataset_facts(dataset),
         "config": {**RECIPE, **{k: getattr(args, k) for k in ("configs", "reps", "epochs", "fanouts", "batch_size")}},
-        "machine": _machine(),
+        "machine": machine_facts(),
         "references": generator_references(dataset),
         "runs": {config: [] for config in args.configs},
     }
-    done = {}
-    if args.resume and json_path.is_file():
-        earlier = json.loads(json_path.read_text())
-        done = finished_runs(earlier, json_path, result["config"])
-        result["machine"] = {**earlier["machine"], "resumed": [*earlier["machine"].get("resumed", []), _machine()]}
-    for rep in range(args.reps):
-        for config in args.configs:
-            record = done.get((rep, config))
-            if record is None:
-                record = dict(measured_run(command(config, dataset.path, args, seed=rep), args.timeout), rep=rep)
-                print(f"{config} rep {rep}: {record.get('error') or _line(record)}", flush=True)
-            result["runs"][config].append(record)
-            result["summary"] = {c: summarize(r) for c, r in result["runs"].items()}
-            result["ratios_gnnsys_over_dgl"] = ratios(result["summary"])
-            result["machine"]["loadavg_end"] = os.getloadavg()
-            atomic_write_bytes(json_path, (json.dumps(result, indent=1) + "\n").encode())
-    if can_plot(png_path):
-        plot_timing(result, png_path)
-    return result
-
-
-def finished_runs(earlier: dict, json_path: Path, config: dict) -> dict:
-    """{(rep, configuration): record} of the successful runs of `earlier`, the
-    result read from `json_path`; SystemExit when its configuration is not `config`."""
-    if earlier["config"] != config:
-        raise SystemExit(f"--resume: {json_path} was run with {earlier['config']}, not {config}")
-    return {(r["rep"], name): r for name, runs in earlier["runs"].items() for r in runs if "error" not in r}
-
-
-def _line(record: dict) -> str:
-    epochs = [round(e["time_s"], 2) for e in record["epochs"]]
-    return (
-        f"epochs {epochs} s, test ROC-AUC {record.get('test', float('nan')):.4f}, peak RSS "
-        f"{record['peak_rss_mib']:.0f} MiB (anon {record['peak_rss_anon_mib']:.0f}), load "
-        f"{record['loadavg_before'][0]:.2f} -> {record['loadavg_after'][0]:.2f}"
+    run_interleaved(
+        result,
+        json_path,
+        args.reps,
+        lambda config, rep: command(config, dataset.path, args, seed=rep),
+        args.timeout,
+        lambda record: describe_run(record, "ROC-AUC"),
+        resume=args.resume,
     )
+    d = result["dataset"]
+    write_plot(result, png_path, f"{d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges")
+    return result
 
 
 # -- accuracy ------------------------------------------------------------------------------------
@@ -365,7 +226,7 @@ def accuracy(args) -> dict:
         "trainer": args.trainer,
         "dataset": _dataset_facts(dataset),
         "options": {k: v for k, v in options.items() if k != "progress"},
-        "machine": {**_machine(), "loadavg_end": os.getloadavg()},
+        "machine": {**machine_facts(), "loadavg_end": os.getloadavg()},
         "loadavg_before": before,
         "wall_s": time.perf_counter() - start,
         "precision": result["config"]["precision"],
@@ -414,11 +275,6 @@ def plot_accuracy(document: dict, path: Path):
 
 
 # -- shared --------------------------------------------------------------------------------------
-def result_paths(directory, stem: str) -> tuple[Path, Path]:
-    """The JSON and PNG paths of result `stem` in `directory` (a stem may hold dots: proteins-0.1)."""
-    return Path(directory) / f"{stem}.json", Path(directory) / f"{stem}.png"
-
-
 def _dataset_facts(dataset) -> dict:
     return {
         "path": str(dataset.path),
@@ -432,36 +288,12 @@ def _dataset_facts(dataset) -> dict:
     }
 
 
-def _machine() -> dict:
-    import psutil
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpus": os.cpu_count(),
-        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "loadavg_start": os.getloadavg(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("timing", help="gnnsys and DGL epochs side by side")
     t.add_argument("dataset", help="prepared synthetic ogbn-proteins dataset")
-    t.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
-    t.add_argument("--reps", type=int, default=3, help="runs of each configuration")
-    t.add_argument("--epochs", type=int, default=2, help="training epochs per run")
-    t.add_argument("--fanouts", default=SAMPLING["fanouts"])
-    t.add_argument("--batch-size", type=int, default=SAMPLING["batch_size"])
-    t.add_argument("--timeout", type=float, default=1800, help="seconds one run may take")
-    t.add_argument(
-        "--resume", action="store_true", help="keep the successful runs of the result file (same options), run the rest"
-    )
+    add_timing_arguments(t, CONFIGS, SAMPLING)
     a = sub.add_parser("accuracy", help="the OGB example's recipe trained by gnnsys")
     a.add_argument("dataset", help="prepared synthetic ogbn-proteins dataset")
     a.add_argument("--trainer", choices=TRAINERS, default="fullgraph")
@@ -476,12 +308,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not (Path(args.dataset) / "meta.json").is_file():
         p.error(f"{args.dataset}: not a prepared gnnsys dataset (no meta.json)")
     if args.command == "timing":
-        args.configs = args.configs.split(",")
-        unknown = [c for c in args.configs if c not in CONFIGS]
-        if unknown:
-            p.error(f"--configs: unknown {unknown}; choose from {list(CONFIGS)}")
-        if "dgl" in args.configs and not SYSTEMS["dgl"][0].exists():
-            p.error(f"--configs: dgl needs {SYSTEMS['dgl'][0]}; run benchmarks/setup_peers.sh dgl first")
+        check_configs(p, args, CONFIGS, SYSTEMS["dgl"][0])
     elif args.trainer == "fullgraph":
         given = [f"--{k.replace('_', '-')}" for k in SAMPLING if getattr(args, k) is not None]
         if given:

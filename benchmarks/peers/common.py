@@ -33,17 +33,12 @@ class PeerDataset:
 
     def __init__(self, path):
         path = Path(path)
-        meta_file = path / "meta.json"
-        if not meta_file.is_file():
-            raise SystemExit(f"{path}: not a prepared gnnsys dataset (no meta.json)")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format") != "gnnsys-dataset":
-            raise SystemExit(f"{meta_file}: format is {meta.get('format')!r}, expected 'gnnsys-dataset'")
+        meta = read_meta(path)
         self.path, self.meta, self.name = path, meta, meta["name"]
         self.num_nodes = int(meta["num_nodes"])
         self.indptr = torch.from_numpy(np.load(path / meta["graph"]["indptr"])).long()
         self.indices = torch.from_numpy(np.load(path / meta["graph"]["indices"])).long()
-        self.features = read_features(path, meta)
+        self.features = read_features(path, meta["features"], self.num_nodes)
         self.labels = torch.from_numpy(np.load(path / meta["labels"]["file"])).long()
         self.num_classes = int(meta["labels"]["num_classes"])  # the task count of a multi-label dataset
         self.splits = {name: torch.from_numpy(np.load(path / file)).long()
@@ -55,18 +50,55 @@ class PeerDataset:
         return self.indices, dst
 
 
-def read_features(path: Path, meta: dict) -> torch.Tensor:
-    """features.bin as a contiguous float32 [num_nodes, dim] tensor (the row
-    padding dropped)."""
-    f = meta["features"]
+class PeerHeteroDataset:
+    """A heterogeneous gnnsys dataset (meta kind "hetero", ogbn-mag's) in memory
+    as plain tensors: node counts per type, (src, dst) edges per relation
+    named "src__rel__dst", float32 features of the featured types, the
+    target type's labels and splits."""
+
+    def __init__(self, path):
+        path = Path(path)
+        meta = read_meta(path)
+        if meta.get("kind") != "hetero":
+            raise SystemExit(f"{path / 'meta.json'}: not a heterogeneous dataset (kind {meta.get('kind')!r})")
+        self.path, self.meta, self.name, self.target = path, meta, meta["name"], meta["target"]
+        self.num_nodes = {t: int(d["num_nodes"]) for t, d in meta["node_types"].items()}
+        self.features = {t: read_features(path, d["features"], self.num_nodes[t])
+                         for t, d in meta["node_types"].items() if d.get("features")}
+        self.relations = {}
+        for r in meta["relations"]:
+            indptr = torch.from_numpy(np.load(path / r["indptr"])).long()
+            src = torch.from_numpy(np.load(path / r["indices"])).long()
+            dst = torch.repeat_interleave(torch.arange(self.num_nodes[r["dst"]]), indptr.diff())
+            self.relations[(r["src"], f"{r['src']}__{r['rel']}__{r['dst']}", r["dst"])] = (src, dst)
+        self.labels = torch.from_numpy(np.load(path / meta["labels"]["file"])).long()
+        self.num_classes = int(meta["labels"]["num_classes"])
+        self.splits = {name: torch.from_numpy(np.load(path / file)).long() for name, file in meta["splits"].items()}
+
+
+def read_meta(path: Path) -> dict:
+    """A gnnsys dataset directory's meta.json; SystemExit when it is not one."""
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise SystemExit(f"{path}: not a prepared gnnsys dataset (no meta.json)")
+    meta = json.loads(meta_file.read_text())
+    if meta.get("format") != "gnnsys-dataset":
+        raise SystemExit(f"{meta_file}: format is {meta.get('format')!r}, expected 'gnnsys-dataset'")
+    return meta
+
+
+def read_features(path: Path, f: dict, num_nodes: int) -> torch.Tensor:
+    """A feature file described by `f` (meta's features entry) as a contiguous
+    float32 [num_nodes, dim] tensor (the row padding dropped)."""
     dtype = FEATURE_DTYPES[f["dtype"]]
-    rows = np.memmap(path / f["file"], dtype=np.uint8, mode="r", shape=(int(meta["num_nodes"]), int(f["row_stride"])))
+    rows = np.memmap(path / f["file"], dtype=np.uint8, mode="r", shape=(num_nodes, int(f["row_stride"])))
     body = np.array(rows[:, :f["dim"] * dtype.itemsize])  # a copy in memory, as the peers keep features
     return torch.from_numpy(body).view(dtype).reshape(-1, f["dim"]).float()
 
 
-def parse_args(description: str) -> argparse.Namespace:
-    """The arguments every system's run takes (same names for all)."""
+def parse_args(description: str, extend=None) -> argparse.Namespace:
+    """The arguments every system's run takes (same names for all), and
+    those `extend(parser)` adds."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("dataset", help="prepared gnnsys dataset directory")
     p.add_argument("--fanouts", default="15,10,5", help="neighbours per layer, seeds outwards (PyG order)")
@@ -79,6 +111,8 @@ def parse_args(description: str) -> argparse.Namespace:
                    help="validation/test accuracy after the last epoch (exact layer-wise full-neighbour inference)")
     p.add_argument("--eval-batch-size", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
+    if extend is not None:
+        extend(p)
     args = p.parse_args()
     args.fanouts = [int(v) for v in args.fanouts.split(",")]
     return args

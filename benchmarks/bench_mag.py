@@ -1,0 +1,283 @@
+"""ogbn-mag-shaped graph: gnnsys and DGL side by side with the same R-GCN, and the OGB example's recipe against the
+generator.
+
+The recipe is OGB's R-GCN example for ogbn-mag (examples/nodeproppred/mag/sampler.py):
+2 layers, hidden 64, fanouts 25 then 20 (from the seeds out), batch 1024,
+dropout 0.5, Adam lr 0.01 without weight decay, 128-wide learnable
+embeddings for the featureless node types (author, institution,
+field_of_study), 3 epochs; the graph with the reverse of every relation and
+paper-cites-paper undirected (prepare with `--add-reverse-relations yes`,
+the default for a heterogeneous graph). The model: gnnsys.hetero_models.HeteroRGCN,
+and in DGL benchmarks/peers/dgl_mag_epoch.py (HeteroGraphConv of GraphConv
+"right" per relation plus a Linear per node type: the same layers).
+
+`timing DATASET`: configurations gnnsys-fp32 (precision "32", the peer's),
+gnnsys-auto (gnnsys's default precision) and dgl, each run a fresh process,
+interleaved (benchmarks/side_by_side.py: peak RSS, peak RssAnon, the load
+average before and after each run): --epochs training epochs (the first
+left out of the median when there are more), then valid/test accuracy on
+minibatches sampled with the training fanouts (both systems; gnnsys also
+scores a 20,000-node sample of train). Writes
+results/mag_timing_<dataset dir>.json and .png.
+
+`accuracy DATASET`: the recipe trained by gnnsys with --runs runs (seeds 0,
+1, ...), --epochs each, evaluated every epoch; OGB's Logger summary (test
+accuracy at the best validation epoch, mean and std over the runs). Writes
+results/mag_accuracy_<dataset dir>.json and .png.
+
+Both set the accuracy beside what the generator records
+(datasets/synthetic_mag.py, meta.json's source.synthetic): the Monte Carlo
+accuracy of the Bayes classifier that knows the model and sees a paper's
+features only, with its citing papers', and with its citing and cited
+papers' ("attainable at least": the other relations only add information),
+and the label ceiling (1 - label noise, what no model can beat).
+
+    gnnsys prepare synthetic --like ogbn-mag --scale 0.1 --seed 0 --out /work/bench-data/mag-0.1
+    benchmarks/setup_peers.sh dgl
+    python benchmarks/bench_mag.py timing /work/bench-data/mag-0.1 --reps 3 --epochs 2
+    python benchmarks/bench_mag.py accuracy /work/bench-data/mag-0.1 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from bench_minibatch import PEERS
+from bench_precision import median_of
+from plotting import can_plot, save_figure
+from side_by_side import (
+    add_timing_arguments,
+    check_configs,
+    child_arguments,
+    child_command,
+    describe_run,
+    gnnsys_record,
+    machine_facts,
+    peer_command,
+    result_paths,
+    run_interleaved,
+    write_plot,
+)
+
+HERE = Path(__file__).resolve().parent
+DGL_PYTHON, DGL_SCRIPT = PEERS / "dgl" / "bin" / "python", HERE / "peers" / "dgl_mag_epoch.py"
+RECIPE = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 0.0, "embedding_dim": 128}
+SAMPLING = {"fanouts": "25,20", "batch_size": 1024}
+EPOCHS = 3  # the example's
+PRECISIONS = {"gnnsys-fp32": "32", "gnnsys-auto": "auto"}
+CONFIGS = (*PRECISIONS, "dgl")
+BAYES = ("features_only", "features_and_in_neighbours", "features_and_all_neighbours")
+
+
+def generator_references(dataset) -> dict:
+    """What the generator of a synthetic mag-shaped HeteroDataset records
+    (meta.json's source.synthetic): {"bayes_accuracy": {...},
+    "bayes_standard_error": {...}, "label_ceiling"}; SystemExit when the
+    dataset is not one, or was not prepared with the reverse relations the
+    recipe needs."""
+    synth = dataset.meta.get("source", {}).get("synthetic", {})
+    if synth.get("like") != "ogbn-mag":
+        raise SystemExit(f"{dataset.path}: not prepared by `gnnsys prepare synthetic --like ogbn-mag`")
+    if not dataset.meta.get("reverse_relations", {}).get("added"):
+        raise SystemExit(f"{dataset.path}: prepared without the reverse relations (--add-reverse-relations yes)")
+    return {
+        "bayes_accuracy": {k: synth["bayes_accuracy"][k] for k in BAYES},
+        "bayes_standard_error": {k: synth["bayes_standard_error"][k] for k in BAYES},
+        "label_ceiling": synth["label_ceiling"],
+        "bayes_method": synth["bayes_method"],
+    }
+
+
+# -- timing --------------------------------------------------------------------------------------
+def child_gnnsys(argv: list) -> dict:
+    """gnnsys.train of the recipe in the peers' record format: per-epoch
+    times, then valid/test accuracy on sampled minibatches."""
+    import gnnsys
+
+    a = child_arguments(argv)
+    result = gnnsys.train(
+        a.dataset,
+        **RECIPE,
+        layers=len(a.fanouts),
+        fanouts=a.fanouts,
+        batch_size=a.batch_size,
+        epochs=a.epochs,
+        seed=a.seed,
+        eval_every=a.epochs,
+        precision=a.precision,
+        progress=False,
+    )
+    return gnnsys_record(result.to_dict())
+
+
+def command(config: str, dataset: Path, args, seed: int) -> list:
+    """The command line of one timed run of `config`."""
+    if config == "dgl":
+        recipe = [f"--{k.replace('_', '-')}={v}" for k, v in RECIPE.items() if k != "weight_decay"]
+        return peer_command(DGL_SCRIPT, dataset, args, seed, recipe)
+    return child_command(__file__, dataset, args, seed, PRECISIONS[config])
+
+
+def timing(args) -> dict:
+    """Interleaved timed runs of every configuration (side_by_side.run_interleaved); the result document."""
+    import gnnsys
+
+    dataset = gnnsys.load_dataset(args.dataset)
+    json_path, png_path = result_paths(args.out, f"mag_timing_{Path(args.dataset).resolve().name}")
+    result = {
+        "benchmark": "mag_timing",
+        "dataset": _dataset_facts(dataset),
+        "config": {**RECIPE, **{k: getattr(args, k) for k in ("configs", "reps", "epochs", "fanouts", "batch_size")}},
+        "machine": machine_facts(),
+        "references": generator_references(dataset),
+        "runs": {config: [] for config in args.configs},
+    }
+    run_interleaved(
+        result,
+        json_path,
+        args.reps,
+        lambda config, rep: command(config, dataset.path, args, seed=rep),
+        args.timeout,
+        lambda record: describe_run(record, "accuracy"),
+        resume=args.resume,
+    )
+    d = result["dataset"]
+    title = f"{d['name']}: {sum(d['num_nodes'].values()):,} nodes, {d['num_edges']:,} edges in {len(d['relations'])}"
+    write_plot(result, png_path, title + " relations")
+    return result
+
+
+# -- accuracy ------------------------------------------------------------------------------------
+def accuracy(args) -> dict:
+    """The recipe trained by gnnsys (--runs runs) in this process; OGB's
+    Logger summary beside the generator's references."""
+    import gnnsys
+    from gnnsys.datasets.atomic import atomic_write_bytes
+
+    dataset = gnnsys.load_dataset(args.dataset)
+    json_path, png_path = result_paths(args.out, f"mag_accuracy_{Path(args.dataset).resolve().name}")
+    references = generator_references(dataset)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    options = {**RECIPE, "layers": len(fanouts), "fanouts": fanouts, "batch_size": args.batch_size}
+    options.update(epochs=args.epochs, runs=args.runs, precision=args.precision, seed=0)
+    before, start = os.getloadavg(), time.perf_counter()
+    result = gnnsys.train(dataset, **options, progress=False).to_dict()
+    document = {
+        "benchmark": "mag_accuracy",
+        "dataset": _dataset_facts(dataset),
+        "options": options,
+        "machine": {**machine_facts(), "loadavg_end": os.getloadavg()},
+        "loadavg_before": before,
+        "wall_s": time.perf_counter() - start,
+        "precision": result["config"]["precision"],
+        "references": references,
+        "logger": result["summary"],
+        "runs": [
+            {k: run[k] for k in ("run", "seed", "best_epoch", "highest_valid", "final_test")} for run in result["runs"]
+        ],
+        "curves": [
+            {
+                "run": run["run"],
+                "epochs": [{k: e[k] for k in ("epoch", "loss", "train", "valid", "test")} for e in run["epochs"]],
+            }
+            for run in result["runs"]
+        ],
+        "epoch_s": median_of([e["time_s"] for run in result["runs"] for e in run["epochs"]]),
+    }
+    atomic_write_bytes(json_path, (json.dumps(document, indent=1) + "\n").encode())
+    if can_plot(png_path):
+        plot_accuracy(document, png_path)
+    return document
+
+
+def plot_accuracy(document: dict, path: Path):
+    """Each run's valid and test accuracy per epoch, with the generator's references, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for curve in document["curves"]:
+        epochs = [e["epoch"] + 1 for e in curve["epochs"]]
+        for split, color in (("valid", "tab:orange"), ("test", "tab:blue")):
+            label = split if curve["run"] == 0 else None
+            ax.plot(
+                epochs, [e[split] for e in curve["epochs"]], "o-", color=color, markersize=3, alpha=0.6, label=label
+            )
+    refs = document["references"]
+    styles = {"features_only": ":", "features_and_in_neighbours": "-.", "features_and_all_neighbours": "--"}
+    for name, style in styles.items():
+        ax.axhline(refs["bayes_accuracy"][name], color="black", linestyle=style, label=f"Bayes, {name}")
+    ax.axhline(refs["label_ceiling"], color="tab:red", linestyle="-", label="label ceiling")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("accuracy")
+    logger = document["logger"]
+    ax.set_title(
+        f"{document['dataset']['name']}: R-GCN 2 x 64, {len(document['curves'])} runs, final test "
+        f"{100 * logger['final_test']['mean']:.2f} ± {100 * logger['final_test']['std']:.2f}",
+        fontsize=10,
+    )
+    ax.legend(fontsize=7, loc="lower right")
+    save_figure(fig, path)
+
+
+# -- shared --------------------------------------------------------------------------------------
+def _dataset_facts(dataset) -> dict:
+    return {
+        "path": str(dataset.path),
+        "name": dataset.name,
+        "num_nodes": dict(dataset.node_types),
+        "num_edges": sum(r["num_edges"] for r in dataset.meta["relations"]),
+        "relations": {f"{r['src']}__{r['rel']}__{r['dst']}": r["num_edges"] for r in dataset.meta["relations"]},
+        "num_classes": dataset.num_classes,
+        "splits": {s: int(dataset.split(s).shape[0]) for s in ("train", "valid", "test")},
+        "synthetic": dataset.meta["source"].get("synthetic"),
+    }
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("timing", help="gnnsys and DGL epochs side by side")
+    t.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
+    add_timing_arguments(t, CONFIGS, SAMPLING)
+    a = sub.add_parser("accuracy", help="the OGB example's recipe trained by gnnsys")
+    a.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
+    a.add_argument("--epochs", type=int, default=EPOCHS)
+    a.add_argument("--runs", type=int, default=5, help="runs, seeds 0, 1, ...")
+    a.add_argument("--precision", default="32", help="gnnsys precision (the example trains in fp32)")
+    a.add_argument("--fanouts", default=SAMPLING["fanouts"])
+    a.add_argument("--batch-size", type=int, default=SAMPLING["batch_size"])
+    for q in (t, a):
+        q.add_argument("--out", default=str(HERE / "results"), help="results directory")
+    args = p.parse_args(argv)
+    if not (Path(args.dataset) / "meta.json").is_file():
+        p.error(f"{args.dataset}: not a prepared gnnsys dataset (no meta.json)")
+    if args.command == "timing":
+        check_configs(p, args, CONFIGS, DGL_PYTHON)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.command == "timing":
+        result = timing(args)
+        print(json.dumps({"summary": result["summary"], "ratios_gnnsys_over_dgl": result["ratios_gnnsys_over_dgl"]}))
+    else:
+        document = accuracy(args)
+        print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["child"]:
+        print(json.dumps(child_gnnsys(sys.argv[2:])), flush=True)
+    else:
+        sys.exit(main())
