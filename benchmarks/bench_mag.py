@@ -227,6 +227,77 @@ def plot_accuracy(document: dict, path: Path):
     save_figure(fig, path)
 
 
+# -- same model ----------------------------------------------------------------------------------
+def export_same_model(dataset, path: Path, seeds: int) -> dict:
+    """Write to `path` (npz) a freshly initialised HeteroRGCN of the recipe:
+    its weights (embedding/T, layerI/rel/NAME [out, in], layerI/root/T/weight
+    and /bias), the first `seeds` valid papers ("seeds") and their logits
+    in eval mode over full-neighbour blocks ("logits"); returns {"seeds",
+    "max_abs_logit"}."""
+    import numpy as np
+    import torch
+
+    from gnnsys.datasets.hetero_dataset import relation_name
+    from gnnsys.hetero_models import HeteroRGCN
+    from gnnsys.samplers.hetero import HeteroNeighborSampler
+
+    torch.manual_seed(0)
+    featured = {t: dataset.feature_dim(t) for t in dataset.features}
+    model = HeteroRGCN(
+        dataset.node_types,
+        featured,
+        dataset.edge_types,
+        dataset.target,
+        RECIPE["hidden"],
+        dataset.num_classes,
+        len(SAMPLING["fanouts"].split(",")),
+        embedding_dim=RECIPE["embedding_dim"],
+    ).eval()
+    ids = dataset.split("valid")[:seeds]
+    batch = HeteroNeighborSampler.from_dataset(dataset, [-1] * len(model.layers)).sample(ids)
+    batch.x = {t: dataset.features[t][batch.input_nodes[t]].float() for t in featured}
+    with torch.no_grad():
+        logits = model(model.inputs(batch), batch.blocks)
+    arrays = {"seeds": ids.numpy(), "logits": logits.numpy()}
+    arrays.update({f"embedding/{t}": e.weight.detach().numpy() for t, e in model.embeddings.items()})
+    for i, layer in enumerate(model.layers):
+        for relation, conv in layer.convs.convs.items():
+            arrays[f"layer{i}/rel/{relation_name(relation)}"] = conv.lin_l.weight.detach().numpy()
+        for t, root in layer.roots.items():
+            arrays[f"layer{i}/root/{t}/weight"] = root.weight.detach().numpy()
+            arrays[f"layer{i}/root/{t}/bias"] = root.bias.detach().numpy()
+    np.savez(path, **arrays)
+    return {"seeds": int(ids.shape[0]), "max_abs_logit": float(logits.abs().max())}
+
+
+def same_model(args) -> dict:
+    """gnnsys's R-GCN and the DGL peer's on the same weights and full-neighbour
+    blocks: the largest difference of their logits (the peer's --check-logits)."""
+    import subprocess
+    import tempfile
+
+    import gnnsys
+    from gnnsys.datasets.atomic import atomic_write_bytes
+
+    dataset = gnnsys.load_dataset(args.dataset)
+    generator_references(dataset)  # the recipe's graph: reverse relations added
+    with tempfile.TemporaryDirectory() as scratch:
+        exported = Path(scratch) / "rgcn.npz"
+        record = export_same_model(dataset, exported, args.seeds)
+        recipe = [f"--{k.replace('_', '-')}={v}" for k, v in RECIPE.items() if k not in ("weight_decay", "lr")]
+        cmd = [str(DGL_PYTHON), str(DGL_SCRIPT), str(dataset.path), "--fanouts", SAMPLING["fanouts"], *recipe]
+        done = subprocess.run([*cmd, "--check-logits", str(exported)], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{DGL_SCRIPT.name} --check-logits: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+    record.update(json.loads(lines[-1]))
+    record["same"] = record["max_abs_diff"] <= 1e-4 * max(1.0, record["max_abs_logit"])
+    record["machine"] = machine_facts()
+    json_path, _ = result_paths(args.out, f"mag_same_model_{Path(args.dataset).resolve().name}")
+    atomic_write_bytes(json_path, (json.dumps(record, indent=1) + "\n").encode())
+    return record
+
+
 # -- shared --------------------------------------------------------------------------------------
 def _dataset_facts(dataset) -> dict:
     return {
@@ -247,6 +318,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     t = sub.add_parser("timing", help="gnnsys and DGL epochs side by side")
     t.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
     add_timing_arguments(t, CONFIGS, SAMPLING)
+    m = sub.add_parser("same-model", help="gnnsys's R-GCN and DGL's on the same weights: their logits' difference")
+    m.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
+    m.add_argument("--seeds", type=int, default=256, help="valid papers whose logits are compared")
     a = sub.add_parser("accuracy", help="the OGB example's recipe trained by gnnsys")
     a.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
     a.add_argument("--epochs", type=int, default=EPOCHS)
@@ -254,13 +328,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.add_argument("--precision", default="32", help="gnnsys precision (the example trains in fp32)")
     a.add_argument("--fanouts", default=SAMPLING["fanouts"])
     a.add_argument("--batch-size", type=int, default=SAMPLING["batch_size"])
-    for q in (t, a):
+    for q in (t, m, a):
         q.add_argument("--out", default=str(HERE / "results"), help="results directory")
     args = p.parse_args(argv)
     if not (Path(args.dataset) / "meta.json").is_file():
         p.error(f"{args.dataset}: not a prepared gnnsys dataset (no meta.json)")
     if args.command == "timing":
         check_configs(p, args, CONFIGS, DGL_PYTHON)
+    if args.command == "same-model" and not DGL_PYTHON.exists():
+        p.error(f"same-model: needs {DGL_PYTHON}; run benchmarks/setup_peers.sh dgl first")
     return args
 
 
@@ -270,6 +346,10 @@ def main(argv=None) -> int:
     if args.command == "timing":
         result = timing(args)
         print(json.dumps({"summary": result["summary"], "ratios_gnnsys_over_dgl": result["ratios_gnnsys_over_dgl"]}))
+    elif args.command == "same-model":
+        record = same_model(args)
+        print(json.dumps(record))
+        return 0 if record["same"] else 1
     else:
         document = accuracy(args)
         print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))

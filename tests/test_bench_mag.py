@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,3 +100,32 @@ def test_timing_refuses_an_unknown_configuration(mag, capsys):
     with pytest.raises(SystemExit):
         bench_mag.parse_args(["timing", str(mag), "--configs", "gnnsys-fp32,pyg"])
     assert "--configs: unknown ['pyg']" in capsys.readouterr().err
+
+
+def test_same_model_export_holds_every_weight_of_the_rgcn(mag, tmp_path):
+    from gnnsys.datasets.hetero_dataset import relation_name
+    from gnnsys.hetero_models import HeteroRGCN
+    from gnnsys.samplers.hetero import HeteroNeighborSampler
+
+    dataset = gnnsys.load_dataset(mag)
+    record = bench_mag.export_same_model(dataset, tmp_path / "rgcn.npz", seeds=40)
+    exported = dict(np.load(tmp_path / "rgcn.npz"))
+    assert record["seeds"] == 40 and exported["logits"].shape == (40, dataset.num_classes)
+    torch.manual_seed(7)  # another initialisation, then every weight from the file
+    model = HeteroRGCN(
+        dataset.node_types, {"paper": 128}, dataset.edge_types, "paper", 64, dataset.num_classes, 2, embedding_dim=128
+    ).eval()
+    with torch.no_grad():
+        for t, e in model.embeddings.items():
+            e.weight.copy_(torch.from_numpy(exported.pop(f"embedding/{t}")))
+        for i, layer in enumerate(model.layers):
+            for relation, conv in layer.convs.convs.items():
+                conv.lin_l.weight.copy_(torch.from_numpy(exported.pop(f"layer{i}/rel/{relation_name(relation)}")))
+            for t, root in layer.roots.items():
+                root.weight.copy_(torch.from_numpy(exported.pop(f"layer{i}/root/{t}/weight")))
+                root.bias.copy_(torch.from_numpy(exported.pop(f"layer{i}/root/{t}/bias")))
+        assert sorted(exported) == ["logits", "seeds"]  # nothing else in the file
+        batch = HeteroNeighborSampler.from_dataset(dataset, [-1, -1]).sample(torch.from_numpy(exported["seeds"]))
+        batch.x = {"paper": dataset.features["paper"][batch.input_nodes["paper"]].float()}
+        logits = model(model.inputs(batch), batch.blocks)
+    assert torch.allclose(logits, torch.from_numpy(exported["logits"]), atol=1e-6)

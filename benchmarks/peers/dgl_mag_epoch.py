@@ -71,13 +71,48 @@ def sampled_accuracy(model, graph, data, sampler, batch_size) -> dict:
     return scores
 
 
+@torch.no_grad()
+def check_logits(data: PeerHeteroDataset, graph, args) -> dict:
+    """Load the weights gnnsys exported (bench_mag.py same-model: an npz of
+    embedding/T, layerI/rel/NAME [out, in], layerI/root/T/weight and /bias,
+    seeds, logits) into this RGCN and compute the seeds' logits in eval mode
+    over full-neighbour blocks: {"max_abs_diff"} against gnnsys's."""
+    import numpy as np
+    from dgl.dataloading import MultiLayerFullNeighborSampler
+
+    exported = np.load(args.check_logits)
+    model = RGCN(data, args.hidden, len(args.fanouts), 0.0, args.embedding_dim).eval()
+    tensor = lambda key: torch.from_numpy(exported[key])  # noqa: E731
+    for t, e in model.embeddings.items():
+        e.weight.copy_(tensor(f"embedding/{t}"))
+    for i, (conv, roots) in enumerate(zip(model.convs, model.roots)):
+        for name, graph_conv in conv.mods.items():
+            graph_conv.weight.copy_(tensor(f"layer{i}/rel/{name}").T)
+        for t, root in roots.items():
+            root.weight.copy_(tensor(f"layer{i}/root/{t}/weight"))
+            root.bias.copy_(tensor(f"layer{i}/root/{t}/bias"))
+    seeds = tensor("seeds")
+    sampler = MultiLayerFullNeighborSampler(len(args.fanouts))
+    input_nodes, output, blocks = next(iter(DataLoader(graph, {data.target: seeds}, sampler, batch_size=len(seeds))))
+    logits = model(blocks, gather(data, input_nodes), input_nodes)
+    order = torch.argsort(output[data.target])  # DGL may order the seeds its own way: compare node by node
+    expected = tensor("logits")[torch.argsort(seeds)]
+    return {"system": "dgl", "max_abs_diff": float((logits[order] - expected).abs().max()),
+            "relations": len(data.relations)}
+
+
 def gather(data: PeerHeteroDataset, input_nodes: dict) -> dict:
     """The input feature rows of the featured node types of a minibatch."""
     return {t: x[input_nodes[t]] for t, x in data.features.items() if t in input_nodes}
 
 
+def extra_arguments(p):
+    p.add_argument("--embedding-dim", type=int, default=128)
+    p.add_argument("--check-logits", help="npz of gnnsys's weights and logits: compare, do not train")
+
+
 def main():
-    args = parse_args(__doc__, lambda p: p.add_argument("--embedding-dim", type=int, default=128))
+    args = parse_args(__doc__, extra_arguments)
     seed_everything(args.seed)
     dgl.seed(args.seed)
     data = PeerHeteroDataset(args.dataset)
@@ -85,6 +120,9 @@ def main():
                             num_nodes_dict=data.num_nodes)
     graph = graph.formats(["csc"])  # in-edge sampling reads CSC; build it before timing
     graph.create_formats_()
+    if args.check_logits:
+        emit(check_logits(data, graph, args))
+        return
     sampler = NeighborSampler(list(reversed(args.fanouts)))
     train = DataLoader(graph, {data.target: data.splits["train"]}, sampler, batch_size=args.batch_size, shuffle=True,
                        drop_last=False, num_workers=0)
