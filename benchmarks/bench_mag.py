@@ -215,6 +215,7 @@ def plot_accuracy(document: dict, path: Path):
     for name, style in styles.items():
         ax.axhline(refs["bayes_accuracy"][name], color="black", linestyle=style, label=f"Bayes, {name}")
     ax.axhline(refs["label_ceiling"], color="tab:red", linestyle="-", label="label ceiling")
+    ax.set_xticks(range(1, 1 + max(len(c["epochs"]) for c in document["curves"])))
     ax.set_xlabel("epoch")
     ax.set_ylabel("accuracy")
     logger = document["logger"]
@@ -223,7 +224,7 @@ def plot_accuracy(document: dict, path: Path):
         f"{100 * logger['final_test']['mean']:.2f} ± {100 * logger['final_test']['std']:.2f}",
         fontsize=10,
     )
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center right")
     save_figure(fig, path)
 
 
