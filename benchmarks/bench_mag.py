@@ -21,9 +21,11 @@ scores a 20,000-node sample of train). Writes
 results/mag_timing_<dataset dir>.json and .png.
 
 `accuracy DATASET`: the recipe trained by gnnsys with --runs runs (seeds 0,
-1, ...), --epochs each, evaluated every epoch; OGB's Logger summary (test
-accuracy at the best validation epoch, mean and std over the runs). Writes
-results/mag_accuracy_<dataset dir>.json and .png.
+1, ...), --epochs each, evaluated every epoch by exact layer-wise inference
+over every neighbour as the example evaluates (--eval sampled: on sampled
+minibatches); OGB's Logger summary (test accuracy at the best validation
+epoch, mean and std over the runs). Writes
+results/mag_accuracy_<dataset dir>.json and .png (..._sampled.json with --eval sampled).
 
 Both set the accuracy beside what the generator records
 (datasets/synthetic_mag.py, meta.json's source.synthetic): the Monte Carlo
@@ -53,15 +55,12 @@ from plotting import can_plot, save_figure
 from side_by_side import (
     add_timing_arguments,
     check_configs,
-    child_arguments,
     child_command,
-    describe_run,
-    gnnsys_record,
+    gnnsys_child,
     machine_facts,
     peer_command,
     result_paths,
-    run_interleaved,
-    write_plot,
+    time_configurations,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -97,22 +96,7 @@ def generator_references(dataset) -> dict:
 def child_gnnsys(argv: list) -> dict:
     """gnnsys.train of the recipe in the peers' record format: per-epoch
     times, then valid/test accuracy on sampled minibatches."""
-    import gnnsys
-
-    a = child_arguments(argv)
-    result = gnnsys.train(
-        a.dataset,
-        **RECIPE,
-        layers=len(a.fanouts),
-        fanouts=a.fanouts,
-        batch_size=a.batch_size,
-        epochs=a.epochs,
-        seed=a.seed,
-        eval_every=a.epochs,
-        precision=a.precision,
-        progress=False,
-    )
-    return gnnsys_record(result.to_dict())
+    return gnnsys_child(argv, RECIPE, eval="sampled")  # as the DGL peer evaluates
 
 
 def command(config: str, dataset: Path, args, seed: int) -> list:
@@ -124,32 +108,17 @@ def command(config: str, dataset: Path, args, seed: int) -> list:
 
 
 def timing(args) -> dict:
-    """Interleaved timed runs of every configuration (side_by_side.run_interleaved); the result document."""
+    """Interleaved timed runs of every configuration (side_by_side.time_configurations); the result document."""
     import gnnsys
 
     dataset = gnnsys.load_dataset(args.dataset)
-    json_path, png_path = result_paths(args.out, f"mag_timing_{Path(args.dataset).resolve().name}")
-    result = {
-        "benchmark": "mag_timing",
-        "dataset": _dataset_facts(dataset),
-        "config": {**RECIPE, **{k: getattr(args, k) for k in ("configs", "reps", "epochs", "fanouts", "batch_size")}},
-        "machine": machine_facts(),
-        "references": generator_references(dataset),
-        "runs": {config: [] for config in args.configs},
-    }
-    run_interleaved(
-        result,
-        json_path,
-        args.reps,
-        lambda config, rep: command(config, dataset.path, args, seed=rep),
-        args.timeout,
-        lambda record: describe_run(record, "accuracy"),
-        resume=args.resume,
+    facts = _dataset_facts(dataset)
+    nodes, edges, relations = sum(facts["num_nodes"].values()), facts["num_edges"], len(facts["relations"])
+    title = f"{facts['name']}: {nodes:,} nodes, {edges:,} edges in {relations} relations"
+    command_of = lambda config, rep: command(config, dataset.path, args, seed=rep)  # noqa: E731
+    return time_configurations(
+        "mag_timing", args, RECIPE, facts, generator_references(dataset), command_of, "accuracy", title
     )
-    d = result["dataset"]
-    title = f"{d['name']}: {sum(d['num_nodes'].values()):,} nodes, {d['num_edges']:,} edges in {len(d['relations'])}"
-    write_plot(result, png_path, title + " relations")
-    return result
 
 
 # -- accuracy ------------------------------------------------------------------------------------
@@ -160,11 +129,12 @@ def accuracy(args) -> dict:
     from gnnsys.datasets.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
-    json_path, png_path = result_paths(args.out, f"mag_accuracy_{Path(args.dataset).resolve().name}")
+    suffix = "" if args.eval == "layerwise" else f"_{args.eval}"
+    json_path, png_path = result_paths(args.out, f"mag_accuracy_{Path(args.dataset).resolve().name}{suffix}")
     references = generator_references(dataset)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     options = {**RECIPE, "layers": len(fanouts), "fanouts": fanouts, "batch_size": args.batch_size}
-    options.update(epochs=args.epochs, runs=args.runs, precision=args.precision, seed=0)
+    options.update(epochs=args.epochs, runs=args.runs, precision=args.precision, eval=args.eval, seed=0)
     before, start = os.getloadavg(), time.perf_counter()
     result = gnnsys.train(dataset, **options, progress=False).to_dict()
     document = {
@@ -327,6 +297,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.add_argument("--epochs", type=int, default=EPOCHS)
     a.add_argument("--runs", type=int, default=5, help="runs, seeds 0, 1, ...")
     a.add_argument("--precision", default="32", help="gnnsys precision (the example trains in fp32)")
+    a.add_argument(
+        "--eval",
+        choices=("layerwise", "sampled"),
+        default="layerwise",
+        help="exact inference over every neighbour (the example's), or minibatches sampled with the training fanouts",
+    )
     a.add_argument("--fanouts", default=SAMPLING["fanouts"])
     a.add_argument("--batch-size", type=int, default=SAMPLING["batch_size"])
     for q in (t, m, a):

@@ -3,11 +3,12 @@ classification on a heterogeneous graph (ogbn-mag's kind) with an R-GCN.
 
 `HeteroTrainer` is the minibatch trainer (gnnsys.minibatch.MinibatchTrainer:
 the epoch loop, progress, checkpoints and exact resume, the best epoch's
-weights, LR schedule, patience, sampled evaluation) with what a
+weights, LR schedule, patience, evaluation) with what a
 heterogeneous graph changes: per-relation sampling (HeteroNeighborSampler),
 one feature stack per featured node type (gnnsys.hetero_features), the
 HeteroMinibatchLoader, and the R-GCN (gnnsys.hetero_models) with learnable
-embeddings for the types without features. `runs` goes through the shared
+embeddings for the types without features, and exact layer-wise
+evaluation over every relation (gnnsys.training.hetero_inference). `runs` goes through the shared
 gnnsys.training.runs. The options are HeteroOptions (what is refused and
 why: gnnsys.training.hetero_options).
 """
@@ -97,6 +98,13 @@ class HeteroTrainer(MinibatchTrainer):
             input_dropout=o.input_dropout,
             embedding_dim=o.embedding_dim,
         )
+
+    def _layerwise_logits(self, nodes):
+        """Exact logits of the target `nodes` over every neighbour (gnnsys.training.hetero_inference)."""
+        from gnnsys.training.hetero_inference import hetero_layerwise_logits
+
+        o = self.options
+        return hetero_layerwise_logits(self.model, self.dataset, nodes, o.eval_batch_size, self.device, self.rows)
 
     def _sampler(self):
         """The training HeteroNeighborSampler (the loader builds its own, drawing the same)."""

@@ -67,10 +67,16 @@ class RGCNLayer(nn.Module):
         for t, n in block.num_src.items():
             if h[t].shape[0] != n:
                 raise ValueError(f"{t}: got {h[t].shape[0]} input rows, the block has {n} source nodes")
-        out = {t: root(h[t][: block.num_dst[t]]) for t, root in self.roots.items()}
+        return self.rows(h, block, {t: h[t][: block.num_dst[t]] for t in self.roots})
+
+    def rows(self, h: dict, block, dst: dict) -> dict:
+        """The output rows of the destinations of `block` of each type in `dst`
+        ({type: their input rows}; in a sampled block the first rows of h[type],
+        in layer-wise inference any), from the source rows `h`."""
+        out = {t: self.roots[t](x) for t, x in dst.items()}
         dtype = low_precision(next(iter(h.values())))
         if dtype is None:
-            adjacency = {r: block.relations[r].adj_t() for r in self.convs.convs.keys()}
+            adjacency = {r: block.relations[r].adj_t() for r in self.convs.convs.keys() if r in block.relations}
             summed = self.convs(h, adjacency)
         else:
             summed = self._low(h, block, dtype)
@@ -82,6 +88,8 @@ class RGCNLayer(nn.Module):
         """HeteroConv's sum, each relation's mean taken by `gnnsys.aggregation` in `dtype`."""
         summed = {}
         for r, conv in self.convs.convs.items():
+            if r not in block.relations:
+                continue
             b = block.relations[r]
             if "mean_adjacency" not in b.cache:
                 b.cache["mean_adjacency"] = Adjacency.mean(b.indptr, b.indices, b.num_src)
@@ -161,15 +169,16 @@ class HeteroRGCN(nn.Module):
         """Logits of the target type's destinations of the last block."""
         if len(blocks) != len(self.layers):
             raise ValueError(f"got {len(blocks)} blocks for a {len(self.layers)}-layer model")
-        h = {t: self._input(t, x) for t, x in x_dict.items()}
+        h = {t: self.input_rows(t, x) for t, x in x_dict.items()}
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             h = layer(h, block)
             if i < len(self.layers) - 1:
                 h = {t: F.dropout(F.relu(x), self.dropout, self.training) for t, x in h.items()}
         return h[self.target]
 
-    def _input(self, node_type: str, x: torch.Tensor) -> torch.Tensor:
-        """The input rows of `node_type`: its embeddings of the ids `x`, or `x` itself; input dropout."""
+    def input_rows(self, node_type: str, x: torch.Tensor) -> torch.Tensor:
+        """The first layer's input rows of `node_type`: its embeddings of the
+        ids `x` for a type without features, else the rows `x`; input dropout."""
         if node_type in self.embeddings:
             if x.dim() != 1 or x.dtype.is_floating_point:
                 raise ValueError(f"{node_type} has no features: give its input node ids, got a {x.dim()}-D {x.dtype}")

@@ -9,10 +9,13 @@ shares them among the node types with features), dropout and input_dropout.
 What is refused, one line naming the option: a model other than "sage"
 (the R-GCN's relation convs are SAGE convs; a user module), heads, norm and
 residual (options of the homogeneous models), a sampler other than "cpu",
-eval "layerwise" (exact layer-wise inference is not implemented for
-heterogeneous graphs: evaluation is sampled), the layer-wise evaluation's
-eval_batch_size, scratch_dir and inference_dtype, and workers > 1
-(data-parallel training of heterogeneous graphs is not implemented).
+scratch_dir and inference_dtype (options of the homogeneous graphs' streaming
+inference: a heterogeneous graph's layer-wise evaluation,
+gnnsys.training.hetero_inference, holds its layers in memory), and
+workers > 1 (data-parallel training of heterogeneous graphs is not
+implemented). eval works as for a homogeneous graph: "auto" is exact
+layer-wise inference over every neighbour of every relation (as OGB's R-GCN
+example evaluates), sampled with features="ssd".
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from .options import MinibatchOptions, _verify
 from .tasks import task_metric
 
 REFUSED = ("heads", "norm", "residual")  # options of the homogeneous models
-LAYERWISE = ("eval_batch_size", "scratch_dir", "inference_dtype")  # options of layer-wise evaluation
+STREAMING = ("scratch_dir", "inference_dtype")  # options of the homogeneous graphs' streaming inference
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,6 @@ class HeteroOptions(MinibatchOptions):
             layers = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
             self._set("relation_fanouts", {str(k): layers(v) for k, v in self.relation_fanouts.items()})
         super().__post_init__()
-
-    @property
-    def eval_mode(self) -> str:
-        """Always "sampled": heterogeneous training has no layer-wise evaluation."""
-        return "sampled"
 
     def _check(self):
         super()._check()
@@ -86,12 +84,11 @@ class HeteroOptions(MinibatchOptions):
                 )
 
     def _check_eval(self):
-        if self.eval == "layerwise":
-            raise ConfigError(
-                "eval",
-                "exact layer-wise inference is not implemented for heterogeneous graphs; use 'sampled' or 'auto'",
-            )
-        self._refuse_changed(LAYERWISE, "applies to layer-wise evaluation; a heterogeneous dataset evaluates sampled")
+        self._refuse_changed(
+            STREAMING,
+            "applies to streaming inference of a homogeneous graph; a heterogeneous graph's layer-wise evaluation "
+            "holds its layers in memory",
+        )
         super()._check_eval()
 
     def sampler_fanouts(self, relations) -> list:

@@ -102,7 +102,7 @@ def test_runs_train_consecutive_seeds_with_their_own_checkpoints(tmp_path):
 
 def test_ssd_and_cache_tiers_serve_every_type_the_rows_of_its_table(tmp_path):
     ds = authored(features=lambda x: mapped(x, tmp_path / "paper.features.bin"))
-    plain = gnnsys.train(ds, epochs=2, **FAST)
+    plain = gnnsys.train(ds, epochs=2, eval="sampled", **FAST)  # as features="ssd" evaluates by default
     for tiers in (dict(cache_rows=30, cache_policy="lru"), dict(cache_rows=30, cache_policy="hybrid", lookahead=2)):
         with warnings.catch_warnings():  # where tmp_path ignores O_DIRECT the SSD tier says so, and reads buffered
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -179,9 +179,8 @@ def test_relation_fanouts_reach_the_sampler():
         (dict(norm="layer"), "norm"),
         (dict(residual=True), "residual"),
         (dict(sampler="gpu"), "sampler"),
-        (dict(eval="layerwise"), "eval"),
-        (dict(eval_batch_size=64), "eval_batch_size"),
         (dict(inference_dtype="bfloat16"), "inference_dtype"),
+        (dict(eval="exact"), "eval"),
         (dict(workers=2), "workers"),
         (dict(embedding_dim=0), "embedding_dim"),
         (dict(relation_fanouts={"paper__cites__paper": [1]}), "relation_fanouts"),
@@ -239,8 +238,8 @@ def test_cli_trains_a_prepared_heterogeneous_dataset(prepared_mag, tmp_path, cap
     [
         (["--mode", "fullgraph"], "--mode"),
         (["--model", "gat"], "model"),
-        (["--eval", "layerwise"], "eval"),
         (["--relation-fanouts", "paper__likes__paper=1,1"], "relation_fanouts"),
+        (["--scratch-dir", "/tmp"], "scratch_dir"),
     ],
 )
 def test_cli_refuses_what_does_not_apply_in_one_line(prepared_mag, capsys, flags, flag):
