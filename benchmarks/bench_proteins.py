@@ -61,15 +61,12 @@ from plotting import can_plot, save_figure
 from side_by_side import (
     add_timing_arguments,
     check_configs,
-    child_arguments,
     child_command,
-    describe_run,
-    gnnsys_record,
+    gnnsys_child,
     machine_facts,
     peer_command,
     result_paths,
-    run_interleaved,
-    write_plot,
+    time_configurations,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -141,25 +138,9 @@ def latent_from_edge_mean(x: np.ndarray, edge_signal: float, edge_noise: float) 
 
 # -- timing children -----------------------------------------------------------------------------
 def child_gnnsys(argv: list) -> dict:
-    """gnnsys.train of the recipe on sampled minibatches in the peers' record
-    format: per-epoch times, then valid/test ROC-AUC (exact layer-wise)."""
-    import gnnsys
-
-    a = child_arguments(argv)
-    result = gnnsys.train(
-        a.dataset,
-        **RECIPE,
-        layers=len(a.fanouts),
-        fanouts=a.fanouts,
-        batch_size=a.batch_size,
-        epochs=a.epochs,
-        seed=a.seed,
-        eval_every=a.epochs,
-        precision=a.precision,
-        eval="layerwise",
-        progress=False,
-    )
-    return gnnsys_record(result.to_dict())
+    """gnnsys.train of the recipe in the peers' record format: per-epoch
+    times, then valid/test ROC-AUC (exact layer-wise)."""
+    return gnnsys_child(argv, RECIPE, eval="layerwise")
 
 
 def command(config: str, dataset: Path, args, seed: int) -> list:
@@ -171,31 +152,16 @@ def command(config: str, dataset: Path, args, seed: int) -> list:
 
 
 def timing(args) -> dict:
-    """Interleaved timed runs of every configuration (side_by_side.run_interleaved); the result document."""
+    """Interleaved timed runs of every configuration (side_by_side.time_configurations); the result document."""
     import gnnsys
 
     dataset = gnnsys.load_dataset(args.dataset)
-    json_path, png_path = result_paths(args.out, f"proteins_timing_{Path(args.dataset).resolve().name}")
-    result = {
-        "benchmark": "proteins_timing",
-        "dataset": _dataset_facts(dataset),
-        "config": {**RECIPE, **{k: getattr(args, k) for k in ("configs", "reps", "epochs", "fanouts", "batch_size")}},
-        "machine": machine_facts(),
-        "references": generator_references(dataset),
-        "runs": {config: [] for config in args.configs},
-    }
-    run_interleaved(
-        result,
-        json_path,
-        args.reps,
-        lambda config, rep: command(config, dataset.path, args, seed=rep),
-        args.timeout,
-        lambda record: describe_run(record, "ROC-AUC"),
-        resume=args.resume,
+    facts = _dataset_facts(dataset)
+    title = f"{facts['name']}: {facts['num_nodes']:,} nodes, {facts['num_edges']:,} edges"
+    command_of = lambda config, rep: command(config, dataset.path, args, seed=rep)  # noqa: E731
+    return time_configurations(
+        "proteins_timing", args, RECIPE, facts, generator_references(dataset), command_of, "ROC-AUC", title
     )
-    d = result["dataset"]
-    write_plot(result, png_path, f"{d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges")
-    return result
 
 
 # -- accuracy ------------------------------------------------------------------------------------

@@ -135,6 +135,31 @@ def plot_timing(result: dict, path: Path, title: str):
     save_figure(fig, path)
 
 
+def time_configurations(
+    benchmark: str, args, recipe: dict, facts: dict, references: dict, command, metric: str, title: str
+) -> dict:
+    """The `timing` subcommand of a benchmark: every configuration of
+    args.configs, args.reps interleaved runs each (`command(config, rep)`),
+    into results/<benchmark>_<dataset dir>.json (with the dataset's `facts`,
+    the generator's `references`, the `recipe` and the timing options) and
+    .png (titled `title`); `metric` names the test score in the progress lines."""
+    json_path, png_path = result_paths(args.out, f"{benchmark}_{Path(args.dataset).resolve().name}")
+    options = {k: getattr(args, k) for k in ("configs", "reps", "epochs", "fanouts", "batch_size")}
+    result = {
+        "benchmark": benchmark,
+        "dataset": facts,
+        "config": {**recipe, **options},
+        "machine": machine_facts(),
+        "references": references,
+        "runs": {config: [] for config in args.configs},
+    }
+    run_interleaved(
+        result, json_path, args.reps, command, args.timeout, lambda r: describe_run(r, metric), resume=args.resume
+    )
+    write_plot(result, png_path, title)
+    return result
+
+
 def run_interleaved(
     result: dict,
     json_path: Path,
@@ -198,9 +223,35 @@ def write_plot(result: dict, png_path: Path, title: str):
         plot_timing(result, png_path, title)
 
 
-def gnnsys_record(result: dict) -> dict:
-    """A gnnsys TrainResult's dict (one run, evaluated after its last
-    epoch) as a child's record: per-epoch times and losses, valid and test."""
+def gnnsys_child(argv: list, recipe: dict, **extra) -> dict:
+    """A gnnsys child's run: gnnsys.train of `recipe` (and `extra`) with the
+    arguments `child_command` passes (dataset, --precision, --epochs,
+    --seed, --fanouts, --batch-size), evaluated after the last epoch, as a
+    record in the peers' format: per-epoch times and losses, valid and test."""
+    import gnnsys
+
+    p = argparse.ArgumentParser()
+    p.add_argument("dataset")
+    p.add_argument("--precision", required=True)
+    p.add_argument("--epochs", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fanouts", required=True)
+    p.add_argument("--batch-size", type=int, required=True)
+    a = p.parse_args(argv)
+    fanouts = [int(f) for f in a.fanouts.split(",")]
+    result = gnnsys.train(
+        a.dataset,
+        **recipe,
+        **extra,
+        layers=len(fanouts),
+        fanouts=fanouts,
+        batch_size=a.batch_size,
+        epochs=a.epochs,
+        seed=a.seed,
+        eval_every=a.epochs,
+        precision=a.precision,
+        progress=False,
+    ).to_dict()
     last = result["epochs"][-1]
     return {
         "system": "gnnsys",
