@@ -73,6 +73,26 @@ def train_hetero(dataset, options=None, *, on_epoch_end=None, **keywords) -> Tra
     return result
 
 
+def build_hetero_model(dataset: HeteroDataset, options: HeteroOptions):
+    """The HeteroRGCN `options` describe for `dataset`, initialised from options.seed."""
+    from gnnsys.hetero_models import HeteroRGCN
+
+    o = options
+    torch.manual_seed(o.seed)
+    return HeteroRGCN(
+        dataset.node_types,
+        {t: dataset.feature_dim(t) for t in dataset.features},
+        dataset.edge_types,
+        dataset.target,
+        o.hidden,
+        dataset.num_classes,
+        o.layers,
+        dropout=o.dropout,
+        input_dropout=o.input_dropout,
+        embedding_dim=o.embedding_dim,
+    )
+
+
 def _train_run(dataset, options: HeteroOptions, on_epoch_end) -> TrainResult | None:
     retain_memory(options)
     return HeteroTrainer(dataset, options, on_epoch_end).run()
@@ -82,22 +102,7 @@ class HeteroTrainer(MinibatchTrainer):
     """One minibatch training run on a HeteroDataset (see the module docstring)."""
 
     def _build_model(self, module):
-        from gnnsys.hetero_models import HeteroRGCN
-
-        ds, o = self.dataset, self.options
-        torch.manual_seed(o.seed)
-        return HeteroRGCN(
-            ds.node_types,
-            {t: ds.feature_dim(t) for t in ds.features},
-            ds.edge_types,
-            ds.target,
-            o.hidden,
-            ds.num_classes,
-            o.layers,
-            dropout=o.dropout,
-            input_dropout=o.input_dropout,
-            embedding_dim=o.embedding_dim,
-        )
+        return build_hetero_model(self.dataset, self.options)
 
     def _layerwise_logits(self, nodes):
         """Exact logits of the target `nodes` over every neighbour (gnnsys.training.hetero_inference)."""

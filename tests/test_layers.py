@@ -48,7 +48,17 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules
         ),
     ),
     (4, ("gnnsys.training",)),
-    (5, ("gnnsys.minibatch", "gnnsys.fullgraph", "gnnsys.gnnpipe", "gnnsys.prediction", "gnnsys.hetero_minibatch")),
+    (
+        5,
+        (
+            "gnnsys.minibatch",
+            "gnnsys.fullgraph",
+            "gnnsys.gnnpipe",
+            "gnnsys.prediction",
+            "gnnsys.hetero_minibatch",
+            "gnnsys.hetero_prediction",
+        ),
+    ),
     (6, ("gnnsys.cli", "gnnsys.__main__", "gnnsys.api")),
 ]
 FORBIDDEN = [  # (importer, imported) within one rank

@@ -25,34 +25,52 @@ from gnnsys.training.loop import progress_bar
 
 @torch.no_grad()
 def hetero_layerwise_logits(
-    model, dataset, nodes, batch_size: int = 4096, device="cpu", features=None, progress: bool = False
+    model,
+    dataset,
+    nodes,
+    batch_size: int = 4096,
+    device="cpu",
+    features=None,
+    progress: bool = False,
+    num_layers: int | None = None,
 ) -> torch.Tensor:
     """Logits (float32 [len(nodes), classes], on the CPU) of the target nodes
     `nodes` (int64 ids) of the HeteroDataset `dataset` under the HeteroRGCN
-    `model` (on `device`), over every neighbour. features: {featured node
-    type: FeatureSource} to read the input rows from (default the dataset's
-    tables). The model is put in eval mode and restored after."""
+    `model` (on `device`), over every neighbour; with num_layers, the output
+    of that many layers instead (after the ReLU of a hidden layer).
+    features: {featured node type: FeatureSource} to read the input rows
+    from (default the dataset's tables). The model is put in eval mode and
+    restored after."""
     was_training = model.training
     model.eval()
     try:
         return _logits(
-            model, dataset, torch.as_tensor(nodes).long(), batch_size, torch.device(device), features or {}, progress
+            model,
+            dataset,
+            torch.as_tensor(nodes).long(),
+            batch_size,
+            torch.device(device),
+            features or {},
+            progress,
+            num_layers or len(model.layers),
         )
     finally:
         model.train(was_training)
 
 
-def _logits(model, dataset, nodes, batch_size, device, features, progress) -> torch.Tensor:
+def _logits(model, dataset, nodes, batch_size, device, features, progress, num_layers) -> torch.Tensor:
     h = {t: _input_rows(model, dataset, t, features.get(t), batch_size, device) for t in dataset.node_types}
-    last = len(model.layers) - 1
+    last, target = num_layers - 1, dataset.target
     total = last * sum(dataset.node_types.values()) + nodes.shape[0]
     with progress_bar(total, "inference", "node", progress) as bar:
-        for i, layer in enumerate(model.layers):
+        for i, layer in enumerate(model.layers[:num_layers]):
+            hidden = i < len(model.layers) - 1
+            types = [target] if i == last else list(layer.roots)
             h = {
-                t: _layer_rows(layer, dataset, h, t, nodes if i == last else None, batch_size, device, i < last, bar)
-                for t in layer.roots
+                t: _layer_rows(layer, dataset, h, t, nodes if i == last else None, batch_size, device, hidden, bar)
+                for t in types
             }
-    return h[dataset.target].float().cpu()
+    return h[target].float().cpu()
 
 
 def _input_rows(model, dataset, node_type: str, source, batch_size: int, device) -> torch.Tensor:

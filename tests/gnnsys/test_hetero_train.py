@@ -256,10 +256,3 @@ def test_cli_refuses_heterogeneous_flags_on_a_homogeneous_dataset(make_dataset, 
     ds, _ = make_dataset()
     assert main(["train", str(ds.path), *CLI, "--embedding-dim", "4"]) == 2
     assert "--embedding-dim: does not apply to a homogeneous dataset" in capsys.readouterr().err
-
-
-def test_predict_refuses_a_heterogeneous_dataset_in_one_line(tmp_path):
-    ds = hetero_dataset()
-    gnnsys.train(ds, epochs=1, checkpoint_dir=tmp_path, **FAST)
-    with pytest.raises(ConfigError, match="dataset: tiny-mag is heterogeneous: predicting"):
-        gnnsys.predict(ds, tmp_path)
