@@ -263,21 +263,6 @@ def gnnsys_child(argv: list, recipe: dict, **extra) -> dict:
     }
 
 
-def child_arguments(argv: list) -> argparse.Namespace:
-    """A gnnsys child's arguments: dataset, --precision, --epochs, --seed,
-    --fanouts (as a list) and --batch-size (what `child_command` passes)."""
-    p = argparse.ArgumentParser()
-    p.add_argument("dataset")
-    p.add_argument("--precision", required=True)
-    p.add_argument("--epochs", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fanouts", required=True)
-    p.add_argument("--batch-size", type=int, required=True)
-    args = p.parse_args(argv)
-    args.fanouts = [int(f) for f in args.fanouts.split(",")]
-    return args
-
-
 def child_command(script: str, dataset, args: argparse.Namespace, seed: int, precision: str) -> list:
     """The command line of a gnnsys child: `script child ...` in this interpreter."""
     sampling = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size)]

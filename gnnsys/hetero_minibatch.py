@@ -77,20 +77,8 @@ def build_hetero_model(dataset: HeteroDataset, options: HeteroOptions):
     """The HeteroRGCN `options` describe for `dataset`, initialised from options.seed."""
     from gnnsys.hetero_models import HeteroRGCN
 
-    o = options
-    torch.manual_seed(o.seed)
-    return HeteroRGCN(
-        dataset.node_types,
-        {t: dataset.feature_dim(t) for t in dataset.features},
-        dataset.edge_types,
-        dataset.target,
-        o.hidden,
-        dataset.num_classes,
-        o.layers,
-        dropout=o.dropout,
-        input_dropout=o.input_dropout,
-        embedding_dim=o.embedding_dim,
-    )
+    torch.manual_seed(options.seed)
+    return HeteroRGCN.for_dataset(dataset, options)
 
 
 def _train_run(dataset, options: HeteroOptions, on_epoch_end) -> TrainResult | None:

@@ -146,6 +146,23 @@ class HeteroRGCN(nn.Module):
         )
         self.reset_parameters()
 
+    @classmethod
+    def for_dataset(cls, dataset, options) -> HeteroRGCN:
+        """The R-GCN of a HeteroDataset with the shape `options` gives (a
+        HeteroOptions: hidden, layers, dropout, input_dropout, embedding_dim)."""
+        return cls(
+            dataset.node_types,
+            {t: dataset.feature_dim(t) for t in dataset.features},
+            dataset.edge_types,
+            dataset.target,
+            options.hidden,
+            dataset.num_classes,
+            options.layers,
+            dropout=options.dropout,
+            input_dropout=options.input_dropout,
+            embedding_dim=options.embedding_dim,
+        )
+
     @property
     def embedding_types(self) -> list:
         """The node types whose inputs are learnable embeddings."""

@@ -135,16 +135,7 @@ def check_parameters_fit(options: HeteroOptions, dataset):
 
     o = options
     with torch.device("meta"):
-        model = HeteroRGCN(
-            dataset.node_types,
-            {t: dataset.feature_dim(t) for t in dataset.features},
-            dataset.edge_types,
-            dataset.target,
-            o.hidden,
-            dataset.num_classes,
-            o.layers,
-            embedding_dim=o.embedding_dim,
-        )
+        model = HeteroRGCN.for_dataset(dataset, o)
     need = 16 * sum(p.numel() for p in model.parameters())
     device = torch.device(o.device)
     if device.type == "cuda":
