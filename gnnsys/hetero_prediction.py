@@ -36,13 +36,17 @@ def predict_hetero(
     model = load_hetero_model(checkpoint, dataset, device)
     layer = check_layer(layer, len(model.layers), output)
     nodes = check_nodes(nodes, dataset.num_nodes(dataset.target))
-    rows = hetero_layerwise_logits(model, dataset, nodes, batch_size, device, progress=progress, num_layers=layer)
-    shape, kind, transform = output_rows(output, dataset.task, nodes.shape[0], rows.shape[1])
-    values = (rows if transform is None else transform(rows)).numpy()
+    width = model.layers[layer - 1].out_dim
+    shape, kind, transform = output_rows(output, dataset.task, nodes.shape[0], width)
+
+    def rows():
+        logits = hetero_layerwise_logits(model, dataset, nodes, batch_size, device, progress=progress, num_layers=layer)
+        return (logits if transform is None else transform(logits)).numpy()
+
     if out is None:
-        return values.astype(kind, copy=False)
-    with atomic_npy(out, shape, kind) as array:
-        array[:] = values
+        return rows().astype(kind, copy=False)
+    with atomic_npy(out, shape, kind) as array:  # the output path is checked before the work
+        array[:] = rows()
     return Path(out)
 
 

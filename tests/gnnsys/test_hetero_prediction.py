@@ -50,6 +50,7 @@ def test_embeddings_are_a_hidden_layers_output(trained):
         (dict(dtype="bfloat16"), "dtype"),
         (dict(return_stats=True), "return_stats"),
         (dict(nodes=[60]), "nodes"),
+        (dict(out="scores.txt"), "out"),
     ],
 )
 def test_what_does_not_apply_is_refused_in_one_line(trained, options, name):
