@@ -53,12 +53,14 @@ from bench_minibatch import PEERS
 from bench_precision import median_of
 from plotting import can_plot, save_figure
 from side_by_side import (
-    add_timing_arguments,
-    check_configs,
+    add_subcommand,
+    benchmark_parser,
     child_command,
     gnnsys_child,
     machine_facts,
+    parse_benchmark_args,
     peer_command,
+    print_timing,
     result_paths,
     time_configurations,
 )
@@ -284,16 +286,12 @@ def _dataset_facts(dataset) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("timing", help="gnnsys and DGL epochs side by side")
-    t.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
-    add_timing_arguments(t, CONFIGS, SAMPLING)
-    m = sub.add_parser("same-model", help="gnnsys's R-GCN and DGL's on the same weights: their logits' difference")
-    m.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
+    p, sub, _ = benchmark_parser(__doc__.split("\n\n")[0], "ogbn-mag", CONFIGS, SAMPLING)
+    m = add_subcommand(
+        sub, "same-model", "gnnsys's R-GCN and DGL's on the same weights: their logits' difference", "ogbn-mag"
+    )
     m.add_argument("--seeds", type=int, default=256, help="valid papers whose logits are compared")
-    a = sub.add_parser("accuracy", help="the OGB example's recipe trained by gnnsys")
-    a.add_argument("dataset", help="prepared synthetic ogbn-mag dataset")
+    a = add_subcommand(sub, "accuracy", "the OGB example's recipe trained by gnnsys", "ogbn-mag")
     a.add_argument("--epochs", type=int, default=EPOCHS)
     a.add_argument("--runs", type=int, default=5, help="runs, seeds 0, 1, ...")
     a.add_argument("--precision", default="32", help="gnnsys precision (the example trains in fp32)")
@@ -305,13 +303,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     a.add_argument("--fanouts", default=SAMPLING["fanouts"])
     a.add_argument("--batch-size", type=int, default=SAMPLING["batch_size"])
-    for q in (t, m, a):
-        q.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    args = p.parse_args(argv)
-    if not (Path(args.dataset) / "meta.json").is_file():
-        p.error(f"{args.dataset}: not a prepared gnnsys dataset (no meta.json)")
-    if args.command == "timing":
-        check_configs(p, args, CONFIGS, DGL_PYTHON)
+    args = parse_benchmark_args(p, argv, CONFIGS, DGL_PYTHON)
     if args.command == "same-model" and not DGL_PYTHON.exists():
         p.error(f"same-model: needs {DGL_PYTHON}; run benchmarks/setup_peers.sh dgl first")
     return args
@@ -321,8 +313,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.command == "timing":
-        result = timing(args)
-        print(json.dumps({"summary": result["summary"], "ratios_gnnsys_over_dgl": result["ratios_gnnsys_over_dgl"]}))
+        print_timing(timing(args))
     elif args.command == "same-model":
         record = same_model(args)
         print(json.dumps(record))

@@ -59,12 +59,14 @@ from bench_minibatch import SYSTEMS
 from bench_precision import median_of
 from plotting import can_plot, save_figure
 from side_by_side import (
-    add_timing_arguments,
-    check_configs,
+    add_subcommand,
+    benchmark_parser,
     child_command,
     gnnsys_child,
     machine_facts,
+    parse_benchmark_args,
     peer_command,
+    print_timing,
     result_paths,
     time_configurations,
 )
@@ -255,27 +257,18 @@ def _dataset_facts(dataset) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("timing", help="gnnsys and DGL epochs side by side")
-    t.add_argument("dataset", help="prepared synthetic ogbn-proteins dataset")
-    add_timing_arguments(t, CONFIGS, SAMPLING)
-    a = sub.add_parser("accuracy", help="the OGB example's recipe trained by gnnsys")
-    a.add_argument("dataset", help="prepared synthetic ogbn-proteins dataset")
+    p, sub, _ = benchmark_parser(__doc__.split("\n\n")[0], "ogbn-proteins", CONFIGS, SAMPLING)
+    a = add_subcommand(sub, "accuracy", "the OGB example's recipe trained by gnnsys", "ogbn-proteins")
     a.add_argument("--trainer", choices=TRAINERS, default="fullgraph")
     a.add_argument("--epochs", type=int, default=100)
     a.add_argument("--runs", type=int, default=1, help="runs, seeds 0, 1, ...")
     a.add_argument("--precision", default="32", help="gnnsys precision (the example trains in fp32)")
     a.add_argument("--fanouts", help=f"minibatch trainer only (default {SAMPLING['fanouts']})")
     a.add_argument("--batch-size", type=int, help=f"minibatch trainer only (default {SAMPLING['batch_size']})")
-    for q in (t, a):
-        q.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    args = p.parse_args(argv)
-    if not (Path(args.dataset) / "meta.json").is_file():
-        p.error(f"{args.dataset}: not a prepared gnnsys dataset (no meta.json)")
+    args = parse_benchmark_args(p, argv, CONFIGS, SYSTEMS["dgl"][0])
     if args.command == "timing":
-        check_configs(p, args, CONFIGS, SYSTEMS["dgl"][0])
-    elif args.trainer == "fullgraph":
+        return args
+    if args.trainer == "fullgraph":
         given = [f"--{k.replace('_', '-')}" for k in SAMPLING if getattr(args, k) is not None]
         if given:
             p.error(f"{given[0]}: samples minibatches; the fullgraph trainer trains on the whole graph")
@@ -289,8 +282,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.command == "timing":
-        result = timing(args)
-        print(json.dumps({"summary": result["summary"], "ratios_gnnsys_over_dgl": result["ratios_gnnsys_over_dgl"]}))
+        print_timing(timing(args))
     else:
         document = accuracy(args)
         print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))

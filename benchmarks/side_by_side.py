@@ -280,6 +280,41 @@ def peer_command(script: Path, dataset, args: argparse.Namespace, seed: int, rec
     return [str(SYSTEMS[PEER][0]), str(script), *common, *recipe, "--eval"]
 
 
+def benchmark_parser(description: str, graph: str, configs: tuple, sampling: dict):
+    """(parser, subparsers, the `timing` subparser) of a side-by-side
+    benchmark on a prepared synthetic `graph` dataset; `add_subcommand`
+    adds the others."""
+    p = argparse.ArgumentParser(description=description)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = add_subcommand(sub, "timing", "gnnsys and DGL epochs side by side", graph)
+    add_timing_arguments(t, configs, sampling)
+    return p, sub, t
+
+
+def add_subcommand(sub, name: str, help: str, graph: str):
+    """A subcommand taking a prepared synthetic `graph` dataset and --out."""
+    q = sub.add_parser(name, help=help)
+    q.add_argument("dataset", help=f"prepared synthetic {graph} dataset")
+    q.add_argument("--out", default=str(HERE / "results"), help="results directory")
+    return q
+
+
+def parse_benchmark_args(p: argparse.ArgumentParser, argv, configs: tuple, peer_python: Path) -> argparse.Namespace:
+    """p's arguments; p.error when the dataset is not a prepared one, or the
+    timing's configurations are unknown or need a missing peer environment."""
+    args = p.parse_args(argv)
+    if not (Path(args.dataset) / "meta.json").is_file():
+        p.error(f"{args.dataset}: not a prepared gnnsys dataset (no meta.json)")
+    if args.command == "timing":
+        check_configs(p, args, configs, peer_python)
+    return args
+
+
+def print_timing(result: dict):
+    """The timing's summaries and ratios as one JSON line."""
+    print(json.dumps({"summary": result["summary"], "ratios_gnnsys_over_dgl": result["ratios_gnnsys_over_dgl"]}))
+
+
 def add_timing_arguments(p: argparse.ArgumentParser, configs: tuple, sampling: dict):
     """The `timing` subcommand's options: --configs (a subset of `configs`),
     --reps, --epochs, --fanouts and --batch-size (defaults from `sampling`),
