@@ -108,7 +108,8 @@ def build_model(dataset, options: MinibatchOptions, module: torch.nn.Module | No
     """The GNN `options` describe for `dataset`, or a copy of the user's
     `module` (options.model names it), initialised from options.seed, on the
     CPU (`module`'s own device for a user module)."""
-    from gnnsys.models import GNN, is_user_model
+    from gnnsys.model_names import is_user_model
+    from gnnsys.models import GNN
 
     o = options
     if is_user_model(o.model):

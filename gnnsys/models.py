@@ -48,16 +48,7 @@ from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from gnnsys.aggregation import Adjacency, aggregate, aggregate_with_root
 from gnnsys.dropout import HashDropout, relu_dropout
-
-CONVS = ("sage", "gcn", "gat")
-NORMS = (None, "batch", "layer")
-USER_MODEL = "module:"  # how training options name a user module: "module:" + its class's qualified name
-
-
-def is_user_model(model: str) -> bool:
-    """True when a `model` option names a user module (USER_MODEL), not one of CONVS."""
-    return model.startswith(USER_MODEL)
-
+from gnnsys.model_names import CONVS, NORMS
 
 _GCN_KEY = "gcn_norm"  # where gcn_adj_t caches a block's adjacency (Block.cache)
 

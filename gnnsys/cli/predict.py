@@ -9,8 +9,8 @@ import numpy as np
 from gnnsys.cli import gigabytes
 from gnnsys.errors import DatasetError
 from gnnsys.feature_stack import GB
-from gnnsys.prediction import OUTPUTS, predict
 from gnnsys.training.inference_io import OUTPUT_DTYPES
+from gnnsys.training.prediction_io import OUTPUTS
 
 
 def add_parser(sub):
@@ -64,6 +64,8 @@ def _load_nodes(path):
 
 
 def run(args) -> int:
+    from gnnsys.prediction import predict  # imports PyG: not needed to build the parser
+
     nodes = None if args.nodes is None else _load_nodes(args.nodes)
     budget = None if args.host_mem_budget is None else int(args.host_mem_budget * GB)
     out = predict(

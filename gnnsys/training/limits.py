@@ -99,7 +99,8 @@ def model_bytes(options, dataset) -> tuple[int, int]:
     describe for `dataset` (built on the meta device: nothing allocated); a
     user module's parameters are not known here and count 0, its layer
     outputs `hidden` wide."""
-    from gnnsys.models import GNN, is_user_model
+    from gnnsys.model_names import is_user_model
+    from gnnsys.models import GNN
     from gnnsys.units import build_units
 
     o, dim, classes = options, dataset.num_features, dataset.num_classes

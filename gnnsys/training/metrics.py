@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from scipy.stats import rankdata
 
 METRICS = ("acc", "auc")
 
@@ -33,6 +32,8 @@ def roc_auc(scores: torch.Tensor, y: torch.Tensor) -> float:
     pos, n = int(y.sum()), y.numel()
     if pos == 0 or pos == n:
         return float("nan")
+    from scipy.stats import rankdata  # scipy.stats takes half a second to import: only when scored
+
     ranks = torch.from_numpy(rankdata(scores.double().numpy()))
     return (ranks[y].sum().item() - pos * (pos + 1) / 2) / (pos * (n - pos))
 

@@ -22,7 +22,7 @@ import torch
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.feature_stack import CACHE_POLICIES
-from gnnsys.models import CONVS, NORMS, is_user_model
+from gnnsys.model_names import CONVS, NORMS, is_user_model
 from gnnsys.partition import METHODS
 from gnnsys.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
 from gnnsys.samplers.factory import SAMPLERS, SAMPLINGS

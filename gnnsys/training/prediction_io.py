@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError, DatasetError, naming
-from gnnsys.models import is_user_model
+from gnnsys.model_names import is_user_model
 
 from .checkpoints import FILE, load_training_state
 from .inference_io import reserve_space

@@ -11,7 +11,8 @@ import inspect
 import torch
 
 from gnnsys.errors import ConfigError
-from gnnsys.models import USER_MODEL, GNNLayer
+from gnnsys.model_names import USER_MODEL
+from gnnsys.models import GNNLayer
 
 DRY_SEEDS = 2  # training nodes of the batch a module is tried on
 
