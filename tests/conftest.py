@@ -1,4 +1,5 @@
-"""Fixtures shared by every test folder (small random graphs and datasets) and the `gpu` marker."""
+"""Fixtures shared by every test folder (small random graphs and datasets), the
+`gpu` marker, and the order the tests run in."""
 
 import os
 from pathlib import Path
@@ -60,7 +61,11 @@ def make_dataset(tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the tests marked `gpu` when CUDA is not available."""
+    """The docs test first: its one fixture runs every documented command (the
+    longest single job of the suite), so under pytest-xdist's `--dist loadfile`
+    it starts at once on one worker while the others share the other files.
+    Skip the tests marked `gpu` when CUDA is not available."""
+    items.sort(key=lambda item: Path(str(item.path)).name != "test_docs.py")
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
