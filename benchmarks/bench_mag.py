@@ -12,7 +12,9 @@ and in DGL benchmarks/peers/dgl_mag_epoch.py (HeteroGraphConv of GraphConv
 "right" per relation plus a Linear per node type: the same layers).
 
 `timing DATASET`: configurations gnnsys-fp32 (precision "32", the peer's),
-gnnsys-auto (gnnsys's default precision) and dgl, each run a fresh process,
+gnnsys-auto (gnnsys's default precision), gnnsys-sparse (fp32, the
+embeddings with sparse gradients and SparseAdam: `--sparse-embeddings`,
+a different optimiser for them than the peer's Adam) and dgl, each run a fresh process,
 interleaved (benchmarks/side_by_side.py: peak RSS, peak RssAnon, the load
 average before and after each run): --epochs training epochs (the first
 left out of the median when there are more), then valid/test accuracy on
@@ -70,7 +72,8 @@ DGL_PYTHON, DGL_SCRIPT = PEERS / "dgl" / "bin" / "python", HERE / "peers" / "dgl
 RECIPE = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 0.0, "embedding_dim": 128}
 SAMPLING = {"fanouts": "25,20", "batch_size": 1024}
 EPOCHS = 3  # the example's
-PRECISIONS = {"gnnsys-fp32": "32", "gnnsys-auto": "auto"}
+PRECISIONS = {"gnnsys-fp32": "32", "gnnsys-auto": "auto", "gnnsys-sparse": "32"}
+SPARSE = "--sparse-embeddings"  # gnnsys-sparse's child: the embeddings train with SparseAdam
 CONFIGS = (*PRECISIONS, "dgl")
 BAYES = ("features_only", "features_and_in_neighbours", "features_and_all_neighbours")
 
@@ -96,9 +99,12 @@ def generator_references(dataset) -> dict:
 
 # -- timing --------------------------------------------------------------------------------------
 def child_gnnsys(argv: list) -> dict:
-    """gnnsys.train of the recipe in the peers' record format: per-epoch
-    times, then valid/test accuracy on sampled minibatches."""
-    return gnnsys_child(argv, RECIPE, eval="sampled")  # as the DGL peer evaluates
+    """gnnsys.train of the recipe (with sparse embeddings after SPARSE) in
+    the peers' record format: per-epoch times, then valid/test accuracy on
+    sampled minibatches."""
+    sparse = SPARSE in argv
+    argv = [a for a in argv if a != SPARSE]
+    return gnnsys_child(argv, RECIPE, eval="sampled", sparse_embeddings=sparse)  # eval as the DGL peer
 
 
 def command(config: str, dataset: Path, args, seed: int) -> list:
@@ -106,7 +112,8 @@ def command(config: str, dataset: Path, args, seed: int) -> list:
     if config == "dgl":
         recipe = [f"--{k.replace('_', '-')}={v}" for k, v in RECIPE.items() if k != "weight_decay"]
         return peer_command(DGL_SCRIPT, dataset, args, seed, recipe)
-    return child_command(__file__, dataset, args, seed, PRECISIONS[config])
+    sparse = [SPARSE] if config == "gnnsys-sparse" else []
+    return child_command(__file__, dataset, args, seed, PRECISIONS[config]) + sparse
 
 
 def timing(args) -> dict:

@@ -227,7 +227,8 @@ def gnnsys_child(argv: list, recipe: dict, **extra) -> dict:
     """A gnnsys child's run: gnnsys.train of `recipe` (and `extra`) with the
     arguments `child_command` passes (dataset, --precision, --epochs,
     --seed, --fanouts, --batch-size), evaluated after the last epoch, as a
-    record in the peers' format: per-epoch times and losses, valid and test."""
+    record in the peers' format: per-epoch times and losses, valid and test,
+    and the values the run's config holds for the `extra` options."""
     import gnnsys
 
     p = argparse.ArgumentParser()
@@ -256,6 +257,7 @@ def gnnsys_child(argv: list, recipe: dict, **extra) -> dict:
     return {
         "system": "gnnsys",
         "precision": result["config"]["precision"],
+        "options": {k: result["config"][k] for k in extra},
         "metric": result["metric"],
         "epochs": [{k: e[k] for k in ("epoch", "time_s", "loss", "breakdown")} for e in result["epochs"]],
         "valid": last["valid"],

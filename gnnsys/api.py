@@ -17,7 +17,7 @@ def train(dataset, options=None, *, on_epoch_end=None, **keywords):
     "gat", or a user module; MinibatchOptions or its keywords). A
     heterogeneous one: gnnsys.hetero_minibatch.train_hetero (an R-GCN with
     embeddings for the node types without features; HeteroOptions or its
-    keywords: MinibatchOptions' plus relation_fanouts and embedding_dim).
+    keywords: MinibatchOptions' plus relation_fanouts, embedding_dim and sparse_embeddings).
     Either returns the TrainResult of gnnsys.training.result (None in a
     torchrun rank that does not report).
     """

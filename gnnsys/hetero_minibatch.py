@@ -51,7 +51,7 @@ def train_hetero(dataset, options=None, *, on_epoch_end=None, **keywords) -> Tra
     dataset: a HeteroDataset or the path of a prepared heterogeneous dataset
     (never modified). Options come as a HeteroOptions (or a
     MinibatchOptions, taken as one) or as its keywords (MinibatchOptions'
-    plus relation_fanouts and embedding_dim), not both. on_epoch_end(record)
+    plus relation_fanouts, embedding_dim and sparse_embeddings), not both. on_epoch_end(record)
     runs after each epoch's checkpoint. Returns a TrainResult whose `model`
     is the HeteroRGCN with the weights of its epoch of best validation; with
     runs > 1 every run and their mean and standard deviation, as

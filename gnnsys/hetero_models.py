@@ -10,7 +10,9 @@ relation reaches is still updated. Hidden layers apply ReLU and dropout.
 
 Inputs: a node type with features reads its rows; a type without features
 gets a learnable `nn.Embedding(num_nodes, embedding_dim)` (default `hidden`),
-as OGB's example gives authors, institutions and fields of study theirs.
+as OGB's example gives authors, institutions and fields of study theirs;
+with `sparse_embeddings` its gradient is sparse (the rows a batch read), for
+SparseAdam (gnnsys.training.optimizer).
 
 The interface, what the hetero trainer asks of a model:
 - `forward(x_dict, blocks)`: blocks is one `HeteroBlock` per layer, input
@@ -103,10 +105,11 @@ class HeteroRGCN(nn.Module):
 
     node_types: {type: number of nodes}; feature_dims: {type: feature width}
     for the types with features (the others get embeddings of
-    `embedding_dim`, default `hidden`); relations: the graph's (src, rel,
-    dst); hidden: hidden width; num_classes; dropout after every hidden
-    layer; input_dropout on every type's input rows. See the module
-    docstring for forward's interface.
+    `embedding_dim`, default `hidden`; with sparse gradients when
+    `sparse_embeddings`); relations: the graph's (src, rel, dst); hidden:
+    hidden width; num_classes; dropout after every hidden layer;
+    input_dropout on every type's input rows. See the module docstring for
+    forward's interface.
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class HeteroRGCN(nn.Module):
         dropout: float = 0.5,
         input_dropout: float = 0.0,
         embedding_dim: int | None = None,
+        sparse_embeddings: bool = False,
     ):
         super().__init__()
         if num_layers < 1:
@@ -134,7 +138,11 @@ class HeteroRGCN(nn.Module):
         self.target, self.dropout, self.input_dropout = target, dropout, input_dropout
         width = embedding_dim or hidden
         self.embeddings = ModuleDict(
-            {t: nn.Embedding(n, width) for t, n in node_types.items() if t not in feature_dims}
+            {
+                t: nn.Embedding(n, width, sparse=sparse_embeddings)
+                for t, n in node_types.items()
+                if t not in feature_dims
+            }
         )
         dims = [{t: feature_dims.get(t, width) for t in node_types}]
         dims += [dict.fromkeys(node_types, hidden)] * (num_layers - 1)
@@ -149,7 +157,8 @@ class HeteroRGCN(nn.Module):
     @classmethod
     def for_dataset(cls, dataset, options) -> HeteroRGCN:
         """The R-GCN of a HeteroDataset with the shape `options` gives (a
-        HeteroOptions: hidden, layers, dropout, input_dropout, embedding_dim)."""
+        HeteroOptions: hidden, layers, dropout, input_dropout, embedding_dim,
+        sparse_embeddings)."""
         return cls(
             dataset.node_types,
             {t: dataset.feature_dim(t) for t in dataset.features},
@@ -161,6 +170,7 @@ class HeteroRGCN(nn.Module):
             dropout=options.dropout,
             input_dropout=options.input_dropout,
             embedding_dim=options.embedding_dim,
+            sparse_embeddings=options.sparse_embeddings,
         )
 
     @property

@@ -41,6 +41,7 @@ from gnnsys.training.data_parallel import (
 )
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
+from gnnsys.training.optimizer import make_optimizer
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
 from gnnsys.training.runs import train_runs
@@ -192,7 +193,7 @@ class MinibatchTrainer:
         self.model = self._build_model(module).to(self.device)
         self.net = self.ranks.wrap(self.model)  # what a step calls: DDP over the ranks
         self.degree = gcn_degree(dataset.indptr, dataset.indices).to(self.device) if needs_degree(self.model) else None
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+        self.optimizer = make_optimizer(self.model, o.lr, o.weight_decay)
         self.control = EpochControl(o, self.model, self.optimizer)
         self.history: list[dict] = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}

@@ -81,10 +81,14 @@ def test_references_refuse_a_graph_without_reverse_relations(tmp_path):
 def test_timing_and_accuracy_write_their_results(mag, tmp_path):
     out = tmp_path / "results"
     sampling = ["--fanouts", "4,3", "--batch-size", "128", "--out", str(out)]
-    assert bench_mag.main(["timing", str(mag), "--configs", "gnnsys-fp32", "--reps", "1", *sampling]) == 0
+    configs = ["--configs", "gnnsys-fp32,gnnsys-sparse", "--reps", "1"]
+    assert bench_mag.main(["timing", str(mag), *configs, *sampling]) == 0
     result = json.loads((out / "mag_timing_mag.json").read_text())
     summary = result["summary"]["gnnsys-fp32"]
     assert summary["runs_ok"] == 1 and summary["precision"] == ["32"]
+    assert result["summary"]["gnnsys-sparse"]["runs_ok"] == 1
+    runs = [*result["runs"]["gnnsys-fp32"], *result["runs"]["gnnsys-sparse"]]
+    assert [run["options"]["sparse_embeddings"] for run in runs] == [False, True]
     assert len(summary["epoch_s_per_run"][0]) == 2 and 0.0 < summary["test"] < 1.0
     assert result["dataset"]["num_nodes"]["author"] == 1_135 and result["ratios_gnnsys_over_dgl"] == {}
     assert bench_mag.main(["accuracy", str(mag), "--runs", "2", "--epochs", "2", *sampling]) == 0

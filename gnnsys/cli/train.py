@@ -86,6 +86,12 @@ def add_model_arguments(p):
         help="heterogeneous dataset: width of the learnable embeddings of node types without features "
         "(default: --hidden)",
     )
+    g.add_argument(
+        "--sparse-embeddings",
+        action="store_true",
+        help="heterogeneous dataset: those embeddings take sparse gradients and train with SparseAdam, "
+        "which updates only the rows a batch read (needs --weight-decay 0)",
+    )
 
 
 def add_sampling_arguments(p):

@@ -45,11 +45,15 @@ class HeteroOptions(MinibatchOptions):
     draws (-1: all); relation_fanouts: {relation name "src__rel__dst": one
     count per layer} for the relations that draw their own (>= 0, 0 none,
     -1 all); embedding_dim: the width of the learnable embeddings of the
-    node types without features (None: hidden).
+    node types without features (None: hidden); sparse_embeddings: those
+    embeddings take sparse gradients and train with SparseAdam, which updates
+    only the rows a batch read (gnnsys.training.optimizer; needs
+    weight_decay 0 and a node type without features).
     """
 
     relation_fanouts: dict | None = None
     embedding_dim: int | None = None
+    sparse_embeddings: bool = False
 
     def __post_init__(self):
         if isinstance(self.relation_fanouts, dict):
@@ -72,6 +76,12 @@ class HeteroOptions(MinibatchOptions):
             raise ConfigError("workers", "data-parallel training of a heterogeneous dataset is not implemented; use 1")
         if self.embedding_dim is not None and not 1 <= self.embedding_dim <= INT_MAX:
             raise ConfigError("embedding_dim", f"must be a width >= 1 (None: hidden), got {self.embedding_dim}")
+        if self.sparse_embeddings and self.weight_decay > 0:
+            raise ConfigError(
+                "sparse_embeddings",
+                f"SparseAdam, which trains sparse embeddings, has no weight decay; got weight_decay "
+                f"{self.weight_decay}, use 0",
+            )
         for name, counts in (self.relation_fanouts or {}).items():
             if (
                 not isinstance(counts, list)
@@ -113,6 +123,10 @@ class HeteroOptions(MinibatchOptions):
         unknown = sorted(set(self.relation_fanouts or {}) - set(names))
         if unknown:
             raise ConfigError("relation_fanouts", f"{unknown[0]!r} is not a relation of {dataset.name}: {names}")
+        if self.sparse_embeddings and set(dataset.node_types) <= set(dataset.features):
+            raise ConfigError(
+                "sparse_embeddings", f"every node type of {dataset.name} has features: it has no embeddings"
+            )
         check_parameters_fit(self, dataset)
         name = str(dataset.path) if dataset.path is not None else dataset.name
         return dataclasses.replace(self, metric=task_metric(self, dataset), dataset=name)

@@ -68,26 +68,32 @@ def mapped(x: torch.Tensor, path) -> RowTable:
     return RowTable(open_rows(path, x.shape[0], 512), x.shape[1], torch.float32)
 
 
-def test_learns_labels_that_only_a_featureless_neighbour_type_carries():
+@pytest.mark.parametrize("sparse", [False, True], ids=["adam", "sparse-adam"])
+def test_learns_labels_that_only_a_featureless_neighbour_type_carries(sparse):
     ds = authored()
-    result = gnnsys.train(ds, epochs=8, lr=0.02, dropout=0.0, **FAST)
+    result = gnnsys.train(ds, epochs=8, lr=0.02, dropout=0.0, weight_decay=0, sparse_embeddings=sparse, **FAST)
     assert result.config["embedding_dim"] is None and result.model.embedding_types == ["author"]
+    assert result.model.embeddings["author"].sparse == sparse
     assert result.test > 0.85, [e["test"] for e in result.epochs]  # chance: 0.5
     assert result.epochs[-1]["loss"] < result.epochs[0]["loss"]
 
 
-def test_resume_after_a_kill_equals_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("sparse", [False, True], ids=["adam", "sparse-adam"])
+def test_resume_after_a_kill_equals_the_uninterrupted_run(tmp_path, sparse):
     ds = hetero_dataset()
-    full = gnnsys.train(ds, epochs=3, **FAST)
+    fast = {**FAST, "weight_decay": 0, "sparse_embeddings": sparse}
+    full = gnnsys.train(ds, epochs=3, **fast)
     with pytest.raises(Killed):  # dies after epoch 2's checkpoint
-        gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, on_epoch_end=kill_after(1), **FAST)
+        gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, on_epoch_end=kill_after(1), **fast)
     assert load_checkpoint(tmp_path)["epoch"] == 2
-    resumed = gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, resume=True, **FAST)
+    resumed = gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, resume=True, **fast)
     assert comparable(resumed) == comparable(full)
     for (name, p), q in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         assert torch.equal(p, q), name
     with pytest.raises(gnnsys.DatasetError, match="different options.*embedding_dim"):
-        gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, resume=True, embedding_dim=4, **FAST)
+        gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, resume=True, **{**fast, "embedding_dim": 4})
+    with pytest.raises(gnnsys.DatasetError, match="different options.*sparse_embeddings"):
+        gnnsys.train(ds, epochs=3, checkpoint_dir=tmp_path, resume=True, **{**fast, "sparse_embeddings": not sparse})
 
 
 def test_runs_train_consecutive_seeds_with_their_own_checkpoints(tmp_path):
@@ -183,6 +189,8 @@ def test_relation_fanouts_reach_the_sampler():
         (dict(eval="exact"), "eval"),
         (dict(workers=2), "workers"),
         (dict(embedding_dim=0), "embedding_dim"),
+        (dict(sparse_embeddings=True, weight_decay=5e-4), "sparse_embeddings"),
+        (dict(sparse_embeddings=1), "sparse_embeddings"),
         (dict(relation_fanouts={"paper__cites__paper": [1]}), "relation_fanouts"),
         (dict(relation_fanouts={"paper__likes__paper": [1, 1]}), "relation_fanouts"),
     ],
@@ -191,6 +199,23 @@ def test_options_that_do_not_apply_are_refused_in_one_line(options, name):
     with pytest.raises(ConfigError) as refused:
         gnnsys.train(hetero_dataset(), epochs=1, **{**FAST, **options})
     assert refused.value.option == name and "\n" not in str(refused.value)
+
+
+def test_sparse_embeddings_need_a_type_without_features():
+    ds = authored()
+    ds = HeteroDataset(
+        name="all-featured",
+        node_types=ds.node_types,
+        relations=ds.relations,
+        features={"paper": ds.features["paper"], "author": torch.zeros(ds.node_types["author"], 2)},
+        target="paper",
+        labels=ds.labels,
+        splits={s: ds.split(s) for s in ("train", "valid", "test")},
+        num_classes=2,
+    )
+    with pytest.raises(ConfigError, match="has no embeddings") as refused:
+        gnnsys.train(ds, epochs=1, weight_decay=0, sparse_embeddings=True, **FAST)
+    assert refused.value.option == "sparse_embeddings"
 
 
 def test_the_trainers_refuse_the_other_kind(make_dataset):
@@ -223,11 +248,13 @@ def test_cli_trains_a_prepared_heterogeneous_dataset(prepared_mag, tmp_path, cap
 
     out = tmp_path / "result.json"
     argv = ["train", str(prepared_mag), *CLI, "--embedding-dim", "4", "--relation-fanouts", "paper__cites__paper=0,1"]
+    argv += ["--sparse-embeddings", "--weight-decay", "0"]
     assert main([*argv, "--runs", "2", "--verify", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "Run 02:" in printed and "All runs:" in printed
     result = gnnsys.TrainResult.load(out)
     assert result.config["embedding_dim"] == 4 and result.config["relation_fanouts"] == {"paper__cites__paper": [0, 1]}
+    assert result.config["sparse_embeddings"] is True
     assert len(result.runs) == 2 and len(result.epochs) == 2
     again = gnnsys.train(str(prepared_mag), epochs=2, fanouts=[3, 2], hidden=8, batch_size=64, progress=False)
     assert again.model.embedding_types == ["author", "institution", "field_of_study"]
@@ -240,6 +267,7 @@ def test_cli_trains_a_prepared_heterogeneous_dataset(prepared_mag, tmp_path, cap
         (["--model", "gat"], "model"),
         (["--relation-fanouts", "paper__likes__paper=1,1"], "relation_fanouts"),
         (["--scratch-dir", "/tmp"], "scratch_dir"),
+        (["--sparse-embeddings"], "sparse_embeddings"),  # with the default weight decay
     ],
 )
 def test_cli_refuses_what_does_not_apply_in_one_line(prepared_mag, capsys, flags, flag):
