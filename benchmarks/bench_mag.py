@@ -26,8 +26,9 @@ results/mag_timing_<dataset dir>.json and .png.
 1, ...), --epochs each, evaluated every epoch by exact layer-wise inference
 over every neighbour as the example evaluates (--eval sampled: on sampled
 minibatches); OGB's Logger summary (test accuracy at the best validation
-epoch, mean and std over the runs). Writes
-results/mag_accuracy_<dataset dir>.json and .png (..._sampled.json with --eval sampled).
+epoch, mean and std over the runs); --sparse-embeddings trains the
+embeddings with SparseAdam. Writes results/mag_accuracy_<dataset dir>.json
+and .png (..._sampled with --eval sampled, ..._sparse with --sparse-embeddings).
 
 Both set the accuracy beside what the generator records
 (datasets/synthetic_mag.py, meta.json's source.synthetic): the Monte Carlo
@@ -138,12 +139,13 @@ def accuracy(args) -> dict:
     from gnnsys.datasets.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
-    suffix = "" if args.eval == "layerwise" else f"_{args.eval}"
+    suffix = ("" if args.eval == "layerwise" else f"_{args.eval}") + ("_sparse" if args.sparse_embeddings else "")
     json_path, png_path = result_paths(args.out, f"mag_accuracy_{Path(args.dataset).resolve().name}{suffix}")
     references = generator_references(dataset)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     options = {**RECIPE, "layers": len(fanouts), "fanouts": fanouts, "batch_size": args.batch_size}
     options.update(epochs=args.epochs, runs=args.runs, precision=args.precision, eval=args.eval, seed=0)
+    options.update(sparse_embeddings=args.sparse_embeddings)
     before, start = os.getloadavg(), time.perf_counter()
     result = gnnsys.train(dataset, **options, progress=False).to_dict()
     document = {
@@ -308,6 +310,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="layerwise",
         help="exact inference over every neighbour (the example's), or minibatches sampled with the training fanouts",
     )
+    a.add_argument(SPARSE, action="store_true", help="the embeddings train with SparseAdam (--sparse-embeddings)")
     a.add_argument("--fanouts", default=SAMPLING["fanouts"])
     a.add_argument("--batch-size", type=int, default=SAMPLING["batch_size"])
     args = parse_benchmark_args(p, argv, CONFIGS, DGL_PYTHON)

@@ -91,8 +91,9 @@ def test_timing_and_accuracy_write_their_results(mag, tmp_path):
     assert [run["options"]["sparse_embeddings"] for run in runs] == [False, True]
     assert len(summary["epoch_s_per_run"][0]) == 2 and 0.0 < summary["test"] < 1.0
     assert result["dataset"]["num_nodes"]["author"] == 1_135 and result["ratios_gnnsys_over_dgl"] == {}
-    assert bench_mag.main(["accuracy", str(mag), "--runs", "2", "--epochs", "2", *sampling]) == 0
-    document = json.loads((out / "mag_accuracy_mag.json").read_text())
+    assert bench_mag.main(["accuracy", str(mag), "--runs", "2", "--epochs", "2", "--sparse-embeddings", *sampling]) == 0
+    document = json.loads((out / "mag_accuracy_mag_sparse.json").read_text())
+    assert document["options"]["sparse_embeddings"] is True
     assert [run["seed"] for run in document["runs"]] == [0, 1]
     assert [e["epoch"] for e in document["curves"][1]["epochs"]] == [0, 1]
     assert document["options"]["embedding_dim"] == 128 and document["precision"] == "32"
