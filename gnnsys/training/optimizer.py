@@ -4,11 +4,11 @@ embeddings that take sparse gradients.
 `make_optimizer(model, lr, weight_decay)` gives `torch.optim.Adam` over every
 parameter of a model whose gradients are all dense. A model with
 `nn.Embedding(..., sparse=True)` modules (the R-GCN's embeddings of the
-featureless node types under `sparse_embeddings`, or a user's module) gets a
+featureless node types under `sparse_embeddings`) gets a
 `DenseSparseAdam`: Adam over the other parameters and `torch.optim.SparseAdam`
 over the embeddings, which updates only the rows a step's gradient touches
-(their moments too: "lazy" Adam, as DGL's ogbn-mag example trains its node
-embeddings), so a step costs what the batch reads, not the whole table.
+(their moments too: "lazy" Adam), so a step costs what the batch reads, not
+the whole table.
 """
 
 from __future__ import annotations
