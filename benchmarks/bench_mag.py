@@ -295,7 +295,7 @@ def _dataset_facts(dataset) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p, sub, _ = benchmark_parser(__doc__.split("\n\n")[0], "ogbn-mag", CONFIGS, SAMPLING)
+    p, sub = benchmark_parser(__doc__.split("\n\n")[0], "ogbn-mag", CONFIGS, SAMPLING)
     m = add_subcommand(
         sub, "same-model", "gnnsys's R-GCN and DGL's on the same weights: their logits' difference", "ogbn-mag"
     )

@@ -257,7 +257,7 @@ def _dataset_facts(dataset) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p, sub, _ = benchmark_parser(__doc__.split("\n\n")[0], "ogbn-proteins", CONFIGS, SAMPLING)
+    p, sub = benchmark_parser(__doc__.split("\n\n")[0], "ogbn-proteins", CONFIGS, SAMPLING)
     a = add_subcommand(sub, "accuracy", "the OGB example's recipe trained by gnnsys", "ogbn-proteins")
     a.add_argument("--trainer", choices=TRAINERS, default="fullgraph")
     a.add_argument("--epochs", type=int, default=100)

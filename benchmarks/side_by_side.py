@@ -283,14 +283,14 @@ def peer_command(script: Path, dataset, args: argparse.Namespace, seed: int, rec
 
 
 def benchmark_parser(description: str, graph: str, configs: tuple, sampling: dict):
-    """(parser, subparsers, the `timing` subparser) of a side-by-side
-    benchmark on a prepared synthetic `graph` dataset; `add_subcommand`
+    """(parser, subparsers) of a side-by-side benchmark on a prepared
+    synthetic `graph` dataset, with its `timing` subcommand; `add_subcommand`
     adds the others."""
     p = argparse.ArgumentParser(description=description)
     sub = p.add_subparsers(dest="command", required=True)
     t = add_subcommand(sub, "timing", "gnnsys and DGL epochs side by side", graph)
     add_timing_arguments(t, configs, sampling)
-    return p, sub, t
+    return p, sub
 
 
 def add_subcommand(sub, name: str, help: str, graph: str):
