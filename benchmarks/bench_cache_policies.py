@@ -9,7 +9,7 @@ the start of the batch. Policies: static-degree and presample (static by
 out-degree / by hotness from `--presample-epochs` pre-sampled epochs that
 training does not use, GNNLab), lru, sieve, s3fifo (warmed by presample
 hotness), hybrid (presample hotness + reuse + a window of `--lookahead`
-batches, built as gnnsys.loader.MinibatchLoader builds it: the input ids of
+batches, built as gnnsys.loading.loader.MinibatchLoader builds it: the input ids of
 the next batches of the same epoch, never crossing into the next one) and
 the belady bound. Reports the first epoch and the steady state
 (the later epochs); the simulation is deterministic, so one run each.

@@ -13,7 +13,8 @@ options); a case that fails is recorded with its error and the exit status
 is 1. The defaults (products x0.25, 3 epochs) fit the few minutes
 benchmarks/gpu_check.sh gives it. Writes benchmarks/results/
 bench_epoch_gpu.json and .png (no .png with --no-plot or without
-matplotlib). Not run on a GPU yet.
+matplotlib). Results of its run on an NVIDIA H200 (bf16-mixed, the default precision
+there): benchmarks/results/gpu_check_h200/.
 
     python benchmarks/bench_epoch_gpu.py [--graph products|papers] [--root DIR]
 """

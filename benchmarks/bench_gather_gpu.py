@@ -13,7 +13,8 @@ Each is timed with CUDA events, median of --repeats runs after a warm-up;
 bandwidth = gathered bytes / time, and ratios to memcpy are in the same run.
 Every method's rows are compared with the zero-copy gather's before timing.
 Writes benchmarks/results/bench_gather_gpu.json and .png (no .png with
---no-plot or without matplotlib). Not run on a GPU yet.
+--no-plot or without matplotlib). Results of its run on an NVIDIA H200 (bf16-mixed, the default precision
+there): benchmarks/results/gpu_check_h200/.
 
     python benchmarks/bench_gather_gpu.py [--row-bytes 128,512,4096] [--table-mib 2048]
     python benchmarks/bench_gather_gpu.py --row-bytes 512,2432 --table-mib 256 --batch 50000 --repeats 3  # ~1 min

@@ -40,7 +40,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def graph_parallel_bytes(dataset, workers, layers, hidden, method, seed=0) -> int:
     """Halo rows of a W-way partition x (layers - 1) boundaries x hidden x 4 B, both directions."""
-    from gnnsys.partition import chunk_graph, halo_sizes, relabel_csc
+    from gnnsys.parallel.partition import chunk_graph, halo_sizes, relabel_csc
 
     part = chunk_graph(dataset.indptr, dataset.indices, workers, method, seed)
     halo = int(halo_sizes(*relabel_csc(dataset.indptr, dataset.indices, part.perm), part.chunk_ptr).sum())
@@ -49,7 +49,7 @@ def graph_parallel_bytes(dataset, workers, layers, hidden, method, seed=0) -> in
 
 def bench_epoch(args):
     from gnnsys.datasets import load_dataset
-    from gnnsys.fullgraph import train_fullgraph
+    from gnnsys.trainers.fullgraph import train_fullgraph
     from gnnsys.training.result import machine_info
 
     rows = []
@@ -154,7 +154,7 @@ def _plot(rows):
 
 def bench_convergence(args):
     from gnnsys.datasets import load_dataset
-    from gnnsys.fullgraph import train_fullgraph
+    from gnnsys.trainers.fullgraph import train_fullgraph
     from gnnsys.training.result import machine_info
 
     rows, summary = [], []

@@ -44,7 +44,7 @@ def main(argv=None):
     p.add_argument("--json", required=True, help="where the record goes")
     args = p.parse_args(argv)
     from gnnsys.datasets import load_dataset
-    from gnnsys.prediction import predict
+    from gnnsys.inference.prediction import predict
 
     torch.set_num_threads(os.cpu_count())
     info = machine()

@@ -7,7 +7,7 @@ dropout 0.5, Adam lr 0.01 without weight decay, 128-wide learnable
 embeddings for the featureless node types (author, institution,
 field_of_study), 3 epochs; the graph with the reverse of every relation and
 paper-cites-paper undirected (prepare with `--add-reverse-relations yes`,
-the default for a heterogeneous graph). The model: gnnsys.hetero_models.HeteroRGCN,
+the default for a heterogeneous graph). The model: gnnsys.models.rgcn.HeteroRGCN,
 and in DGL benchmarks/peers/dgl_mag_epoch.py (HeteroGraphConv of GraphConv
 "right" per relation plus a Linear per node type: the same layers).
 
@@ -220,7 +220,7 @@ def export_same_model(dataset, path: Path, seeds: int) -> dict:
     import torch
 
     from gnnsys.datasets.hetero_dataset import relation_name
-    from gnnsys.hetero_models import HeteroRGCN
+    from gnnsys.models.rgcn import HeteroRGCN
     from gnnsys.samplers.hetero import HeteroNeighborSampler
 
     torch.manual_seed(0)

@@ -70,9 +70,9 @@ def child(args) -> dict:
     import torch
 
     from gnnsys.datasets import load_dataset
-    from gnnsys.loader import MinibatchLoader
-    from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
-    from gnnsys.minibatch import MinibatchTrainer
+    from gnnsys.loading.loader import MinibatchLoader
+    from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
+    from gnnsys.trainers.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
     anon = Peaks({"rss_anon": anonymous_bytes})

@@ -11,10 +11,10 @@ its error). GraphSAGE with bench_minibatch.py's defaults (3x256, 15/10/5,
 batch 1024); the timed figure is the training epoch (time_s, and compute_s of
 its breakdown), median over --repeats runs of --epochs epochs (the first epoch
 of a run left out when it has more than one). Each gnnsys run records the
-precision its request resolved to on this machine (gnnsys.precision).
+precision its request resolved to on this machine (gnnsys.runtime.precision).
 
 The machine: `machine` is gnnsys's machine record taken in a child process
-(the CPU by gnnsys.cpu_features: model, flags, torch's capability, whether
+(the CPU by gnnsys.runtime.cpu_features: model, flags, torch's capability, whether
 bf16 GEMMs are native). `--isa avx2` emulates a CPU with AVX2 only on a newer
 one: every child runs with ATEN_CPU_CAPABILITY=avx2 (torch's kernels),
 ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's, which torch's bf16 matmul uses) and
@@ -104,7 +104,7 @@ def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
     import torch
 
     import gnnsys
-    from gnnsys.aggregation import Adjacency, aggregate
+    from gnnsys.models.aggregation import Adjacency, aggregate
 
     n_src, n_dst, degree, dim = 100_000, 50_000, 10, 128
     gen = torch.Generator().manual_seed(0)
@@ -145,8 +145,8 @@ def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
 def child_flops(dataset: str, fanouts: list, batch_size: int, hidden: int, seed: int) -> dict:
     """Dense GFLOP of one gnnsys training epoch (epoch 0's blocks) and the block sizes."""
     import gnnsys
-    from gnnsys.loader import MinibatchLoader
-    from gnnsys.loader_options import BatchOptions, SamplingOptions
+    from gnnsys.loading.loader import MinibatchLoader
+    from gnnsys.loading.options import BatchOptions, SamplingOptions
 
     ds = gnnsys.load_dataset(dataset)
     dims = [ds.num_features] + [hidden] * (len(fanouts) - 1) + [ds.num_classes]

@@ -25,8 +25,8 @@ import torch
 from tqdm.auto import tqdm
 
 import gnnsys
-from gnnsys.loader import MinibatchLoader
-from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.loading.loader import MinibatchLoader
+from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 
 HERE = Path(__file__).resolve().parent
 

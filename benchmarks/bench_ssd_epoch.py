@@ -2,7 +2,7 @@
 computed from the device (fio) and the sampled batches.
 
 Each run is a fresh child process that builds the minibatch trainer
-(gnnsys.minibatch.MinibatchTrainer) with the tiers of one mode and trains
+(gnnsys.trainers.minibatch.MinibatchTrainer) with the tiers of one mode and trains
 `--epochs` epochs of SAGE over the first `--batches` batches of a fixed
 random subset of the training seeds, each epoch followed by the trainer's
 evaluation (`--eval auto`: MinibatchTrainer._evaluate with the options'
@@ -105,9 +105,9 @@ def child(args) -> dict:
 
     from gnnsys.datasets import load_dataset
     from gnnsys.datasets.feature_table import RowTable
-    from gnnsys.loader import MinibatchLoader
-    from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
-    from gnnsys.minibatch import MinibatchTrainer
+    from gnnsys.loading.loader import MinibatchLoader
+    from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
+    from gnnsys.trainers.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
     ds = load_dataset(args.dataset)

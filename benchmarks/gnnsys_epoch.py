@@ -1,5 +1,5 @@
 """gnnsys side of benchmarks/bench_minibatch.py: one sampling + feature-gather
-epoch with `gnnsys.loader.MinibatchLoader`, then `gnnsys.train` GraphSAGE
+epoch with `gnnsys.loading.loader.MinibatchLoader`, then `gnnsys.train` GraphSAGE
 epochs, on a prepared dataset. Prints one JSON line in the peers' format
 (benchmarks/peers/common.py), with the same arguments as the peer scripts.
 
@@ -20,8 +20,8 @@ from common import emit, machine, parse_args, seed_everything, warm_up  # noqa: 
 
 def sampling_epoch(dataset, args) -> dict:
     """Wall time and summed stage times of one pass of the loader over the train split."""
-    from gnnsys.loader import MinibatchLoader
-    from gnnsys.loader_options import BatchOptions, SamplingOptions
+    from gnnsys.loading.loader import MinibatchLoader
+    from gnnsys.loading.options import BatchOptions, SamplingOptions
 
     loader = MinibatchLoader(
         dataset,

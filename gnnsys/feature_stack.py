@@ -221,7 +221,7 @@ def build_table_stack(
     lookahead > 0 adds a victim buffer of victim_rows rows and reading ahead
     for the cache (the loader passes the window); presample(): the
     pre-sampling hotness score, called only when the policy needs it
-    (PRESAMPLED); batch_rows: see plan_host_memory. `ranks` (gnnsys.ranks)
+    (PRESAMPLED); batch_rows: see plan_host_memory. `ranks` (gnnsys.parallel.ranks)
     of several data-parallel ranks: the cache is one `SharedCachedFeatures`
     of world_size x its rows on a gloo group of its own (replicate_frac: the
     share of each rank's slots holding the hottest rows on every rank), with

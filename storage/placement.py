@@ -10,11 +10,10 @@ place, else the CPU gathers from the (memory-mapped) table. Without CUDA,
 "auto" keeps the table where it is (memory-mapped or in memory) and "gpu" /
 "pinned" raise a one-line error.
 
-This module builds the stack of FeatureSources the trainers read (`_build`):
-the bottom is the dataset's RowTable; a source above wraps the next through
-its `base` (storage/base.py). Further tiers (an SSD source at the bottom, a
-cache and a victim buffer above) are stacked here, and nothing that reads
-the stack changes (docs/architecture.md, "Feature tiers").
+`_build` places the dataset's RowTable (the bottom of a tier stack) on the
+chosen placement. The stack above it (an SSD source at the bottom instead, a
+cache and a victim buffer above) is built by gnnsys/feature_stack.py; a
+source above wraps the next through its `base` (storage/base.py).
 """
 
 from __future__ import annotations

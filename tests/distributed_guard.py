@@ -9,10 +9,10 @@
 - every collective and point-to-point call in WRAPPED checks its tensors
   against its group's tag and raises `GuardError` for a host tensor handed to
   an NCCL group or a CUDA tensor handed to a gloo group;
-- `gnnsys.distributed.backend_for` answers `default_backend`: the workers
+- `gnnsys.parallel.distributed.backend_for` answers `default_backend`: the workers
   believe they run on CUDA and ask for NCCL (their device stays the CPU).
 
-A worker of `gnnsys.distributed.launch` is a new interpreter, so a test
+A worker of `gnnsys.parallel.distributed.launch` is a new interpreter, so a test
 installs the guard there through `guarded_workers()`: tests/guarded_site/
 sitecustomize.py calls install() in every Python process started while it is
 active. Object collectives (all_gather_object, ...) are not checked: torch
@@ -93,7 +93,7 @@ def _checked(name: str, real):
 
 def install(default_backend: str) -> None:
     """Patch torch.distributed in this process (see the module doc)."""
-    import gnnsys.distributed
+    import gnnsys.parallel.distributed
 
     real_init, real_new_group = dist.init_process_group, dist.new_group
 
@@ -109,7 +109,7 @@ def install(default_backend: str) -> None:
     dist.init_process_group, dist.new_group = init_process_group, new_group
     for name in WRAPPED:
         setattr(dist, name, _checked(name, getattr(dist, name)))
-    gnnsys.distributed.backend_for = lambda device: default_backend
+    gnnsys.parallel.distributed.backend_for = lambda device: default_backend
 
 
 @contextmanager

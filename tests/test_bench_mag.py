@@ -109,7 +109,7 @@ def test_timing_refuses_an_unknown_configuration(mag, capsys):
 
 def test_same_model_export_holds_every_weight_of_the_rgcn(mag, tmp_path):
     from gnnsys.datasets.hetero_dataset import relation_name
-    from gnnsys.hetero_models import HeteroRGCN
+    from gnnsys.models.rgcn import HeteroRGCN
     from gnnsys.samplers.hetero import HeteroNeighborSampler
 
     dataset = gnnsys.load_dataset(mag)

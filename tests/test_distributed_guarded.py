@@ -1,4 +1,4 @@
-"""How ranks talk, decided by gnnsys.ranks and checked on the CPU.
+"""How ranks talk, decided by gnnsys.parallel.ranks and checked on the CPU.
 
 The multi-process runs here execute under tests/distributed_guard.py with the
 device logic set to CUDA: every worker asks for NCCL (really gloo), and a
@@ -15,10 +15,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnnsys.distributed import launch
-from gnnsys.fullgraph import train_fullgraph
-from gnnsys.minibatch import train
-from gnnsys.ranks import Ranks, all_gather_into, rank_device
+from gnnsys.parallel.distributed import launch
+from gnnsys.parallel.ranks import Ranks, all_gather_into, rank_device
+from gnnsys.trainers.fullgraph import train_fullgraph
+from gnnsys.trainers.minibatch import train
 from tests.distributed_guard import GuardError, check_tensors, guarded_workers
 from tests.gnnsys.test_data_parallel import (
     OPTIONS,
@@ -104,7 +104,7 @@ COLLECTIVES |= {"all_gather_object", "broadcast_object_list", "barrier", "all_ga
 
 
 def test_trainers_talk_through_ranks_only():
-    """Collectives of the trainers go through gnnsys.ranks (the shared cache, a
+    """Collectives of the trainers go through gnnsys.parallel.ranks (the shared cache, a
     storage tier below the trainers, uses its own gloo group directly)."""
     trainers = [*ROOT.joinpath("gnnsys").rglob("*.py")]
     offenders = {
@@ -142,7 +142,7 @@ def host_traffic_to_the_default_group(ctx):
 
 
 def test_the_guard_stops_a_host_tensor_sent_to_nccl(monkeypatch):
-    from gnnsys.distributed import WorkerError
+    from gnnsys.parallel.distributed import WorkerError
 
     with guarded_runs(monkeypatch), pytest.raises(WorkerError, match="a cpu tensor handed to an NCCL group"):
         launch(host_traffic_to_the_default_group, 2, timeout_s=60)

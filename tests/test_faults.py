@@ -25,8 +25,8 @@ import pytest
 
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions, write_dataset
-from gnnsys.distributed import WorkerError, run_from_env
 from gnnsys.errors import ConfigError
+from gnnsys.parallel.distributed import WorkerError, run_from_env
 from gnnsys.training.checkpoints import FILE, checkpoint_lock, load_training_state, save_checkpoint
 from tests.conftest import random_source
 

@@ -11,7 +11,7 @@ PACKAGES = [
     "gnnsys.storage",
     "gnnsys.storage.cache",
     "gnnsys.training",
-    "gnnsys.gnnpipe",
+    "gnnsys.trainers.gnnpipe",
 ]
 
 

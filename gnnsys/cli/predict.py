@@ -1,6 +1,6 @@
 """`gnnsys predict DIR --checkpoint CKPT --out FILE.npy`: a trained model's
 class scores (logits), predicted labels or a layer's embeddings for every
-node or the ids in --nodes, by streaming layer-wise inference (gnnsys.prediction)."""
+node or the ids in --nodes, by streaming layer-wise inference (gnnsys.inference.prediction)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 from gnnsys.cli import gigabytes
 from gnnsys.errors import DatasetError
 from gnnsys.feature_stack import GB
-from gnnsys.training.inference_io import OUTPUT_DTYPES
-from gnnsys.training.prediction_io import OUTPUTS
+from gnnsys.inference.prediction_io import OUTPUTS
+from gnnsys.inference.rows_io import OUTPUT_DTYPES
 
 
 def add_parser(sub):
@@ -64,7 +64,7 @@ def _load_nodes(path):
 
 
 def run(args) -> int:
-    from gnnsys.prediction import predict  # imports PyG: not needed to build the parser
+    from gnnsys.inference.prediction import predict  # imports PyG: not needed to build the parser
 
     nodes = None if args.nodes is None else _load_nodes(args.nodes)
     budget = None if args.host_mem_budget is None else int(args.host_mem_budget * GB)

@@ -294,7 +294,7 @@ def options_from_args(args):
     """The options of the chosen `--mode` built from the flags given
     (HeteroOptions for a heterogeneous dataset, which trains in minibatch
     mode); ConfigError for a flag that mode has no option for."""
-    from gnnsys.hetero_minibatch import is_hetero
+    from gnnsys.trainers.hetero import is_hetero
 
     mode = getattr(args, "mode", "minibatch")
     cls, hetero = MODES[mode], is_hetero(args.path)
@@ -355,11 +355,11 @@ def format_runs(result) -> str:
 def run(args) -> int:
     options = options_from_args(args)
     if isinstance(options, FullGraphOptions):
-        from gnnsys.fullgraph import train_fullgraph as trainer
+        from gnnsys.trainers.fullgraph import train_fullgraph as trainer
     elif isinstance(options, HeteroOptions):
-        from gnnsys.hetero_minibatch import train_hetero as trainer
+        from gnnsys.trainers.hetero import train_hetero as trainer
     else:
-        from gnnsys.minibatch import train as trainer
+        from gnnsys.trainers.minibatch import train as trainer
     json_out = getattr(args, "json_out", None)
     if json_out:
         check_output_file(json_out, "--json")

@@ -8,11 +8,11 @@
 - `evaluation`, `metrics`, `inference`: split scores, accuracy / ROC AUC,
   exact layer-wise inference.
 
-The minibatch trainer (gnnsys.minibatch), the full-graph reference
-(gnnsys.fullgraph) and GNNPipe (gnnsys.gnnpipe) each add only their epoch.
+The minibatch trainer (gnnsys.trainers.minibatch), the full-graph reference
+(gnnsys.trainers.fullgraph) and GNNPipe (gnnsys.trainers.gnnpipe) each add only their epoch.
 """
 
-from .options import FullGraphOptions, MinibatchOptions, TrainOptions
-from .result import TrainResult
+from gnnsys.training.options import FullGraphOptions, MinibatchOptions, TrainOptions
+from gnnsys.training.result import TrainResult
 
 __all__ = ["FullGraphOptions", "MinibatchOptions", "TrainOptions", "TrainResult"]

@@ -34,8 +34,7 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError, DatasetError, naming
-
-from .outputs import check_output_dir, write_output
+from gnnsys.training.outputs import check_output_dir, write_output
 
 FILE = "checkpoint.pt"
 LOCK = ".lock"  # held by the run writing into the directory (checkpoint_lock)
@@ -159,7 +158,7 @@ def training_state(
 ) -> dict:
     """What a trainer checkpoints after an epoch: its options (the precision
     among them), the epochs done and their records, model and optimizer state,
-    the gradient scaler's state (`precision`, a gnnsys.precision.Precision;
+    the gradient scaler's state (`precision`, a gnnsys.runtime.precision.Precision;
     empty without a scaler), RNG states, `control`'s state (an EpochControl:
     LR schedule, patience, stop; empty without one) with its best epoch's
     weights as "best_model" (what `gnnsys predict` loads; {} without one),
@@ -236,7 +235,7 @@ def resume_training(options, model, optimizer, precision=None, control=None) -> 
 def run_lock(options):
     """`checkpoint_lock` of options.checkpoint_dir for the process that starts
     a run (under torchrun, rank 0 alone: the ranks may share the directory)."""
-    from gnnsys.distributed import torchrun_env
+    from gnnsys.parallel.distributed import torchrun_env
 
     env = torchrun_env()
     return checkpoint_lock(options.checkpoint_dir if env is None or env.rank == 0 else None)

@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from .result import best_record
+from gnnsys.training.result import best_record
 
 log = logging.getLogger(__name__)
 

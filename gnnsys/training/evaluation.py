@@ -15,7 +15,7 @@ import contextlib
 import numpy as np
 import torch
 
-from .tasks import split_score
+from gnnsys.training.tasks import split_score
 
 SPLITS = ("train", "valid", "test")
 EVAL_EPOCH = 2**31 - 1  # the sampling stream of evaluation; an epoch training never runs

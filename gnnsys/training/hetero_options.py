@@ -1,5 +1,5 @@
 """`HeteroOptions`: the options of minibatch training on a heterogeneous
-dataset (gnnsys.hetero_minibatch), MinibatchOptions' with what differs.
+dataset (gnnsys.trainers.hetero), MinibatchOptions' with what differs.
 
 What applies unchanged: the optimiser, epochs, runs, LR schedule, patience,
 checkpoints and resume, precision, device, batch size, prefetch, sampling
@@ -11,7 +11,7 @@ What is refused, one line naming the option: a model other than "sage"
 residual (options of the homogeneous models), a sampler other than "cpu",
 scratch_dir and inference_dtype (options of the homogeneous graphs' streaming
 inference: a heterogeneous graph's layer-wise evaluation,
-gnnsys.training.hetero_inference, holds its layers in memory), and
+gnnsys.inference.rgcn_layerwise, holds its layers in memory), and
 workers > 1 (data-parallel training of heterogeneous graphs is not
 implemented). eval works as for a homogeneous graph: "auto" is exact
 layer-wise inference over every neighbour of every relation (as OGB's R-GCN
@@ -27,10 +27,9 @@ import torch
 
 from gnnsys.datasets.hetero_dataset import relation_name
 from gnnsys.errors import ConfigError
-
-from .limits import GB, INT_MAX
-from .options import MinibatchOptions, _verify
-from .tasks import task_metric
+from gnnsys.training.limits import GB, INT_MAX
+from gnnsys.training.options import MinibatchOptions, _verify
+from gnnsys.training.tasks import task_metric
 
 REFUSED = ("heads", "norm", "residual")  # options of the homogeneous models
 STREAMING = ("scratch_dir", "inference_dtype")  # options of the homogeneous graphs' streaming inference
@@ -40,7 +39,7 @@ STREAMING = ("scratch_dir", "inference_dtype")  # options of the homogeneous gra
 class HeteroOptions(MinibatchOptions):
     """Options of minibatch training on a HeteroDataset (see the module docstring).
 
-    model "sage": an R-GCN (gnnsys.hetero_models.HeteroRGCN) of `layers`
+    model "sage": an R-GCN (gnnsys.models.rgcn.HeteroRGCN) of `layers`
     layers; fanouts: per layer, output layer first, the count every relation
     draws (-1: all); relation_fanouts: {relation name "src__rel__dst": one
     count per layer} for the relations that draw their own (>= 0, 0 none,
@@ -66,7 +65,7 @@ class HeteroOptions(MinibatchOptions):
         if self.model != "sage":
             raise ConfigError(
                 "model",
-                f"a heterogeneous dataset trains an R-GCN of SAGE convs (gnnsys.hetero_models); got {self.model!r}, "
+                f"a heterogeneous dataset trains an R-GCN of SAGE convs (gnnsys.models.rgcn); got {self.model!r}, "
                 "use 'sage'",
             )
         self._refuse_changed(REFUSED, "shapes the homogeneous models; the R-GCN of a heterogeneous dataset has none")
@@ -145,7 +144,7 @@ def check_parameters_fit(options: HeteroOptions, dataset):
     and Adam's two moments (16 bytes each; the embeddings of the featureless
     types among them) exceed the memory of the device: the GPU's, or the
     host memory available."""
-    from gnnsys.hetero_models import HeteroRGCN
+    from gnnsys.models.rgcn import HeteroRGCN
 
     o = options
     with torch.device("meta"):

@@ -64,7 +64,7 @@ def check_ranges(options):
 def check_machine(options, dataset):
     """ConfigError when the run's processes exceed twice the usable cores or
     its estimated memory exceeds the device's (module docstring)."""
-    from gnnsys.distributed import torchrun_env
+    from gnnsys.parallel.distributed import torchrun_env
 
     processes = 1 if torchrun_env() is not None else options.workers  # torchrun placed its own ranks
     cores = len(os.sched_getaffinity(0))
@@ -99,9 +99,9 @@ def model_bytes(options, dataset) -> tuple[int, int]:
     describe for `dataset` (built on the meta device: nothing allocated); a
     user module's parameters are not known here and count 0, its layer
     outputs `hidden` wide."""
-    from gnnsys.model_names import is_user_model
-    from gnnsys.models import GNN
-    from gnnsys.units import build_units
+    from gnnsys.models.gnn import GNN
+    from gnnsys.models.names import is_user_model
+    from gnnsys.models.units import build_units
 
     o, dim, classes = options, dataset.num_features, dataset.num_classes
     shape = dict(heads=o.heads, norm=o.norm, residual=o.residual)

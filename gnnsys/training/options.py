@@ -22,16 +22,15 @@ import torch
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.feature_stack import CACHE_POLICIES
-from gnnsys.model_names import CONVS, NORMS, is_user_model
-from gnnsys.partition import METHODS
-from gnnsys.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
+from gnnsys.inference.rows_io import OUTPUT_DTYPES
+from gnnsys.models.names import CONVS, NORMS, is_user_model
+from gnnsys.parallel.partition import METHODS
+from gnnsys.runtime.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
 from gnnsys.samplers.factory import SAMPLERS, SAMPLINGS
 from gnnsys.storage.placement import PLACEMENTS
-
-from .inference_io import OUTPUT_DTYPES
-from .limits import SEED_MAX, check_machine, check_ranges
-from .tasks import METRICS as TASK_METRICS
-from .tasks import task_metric
+from gnnsys.training.limits import SEED_MAX, check_machine, check_ranges
+from gnnsys.training.tasks import METRICS as TASK_METRICS
+from gnnsys.training.tasks import task_metric
 
 FEATURES = PLACEMENTS + ("ssd",)
 MAX_RUNS = 100  # runs of one call (OGB's leaderboard asks for 10)
@@ -61,7 +60,7 @@ class TrainOptions:
     "32", "bf16-mixed" (bf16 autocast, fp32 master weights and loss; CPU and
     CUDA; fp32 GEMMs on a CPU without native bf16) or "16-mixed" (fp16
     autocast with a gradient scaler; CUDA only), kept resolved
-    (gnnsys.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
+    (gnnsys.runtime.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
     epoch, and continuing from it; progress: progress bars; verify: re-check the
     prepared dataset's checksums and invariants before training (as `gnnsys
     info --verify`; reads every file once). dataset: set by
@@ -263,9 +262,9 @@ class MinibatchOptions(TrainOptions):
     workers: data-parallel processes, each training on its shard of every
     epoch's seeds, with one cache shared by all (replicate_frac: the hottest
     fraction of the cache held by every worker); retain_memory: keep freed
-    memory for reuse (gnnsys.allocator). eval: how valid/test (and train)
+    memory for reuse (gnnsys.runtime.allocator). eval: how valid/test (and train)
     are evaluated: "layerwise" (exact streaming layer-wise inference over all
-    neighbours, gnnsys.training.inference), "sampled" (the trained fanouts
+    neighbours, gnnsys.inference.layerwise), "sampled" (the trained fanouts
     through the training loader and feature tiers, with a fixed sampling
     epoch) or "auto" (sampled with features="ssd", else layerwise);
     scratch_dir and inference_dtype: where layer-wise evaluation keeps
@@ -408,7 +407,7 @@ class FullGraphOptions(TrainOptions):
     through them (workers = chunks = 1: the single-process reference);
     partition "auto"/"metis"/"rcm"/"range"; balance "estimate"d or "measure"d
     unit cost; history_momentum, fresh_grad_scale, refresh_every and warmup:
-    the historical embeddings (see gnnsys.gnnpipe); timeout_s: how long a
+    the historical embeddings (see gnnsys.trainers.gnnpipe); timeout_s: how long a
     silent worker may stall. From DEEP_FROM layers, norm "auto" is "layer"
     and residual/input_proj default on (None: that default).
     """

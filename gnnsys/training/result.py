@@ -12,9 +12,8 @@ from pathlib import Path
 
 import torch
 
-from gnnsys import cpu_features
-
-from .outputs import write_output
+from gnnsys.runtime import cpu_features
+from gnnsys.training.outputs import write_output
 
 
 @dataclass
@@ -26,7 +25,7 @@ class TrainResult:
     {epoch, loss, time_s, breakdown, lr, train, valid, test} (the metrics
     are None in epochs that were not evaluated); best_epoch: the evaluated
     epoch with the best validation metric; test: its test metric; machine:
-    device, CPU count, what the CPU executes natively (gnnsys.cpu_features),
+    device, CPU count, what the CPU executes natively (gnnsys.runtime.cpu_features),
     versions. With several runs (options.runs) these describe run
     `best_run`, the one with the highest best validation metric.
     runs: one dict per run, in the terms of OGB's Logger (`run_summary`):
@@ -137,7 +136,7 @@ def summarize(runs: list) -> dict:
 
 def machine_info(device) -> dict:
     """Where a run happened: device, CPU count, threads, the CPU and what it
-    executes natively (`cpu`, gnnsys.cpu_features), versions."""
+    executes natively (`cpu`, gnnsys.runtime.cpu_features), versions."""
     import numba
     import numpy
     import torch_geometric

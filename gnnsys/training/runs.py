@@ -19,9 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gnnsys.errors import ConfigError
-
-from .checkpoints import FILE
-from .result import TrainResult, best_record, run_summary, summarize
+from gnnsys.training.checkpoints import FILE
+from gnnsys.training.result import TrainResult, best_record, run_summary, summarize
 
 RUN_DIR = "run-{:02d}"  # run i checkpoints in RUN_DIR.format(i + 1)
 

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from gnnsys.errors import ConfigError
-
-from .metrics import evaluate, resolve_metric, roc_auc
+from gnnsys.training.metrics import evaluate, resolve_metric, roc_auc
 
 METRICS = ("acc", "auc", "rocauc")
 

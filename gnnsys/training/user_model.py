@@ -1,5 +1,5 @@
 """A user's `torch.nn.Module` as the model of minibatch training: checked
-against the blocks interface (gnnsys.models, module docstring) before
+against the blocks interface (gnnsys.models.gnn, module docstring) before
 training starts, and copied and re-initialised for each run."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import inspect
 import torch
 
 from gnnsys.errors import ConfigError
-from gnnsys.model_names import USER_MODEL
-from gnnsys.models import GNNLayer
+from gnnsys.models.gnn import GNNLayer
+from gnnsys.models.names import USER_MODEL
 
 DRY_SEEDS = 2  # training nodes of the batch a module is tried on
 

@@ -97,7 +97,7 @@ class SharedCachedFeatures(FeatureSource):
     and read the ids they would have asked peers for from their own base, so
     nobody hangs and every result stays exact. A failure after that point (a
     lower tier's read error) leaves peers waiting in the collective: the
-    launcher's fault handling (gnnsys.distributed) stops them.
+    launcher's fault handling (gnnsys.parallel.distributed) stops them.
 
     gather_async(ids, out) queues the gather on the exchange thread; its
     handle's wait() gives the rows or raises. Gathers and set_window run one

@@ -1,13 +1,13 @@
-"""gnnsys.aggregation: fp32 sums of bf16 rows over a CSR, forward and backward,
+"""gnnsys.models.aggregation: fp32 sums of bf16 rows over a CSR, forward and backward,
 against a float64 reference (within one bf16 rounding); the bf16 helpers of
-gnnsys.bf16 against torch's own conversion."""
+gnnsys.models.bf16 against torch's own conversion."""
 
 import numba
 import pytest
 import torch
 
-from gnnsys.aggregation import Adjacency, aggregate, aggregate_with_root
-from gnnsys.bf16 import as_numpy, load, store
+from gnnsys.models.aggregation import Adjacency, aggregate, aggregate_with_root
+from gnnsys.models.bf16 import as_numpy, load, store
 
 BF16_UNIT_ROUNDOFF = 2.0**-8  # one rounding to bf16 (8 significant bits) is off by at most this, relatively
 
@@ -156,9 +156,9 @@ FP16_UNIT_ROUNDOFF = 2.0**-11
 def device_path(monkeypatch):
     """Route aggregation through the code it runs off the CPU (torch.sparse.mm in
     fp32, the device branches of Adjacency), here on CPU tensors."""
-    import gnnsys.aggregation
+    import gnnsys.models.aggregation
 
-    monkeypatch.setattr(gnnsys.aggregation, "_uses_kernel", lambda t: False)
+    monkeypatch.setattr(gnnsys.models.aggregation, "_uses_kernel", lambda t: False)
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])

@@ -19,7 +19,7 @@ class MallInfo2(ctypes.Structure):
 mallinfo2 = ctypes.CDLL(None).mallinfo2
 mallinfo2.restype = MallInfo2
 if sys.argv[1] == "retain":
-    from gnnsys.allocator import retain_freed_memory
+    from gnnsys.runtime.allocator import retain_freed_memory
     assert retain_freed_memory() and retain_freed_memory()
 before = mallinfo2().hblkhd
 t = torch.ones(16 << 20)

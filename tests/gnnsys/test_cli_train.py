@@ -87,7 +87,7 @@ def test_missing_dataset_exits_2(tmp_path, capsys):
 
 KILLED_AFTER_EPOCH = """
 import os, signal, sys
-import gnnsys.minibatch
+import gnnsys.trainers.minibatch
 from gnnsys.cli import main
 
 def sigkill_after(epochs):
@@ -96,8 +96,9 @@ def sigkill_after(epochs):
             os.kill(os.getpid(), signal.SIGKILL)
     return hook
 
-real = gnnsys.minibatch.train
-gnnsys.minibatch.train = lambda path, options: real(path, options, on_epoch_end=sigkill_after(int(sys.argv[1])))
+real = gnnsys.trainers.minibatch.train
+kill = sigkill_after(int(sys.argv[1]))
+gnnsys.trainers.minibatch.train = lambda path, options: real(path, options, on_epoch_end=kill)
 sys.exit(main(sys.argv[2:]))
 """
 

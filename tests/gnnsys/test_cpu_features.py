@@ -1,12 +1,12 @@
-"""gnnsys.cpu_features: flags decide where they tell, a cached GEMM benchmark elsewhere."""
+"""gnnsys.runtime.cpu_features: flags decide where they tell, a cached GEMM benchmark elsewhere."""
 
 import json
 
 import pytest
 
-from gnnsys import cpu_features
-from gnnsys.cpu_features import CPUFeatures, probe, read_cpuinfo
 from gnnsys.errors import ConfigError
+from gnnsys.runtime import cpu_features
+from gnnsys.runtime.cpu_features import CPUFeatures, probe, read_cpuinfo
 
 AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
 AVX512 = "model name\t: Intel Xeon Gold 6148\nflags\t\t: avx2 f16c avx512f avx512bw avx512vl\n"

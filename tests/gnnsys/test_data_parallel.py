@@ -23,11 +23,11 @@ import torch
 import torch.distributed as dist
 
 from gnnsys.datasets import PrepareOptions, write_dataset
-from gnnsys.distributed import WorkerError
 from gnnsys.errors import DatasetError
-from gnnsys.minibatch import train
+from gnnsys.parallel.data_parallel import rank_slice
+from gnnsys.parallel.distributed import WorkerError
+from gnnsys.trainers.minibatch import train
 from gnnsys.training.checkpoints import load_checkpoint
-from gnnsys.training.data_parallel import rank_slice
 from tests.conftest import random_source
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import this module's hooks by name

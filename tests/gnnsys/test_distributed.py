@@ -19,7 +19,7 @@ LAUNCH = """
 import sys
 sys.path.insert(0, sys.argv[1])  # the spawned workers import this test module
 import test_distributed as me
-from gnnsys.distributed import WorkerError, launch
+from gnnsys.parallel.distributed import WorkerError, launch
 
 try:
     launch(me.fail, 2, (sys.argv[2],), timeout_s=30)

@@ -3,7 +3,7 @@ import pytest
 import torch
 from numba.core.caching import NullCache
 
-from gnnsys.dropout import HashDropout, _masked_scale, _scale_where_positive, hash_dropout, relu_dropout
+from gnnsys.models.dropout import HashDropout, _masked_scale, _scale_where_positive, hash_dropout, relu_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])

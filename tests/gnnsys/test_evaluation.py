@@ -10,7 +10,7 @@ import torch
 from gnnsys.cli import main
 from gnnsys.datasets import Dataset
 from gnnsys.errors import ConfigError
-from gnnsys.minibatch import MinibatchTrainer, train
+from gnnsys.trainers.minibatch import MinibatchTrainer, train
 from gnnsys.training.evaluation import SAMPLED_TRAIN_NODES, eval_nodes, sampled_splits
 from gnnsys.training.options import MinibatchOptions
 

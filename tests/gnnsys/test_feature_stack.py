@@ -67,8 +67,8 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
     ahead, driven by the real loader's window: after every batch (and with every
     read ahead finished) each tier holds at most what the plan gave it."""
     from gnnsys.feature_stack import estimate_batch_rows
-    from gnnsys.loader import MinibatchLoader
-    from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
+    from gnnsys.loading.loader import MinibatchLoader
+    from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
     from gnnsys.storage.base import stack_host_bytes
 
     ds = ssd_dataset(make_dataset)

@@ -5,15 +5,15 @@ import torch
 from torch_geometric.data import Data
 
 from gnnsys.datasets import Dataset
-from gnnsys.dropout import hash_dropout
 from gnnsys.errors import ConfigError
-from gnnsys.fullgraph import train_fullgraph
-from gnnsys.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
-from gnnsys.partition import chunk_graph, relabel_csc
-from gnnsys.ranks import Ranks
+from gnnsys.models.dropout import hash_dropout
+from gnnsys.models.units import InputProjection, build_units, full_forward, units_for
+from gnnsys.parallel.partition import chunk_graph, relabel_csc
+from gnnsys.parallel.ranks import Ranks
 from gnnsys.samplers import Block
+from gnnsys.trainers.fullgraph import train_fullgraph
+from gnnsys.trainers.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
 from gnnsys.training.options import FullGraphOptions
-from gnnsys.units import InputProjection, build_units, full_forward, units_for
 
 FAST = dict(hidden=8, epochs=3, dropout=0.0, progress=False, seed=3, lr=0.02)
 
@@ -119,7 +119,7 @@ def _pipeline_config(ds, **options) -> FullGraphOptions:
 
 def test_stages_draw_their_own_dropout_masks():
     """Every stage builds the same initial weights, then seeds its own dropout stream."""
-    from gnnsys.gnnpipe import StageRunner, prepare_setup
+    from gnnsys.trainers.gnnpipe import StageRunner, prepare_setup
 
     ds = tiny_dataset()
     config = _pipeline_config(ds, workers=2, chunks=2, layers=4, hidden=8, dropout=0.5)
@@ -156,7 +156,7 @@ def test_refresh_makes_every_training_forward_exact(every):
     current weights before each epoch, so every epoch's training loss is the
     whole-graph loss of the weights it starts from; with stale history
     (every=0) only the first epoch's is."""
-    from gnnsys.gnnpipe import StageRunner, prepare_setup
+    from gnnsys.trainers.gnnpipe import StageRunner, prepare_setup
 
     ds = tiny_dataset()
     config = _pipeline_config(ds, chunks=4, layers=4, hidden=8, dropout=0.0, lr=0.05, refresh_every=every)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gnnsys._capabilities import HAS_CUDA
-from gnnsys.models import GNN, gcn_adj_t
+from gnnsys.models.gnn import GNN, gcn_adj_t
 from gnnsys.samplers import Block
 from gnnsys.samplers.block import gcn_degree
 from gnnsys.samplers.factory import make_sampler

@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from gnnsys.datasets import Dataset
-from gnnsys.fullgraph import train_fullgraph
+from gnnsys.trainers.fullgraph import train_fullgraph
 
 FAST = dict(model="sage", layers=4, hidden=8, epochs=3, dropout=0.0, progress=False, seed=5, lr=0.02, timeout_s=60)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnnsys.distributed import WorkerError, launch
+from gnnsys.parallel.distributed import WorkerError, launch
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import this module by name
 import test_gnnpipe_faults as me  # noqa: E402
@@ -53,7 +53,7 @@ def test_failing_worker_stops_everyone_with_a_named_error(how, cause):
 
 
 def test_pipeline_resumes_from_worker_checkpoints(tmp_path):
-    from gnnsys.fullgraph import train_fullgraph
+    from gnnsys.trainers.fullgraph import train_fullgraph
 
     ds = tiny_dataset()
     full = train_fullgraph(ds, workers=1, chunks=2, **dict(FAST, epochs=3))
@@ -80,12 +80,12 @@ def sigkill_rank_1(record):
 KILL_A_WORKER = """
 import sys
 sys.path.insert(0, sys.argv[1])  # the spawned workers import the hook's module too
-import gnnsys.fullgraph
+import gnnsys.trainers.fullgraph
 import test_gnnpipe_faults as me
 from gnnsys.cli import main
 
-real = gnnsys.fullgraph.train_fullgraph
-gnnsys.fullgraph.train_fullgraph = lambda path, options: real(path, options, on_epoch_end=me.sigkill_rank_1)
+real = gnnsys.trainers.fullgraph.train_fullgraph
+gnnsys.trainers.fullgraph.train_fullgraph = lambda path, options: real(path, options, on_epoch_end=me.sigkill_rank_1)
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from gnnsys.datasets import PrepareOptions, write_dataset
-from gnnsys.fullgraph import train_fullgraph
+from gnnsys.trainers.fullgraph import train_fullgraph
 from tests.conftest import random_source
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import gnnsys
-from gnnsys.loader import MinibatchLoader, _tensors
-from gnnsys.loader_options import BatchOptions, SamplingOptions
+from gnnsys.loading.loader import MinibatchLoader, _tensors
+from gnnsys.loading.options import BatchOptions, SamplingOptions
 from gnnsys.storage.placement import unified
 
 pytestmark = pytest.mark.gpu

@@ -6,9 +6,9 @@ import torch
 
 import gnnsys
 from gnnsys.errors import ConfigError
-from gnnsys.hetero_models import HeteroRGCN
+from gnnsys.inference.rgcn_layerwise import hetero_layerwise_logits, in_edges
+from gnnsys.models.rgcn import HeteroRGCN
 from gnnsys.samplers.hetero import HeteroNeighborSampler
-from gnnsys.training.hetero_inference import hetero_layerwise_logits, in_edges
 from tests.hetero_graphs import CITES, hetero_dataset
 
 FAST = dict(fanouts=[3, 2], hidden=8, batch_size=16, progress=False)

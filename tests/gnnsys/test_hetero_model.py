@@ -4,7 +4,7 @@ types, gradients, bf16 aggregation and bad inputs."""
 import pytest
 import torch
 
-from gnnsys.hetero_models import HeteroRGCN
+from gnnsys.models.rgcn import HeteroRGCN
 from gnnsys.samplers.hetero import HeteroNeighborSampler
 from tests.hetero_graphs import CITES, EMPLOYS, WRITES, WRITTEN_BY, hetero_dataset
 

@@ -7,8 +7,8 @@ import torch
 
 import gnnsys
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.prediction import predict
-from gnnsys.training.hetero_inference import hetero_layerwise_logits
+from gnnsys.inference.prediction import predict
+from gnnsys.inference.rgcn_layerwise import hetero_layerwise_logits
 from tests.hetero_graphs import hetero_dataset
 
 FAST = dict(fanouts=[3, 2], hidden=8, batch_size=16, embedding_dim=4, progress=False)

@@ -14,8 +14,8 @@ from gnnsys.datasets.feature_table import RowTable
 from gnnsys.datasets.features_file import open_rows
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.hetero_features import build_type_stacks, type_out_degree
-from gnnsys.hetero_loader import HeteroMinibatchLoader
-from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.loading.hetero_loader import HeteroMinibatchLoader
+from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.hetero import HeteroNeighborSampler
 from gnnsys.samplers.seeds import SeedBatches
 from gnnsys.storage.ssd import SSDFeatures
@@ -221,8 +221,8 @@ def test_sparse_embeddings_need_a_type_without_features():
 def test_the_trainers_refuse_the_other_kind(make_dataset):
     with pytest.raises(ConfigError, match="user module"):
         gnnsys.train(hetero_dataset(), model=torch.nn.Linear(2, 2), **FAST)
-    from gnnsys.hetero_minibatch import train_hetero
-    from gnnsys.minibatch import train
+    from gnnsys.trainers.hetero import train_hetero
+    from gnnsys.trainers.minibatch import train
 
     with pytest.raises(ConfigError, match="heterogeneous"):
         train(hetero_dataset(), **FAST)

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from gnnsys.datasets import Dataset
 from gnnsys.errors import ConfigError
-from gnnsys.models import GNN
+from gnnsys.inference import rows_io
+from gnnsys.inference.layerwise import layerwise_inference
+from gnnsys.inference.rows_io import ScratchSpaceError
+from gnnsys.inference.streaming import LayerStream
+from gnnsys.models.gnn import GNN
 from gnnsys.samplers import Block
-from gnnsys.streaming import LayerStream
-from gnnsys.training import inference_io
-from gnnsys.training.inference import layerwise_inference
-from gnnsys.training.inference_io import ScratchSpaceError
 
 
 def _model(conv, ds, x, norm=None, residual=False, layers=3, dim=5):
@@ -116,13 +116,13 @@ def test_scratch_files_go_to_scratch_dir_and_are_removed(make_dataset, tmp_path,
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     seen = []
-    real = inference_io.ScratchRows.__init__
+    real = rows_io.ScratchRows.__init__
 
     def spy(self, directory, *args, **kwargs):
         seen.append(directory)
         real(self, directory, *args, **kwargs)
 
-    monkeypatch.setattr(inference_io.ScratchRows, "__init__", spy)
+    monkeypatch.setattr(rows_io.ScratchRows, "__init__", spy)
     torch.testing.assert_close(layerwise_inference(model, ds, scratch_dir=scratch), expect, rtol=1e-4, atol=1e-5)
     assert len(seen) == 2 and all(d.parent == scratch for d in seen)
     assert list(scratch.iterdir()) == []
@@ -154,8 +154,8 @@ def test_full_scratch_disk_is_one_line_and_leaves_nothing(make_dataset, tmp_path
     def no_space(fd, offset, length):
         raise OSError(error, os.strerror(error))
 
-    monkeypatch.setattr(inference_io.os, "posix_fallocate", no_space)
-    monkeypatch.setattr(inference_io.shutil, "disk_usage", lambda path: type("U", (), {"free": 100})())
+    monkeypatch.setattr(rows_io.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(rows_io.shutil, "disk_usage", lambda path: type("U", (), {"free": 100})())
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     with pytest.raises(ScratchSpaceError) as e:
@@ -201,9 +201,9 @@ def test_any_chunking_gives_the_same_rows(make_dataset):
 
 def test_chunk_reads_are_block_aligned(make_dataset):
     ds, _ = make_dataset(num_nodes=300, num_edges=1000, dim=5)
-    rows = inference_io.input_rows(ds)
+    rows = rows_io.input_rows(ds)
     try:
-        assert isinstance(rows, inference_io.FileRows)
+        assert isinstance(rows, rows_io.FileRows)
         rows.reserve(300)
         assert (rows.align_rows * rows.stride) % 4096 == 0
         first = rows.read(0, rows.align_rows)

@@ -10,8 +10,8 @@ import torch
 
 from gnnsys.datasets import PrepareOptions
 from gnnsys.feature_source import FeatureSource
-from gnnsys.loader import MinibatchLoader
-from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.loading.loader import MinibatchLoader
+from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 
 
 def live_stage_threads():
@@ -344,7 +344,7 @@ def test_ranks_iterate_disjoint_equal_shares_of_the_epoch(make_dataset):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_buffer_pool_reuses_a_buffer_only_once_nothing_refers_to_it(dtype):
-    from gnnsys.loader import _BufferPool
+    from gnnsys.loading.loader import _BufferPool
 
     pool = _BufferPool(dim=3, dtype=dtype, capacity=2)
     first = pool.take(4)

@@ -16,8 +16,8 @@ import torch
 
 from gnnsys.datasets import RowTable
 from gnnsys.feature_source import FeatureSource
-from gnnsys.loader import MinibatchLoader, _tensors
-from gnnsys.loader_options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.loading.loader import MinibatchLoader, _tensors
+from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.neighbor import NeighborSampler
 from tests.storage.fakes import RecordingStreams, pretend_cuda
 
@@ -140,9 +140,9 @@ def test_a_bad_id_raises_when_its_batch_is_handed_out(make_dataset):
 
 def test_labels_follow_the_batch_to_the_device(make_dataset, monkeypatch):
     """'meta' stands in for a GPU: sampler and features already deliver there, the labels do not."""
-    import gnnsys.loader
+    import gnnsys.loading.loader
 
-    monkeypatch.setattr(gnnsys.loader, "normalize_device", torch.device)
+    monkeypatch.setattr(gnnsys.loading.loader, "normalize_device", torch.device)
     ds, arrays = make_dataset(num_nodes=80, num_edges=600, dim=5)
     streams = RecordingStreams()  # only the stand-in sampler and source log to it
     loader = MinibatchLoader(

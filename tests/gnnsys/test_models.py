@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv, GCNConv
 
-from gnnsys.dropout import hash_dropout
-from gnnsys.models import GNN, GNNLayer, gcn_adj_t
+from gnnsys.models.dropout import hash_dropout
+from gnnsys.models.gnn import GNN, GNNLayer, gcn_adj_t
 from gnnsys.samplers import Block
 from gnnsys.samplers.block import gcn_degree
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnsys.partition import chunk_graph, halo_sizes, metis_available, relabel_csc
+from gnnsys.parallel.partition import chunk_graph, halo_sizes, metis_available, relabel_csc
 
 
 def ring_csc(n=120, perm_seed=0):

@@ -1,4 +1,4 @@
-"""Mixed precision: gnnsys.precision (and its choice per machine), models and
+"""Mixed precision: gnnsys.runtime.precision (and its choice per machine), models and
 dropout in bf16, the full-graph reference and GNNPipe under bf16-mixed, and
 precision in checkpoints. Every test runs on an injected CPU (`cpu`), by
 default one with native bf16 GEMMs, so that none depends on this machine's."""
@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gnnsys import cpu_features
 from gnnsys.datasets import Dataset, DatasetError
-from gnnsys.dropout import hash_dropout, relu_dropout
 from gnnsys.errors import ConfigError
-from gnnsys.fullgraph import train_fullgraph
-from gnnsys.models import GNN, GNNLayer
-from gnnsys.precision import Precision, make_precision, resolve_precision
+from gnnsys.models.dropout import hash_dropout, relu_dropout
+from gnnsys.models.gnn import GNN, GNNLayer
+from gnnsys.runtime import cpu_features
+from gnnsys.runtime.precision import Precision, make_precision, resolve_precision
 from gnnsys.samplers import Block
+from gnnsys.trainers.fullgraph import train_fullgraph
 from gnnsys.training.checkpoints import restore_training_state, training_state
 from gnnsys.training.options import FullGraphOptions
 
@@ -39,7 +39,7 @@ EMULATED_CPU = cpu_features.probe(
 
 @pytest.fixture(autouse=True)
 def cpu(monkeypatch):
-    """cpu(features): the CPU gnnsys.precision sees (BF16_CPU until a test sets
+    """cpu(features): the CPU gnnsys.runtime.precision sees (BF16_CPU until a test sets
     another); worker processes see its verdict through GNNSYS_CPU_BF16."""
 
     def inject(features):
@@ -63,7 +63,7 @@ def test_auto_and_bf16_mixed_resolve_by_the_cpus_bf16_gemms(cpu, features, auto,
 
 def test_bf16_mixed_without_native_bf16_warns_in_one_line_naming_the_capability(cpu, caplog):
     cpu(AVX2_CPU)
-    with caplog.at_level(logging.WARNING, logger="gnnsys.precision"):
+    with caplog.at_level(logging.WARNING, logger="gnnsys.runtime.precision"):
         assert resolve_precision("bf16-mixed", "cpu") == "32"
         assert resolve_precision("auto", "cpu") == "32"
     [record] = caplog.records
@@ -113,7 +113,7 @@ def test_the_cli_takes_auto_as_the_default():
     assert FullGraphOptions().precision == resolve_precision("auto", "cpu")
 
 
-# -- gnnsys.precision ------------------------------------------------------------------
+# -- gnnsys.runtime.precision ------------------------------------------------------------------
 @pytest.mark.parametrize("name, dtype", [("32", None), ("bf16-mixed", torch.bfloat16)])
 def test_autocast_and_compute_dtype(name, dtype):
     p = make_precision(name, "cpu")
@@ -268,7 +268,7 @@ def test_gnnpipe_workers_pass_bf16_activations():
 
 
 def test_the_reference_feeds_bf16_features_without_an_upcast():
-    from gnnsys.fullgraph import ReferenceTrainer
+    from gnnsys.trainers.fullgraph import ReferenceTrainer
 
     ds = bf16_dataset()
     assert (
@@ -278,7 +278,7 @@ def test_the_reference_feeds_bf16_features_without_an_upcast():
 
 
 def test_gnnpipe_refuses_16_mixed_with_several_workers():
-    from gnnsys.gnnpipe import train_pipeline
+    from gnnsys.trainers.gnnpipe import train_pipeline
 
     options = FullGraphOptions(**dict(FAST, chunks=2, workers=2))
     with pytest.raises(ConfigError, match="^precision: 16-mixed runs GNNPipe with workers=1 only"):

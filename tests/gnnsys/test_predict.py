@@ -7,14 +7,14 @@ import pytest
 import torch
 
 import gnnsys
-from gnnsys import prediction
 from gnnsys.cli import main
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.fullgraph import train_fullgraph
-from gnnsys.minibatch import train
+from gnnsys.inference import prediction
+from gnnsys.inference.layerwise import layerwise_inference
 from gnnsys.samplers import Block
+from gnnsys.trainers.fullgraph import train_fullgraph
+from gnnsys.trainers.minibatch import train
 from gnnsys.training.checkpoints import FILE, load_checkpoint, save_checkpoint
-from gnnsys.training.inference import layerwise_inference
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, epochs=2)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnnsys import ConfigError, GPUUnavailableError, TrainResult, train
-from gnnsys.models import GNN
+from gnnsys.models.gnn import GNN
 from gnnsys.training.loop import BREAKDOWN
 from gnnsys.training.metrics import accuracy, evaluate, resolve_metric, roc_auc
 
@@ -137,7 +137,7 @@ def test_options_object_equals_keywords(make_dataset):
 @pytest.mark.parametrize("stored", ["float32", "bfloat16"])
 def test_bf16_mixed_trains_close_to_fp32_and_feeds_bf16_rows_as_stored(make_dataset, monkeypatch, stored):
     from gnnsys.datasets import PrepareOptions
-    from gnnsys.minibatch import MinibatchTrainer
+    from gnnsys.trainers.minibatch import MinibatchTrainer
 
     monkeypatch.setenv("GNNSYS_CPU_BF16", "1")  # bf16 compute, whatever this CPU is
     ds, _ = make_dataset(num_nodes=200, num_edges=1600, options=PrepareOptions(progress=False, dtype=stored))

@@ -14,9 +14,9 @@ from torch_geometric.nn import SAGEConv
 
 from gnnsys import ConfigError, DatasetError, FullGraphOptions, train, train_fullgraph
 from gnnsys.cli import main
+from gnnsys.inference.layerwise import layerwise_inference
 from gnnsys.training.checkpoints import load_checkpoint, save_checkpoint
 from gnnsys.training.evaluation import eval_nodes, split_scores
-from gnnsys.training.inference import layerwise_inference
 from gnnsys.training.result import LOGGER_METRICS
 from tests.gnnsys.test_checkpoint import Killed, kill_after
 

@@ -222,16 +222,16 @@ def test_option_is_checked_in_one_line(make_dataset, capsys):
 
 
 def test_training_reaches_the_labor_sampler(make_dataset, monkeypatch):
-    import gnnsys.loader
+    import gnnsys.loading.loader
 
     made = []
-    real = gnnsys.loader.make_sampler
+    real = gnnsys.loading.loader.make_sampler
 
     def spy(*args, **kwargs):
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(gnnsys.loader, "make_sampler", spy)
+    monkeypatch.setattr(gnnsys.loading.loader, "make_sampler", spy)
     ds, _ = make_dataset(num_nodes=80, num_edges=500)
     result = gnnsys.train(
         ds,

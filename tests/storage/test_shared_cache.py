@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnnsys.distributed import launch
 from gnnsys.errors import ConfigError
+from gnnsys.parallel.distributed import launch
 from gnnsys.storage.cache.ownership import REPLICATED, Ownership, exchange_bytes, serve_step, shard_policy
 from gnnsys.storage.cache.shared import SharedCachedFeatures
 

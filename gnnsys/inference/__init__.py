@@ -1,0 +1,1 @@
+"""Exact layer-wise inference and `gnnsys predict`: streaming per-conv arithmetic, scratch rows, predictions."""

@@ -1,0 +1,136 @@
+"""What `predict` does the same for a homogeneous and a heterogeneous graph
+(gnnsys.inference.prediction, gnnsys.inference.hetero_prediction): reading a checkpoint and
+loading its best weights into a model, checking the nodes and layer asked
+for, the shape and dtype of each output, and writing it to a .npy file
+atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnsys.errors import ConfigError, DatasetError, naming
+from gnnsys.inference.rows_io import reserve_space
+from gnnsys.models.names import is_user_model
+from gnnsys.training.checkpoints import FILE, load_training_state
+from gnnsys.training.outputs import check_output_file, new_file_mode
+
+OUTPUTS = ("scores", "labels", "embeddings")
+
+
+def read_checkpoint(checkpoint) -> tuple[dict, Path]:
+    """(the training state, its file) of `checkpoint` (a checkpoint directory
+    or its checkpoint.pt); DatasetError naming it when it is neither, holds
+    no state, is not a minibatch checkpoint or holds a user module."""
+    path = Path(checkpoint)
+    if path.is_file() and path.name == FILE:
+        path = path.parent
+    if not path.is_dir():
+        raise DatasetError(checkpoint, f"is not a checkpoint directory or its {FILE}")
+    state = load_training_state(path)
+    file = path / FILE
+    if state is None:
+        raise DatasetError(path, f"holds no {FILE}")
+    saved = state.get("options", {})
+    if "fanouts" not in saved:
+        raise DatasetError(file, "is not a checkpoint of minibatch training (gnnsys train --mode minibatch)")
+    if is_user_model(saved.get("model", "")):
+        raise DatasetError(
+            file, f"holds the weights of a user module ({saved['model']}): load its 'best_model' into that module"
+        )
+    return state, file
+
+
+def load_weights(model: torch.nn.Module, state: dict, file: Path, name: str, fits: str) -> torch.nn.Module:
+    """`model` (a `name` model built for the data `fits` describes) with the
+    weights of `state`'s epoch of best validation (those of the last epoch
+    in a checkpoint from before they were kept); DatasetError naming `file`
+    when they are another model's or another dataset's."""
+    ours, theirs = model.state_dict(), state.get("best_model") or state["model"]
+    missing, unexpected = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
+    if missing or unexpected:
+        raise DatasetError(
+            file, f"its weights do not match its {name} model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    for key, value in ours.items():
+        if tuple(theirs[key].shape) != tuple(value.shape):
+            raise DatasetError(
+                file,
+                f"does not fit {fits}: {key} is {list(theirs[key].shape)}, this dataset needs {list(value.shape)}",
+            )
+    model.load_state_dict(theirs)
+    return model
+
+
+def output_rows(output: str, task: str, n: int, width: int):
+    """(shape, dtype, transform of logit rows) of predict's result: scores
+    (logits) or embeddings as float32 [n, width]; labels as the argmax class [n] (int64),
+    or for a multi-label dataset every task's 0/1 prediction [n, tasks] (int8,
+    1 where the logit is positive, i.e. probability above one half)."""
+    if output != "labels":
+        return (n, width), np.float32, None
+    if task == "multilabel":
+        return (n, width), np.int8, lambda rows: (rows > 0).to(torch.int8)
+    return (n,), np.int64, lambda rows: rows.argmax(1)
+
+
+def check_layer(layer, num_layers: int, output: str) -> int:
+    """The 1-based layer whose output is asked for (default the last)."""
+    if layer is None:
+        return num_layers
+    if not 1 <= layer <= num_layers:
+        raise ConfigError("layer", f"must be in 1..{num_layers} (the model's layers), got {layer}")
+    if output != "embeddings" and layer != num_layers:
+        raise ConfigError("layer", f"{output} come from the last layer ({num_layers}); use output 'embeddings'")
+    return layer
+
+
+def check_nodes(nodes, num_nodes: int) -> torch.Tensor:
+    """`nodes` as int64 ids (default every node); ConfigError when empty, out of range or not 1-D integers."""
+    if nodes is None:
+        return torch.arange(num_nodes)
+    ids = torch.as_tensor(np.asarray(nodes))
+    if ids.ndim == 1 and not ids.numel():
+        raise ConfigError("nodes", "is empty: give at least one node id")
+    if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise ConfigError("nodes", f"must be a 1-D array of node ids, got {ids.ndim}-D {ids.dtype}")
+    ids = ids.long()
+    if int(ids.min()) < 0 or int(ids.max()) >= num_nodes:
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise ConfigError("nodes", f"id {bad} out of range [0, {num_nodes})")
+    return ids
+
+
+@contextlib.contextmanager
+def atomic_npy(path, shape: tuple, dtype):
+    """Yield a writable memory-mapped .npy array of `shape` and `dtype` in a
+    temporary sibling of `path` (its space reserved up front), renamed to
+    `path` once the block completes; removed if it fails."""
+    path = Path(path)
+    if path.suffix != ".npy":
+        raise ConfigError("out", f"must be a .npy file, got {path}")
+    check_output_file(path, "out")
+    with naming(path, "write"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".npy", dir=path.parent)
+        os.close(fd)
+    try:
+        with naming(path, "write"):
+            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            reserve_space(tmp, os.path.getsize(tmp))
+        yield array
+        with naming(path, "write"):
+            array.flush()
+            del array
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.chmod(tmp, new_file_mode())
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

@@ -1,0 +1,1 @@
+"""Minibatches for training: the pipelined loader and the option objects it takes."""

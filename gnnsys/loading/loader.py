@@ -1,0 +1,475 @@
+"""`MinibatchLoader`: sampled minibatches with features and labels, prepared
+ahead of the training loop by background threads (SALIENT/GraphBolt-style).
+
+Stages: `num_workers` sampling threads (batch i goes to worker i % num_workers)
+-> one gather thread (features of input_nodes as float32, labels of seeds,
+move to `device`) -> the consumer. Batch i may start only once batch
+i - prefetch has been handed out, so at most `prefetch` batches are in flight
+and memory stays bounded; batches come out in order, identical to a
+synchronous run (`prefetch=0`) because every draw is a function of (seed,
+epoch, batch). The numba kernels release the GIL, so the stages overlap.
+
+On a CUDA device each stage has its own stream (one per sampling thread, one
+for the gather thread) and nothing on the way waits on the host for the GPU:
+a stage queues its work on its stream and the batch travels on with an event
+recorded after that work; the next stage's stream, and at hand-out the
+consumer's current stream, wait on that event (on the GPU), and every tensor
+crossing streams is recorded on the stream that uses it (`record_stream`),
+so the caching allocator never hands its memory out early. A feature
+source's id check (IndexError) is deferred to the hand-out and waits for that
+batch's gather only, never for training work. So the training kernels of
+batch i overlap the sampling and gathers of the next batches. The ordering is
+tested on the CPU with stand-in stream objects (tests/gnnsys/
+test_loader_streams.py); the overlap has not been measured on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+import weakref
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnsys._capabilities import normalize_device
+from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.samplers.block import MiniBatch
+from gnnsys.samplers.factory import make_sampler
+from gnnsys.samplers.seeds import SeedBatches
+from gnnsys.storage.base import has_tier
+from gnnsys.storage.cuda_stream import CudaStreams
+
+_POLL_S = 0.05  # how often a blocked stage looks at the stop event
+
+
+class MinibatchLoader:
+    """Iterate over the minibatches of one split of `dataset`, one epoch per pass.
+
+    dataset: a gnnsys.datasets.Dataset; split: "train", "valid", "test" or a
+    tensor of node ids; sampling: a SamplingOptions (fanouts, sampler kind or
+    object, method); batches: a BatchOptions (batch size, shuffle, seed, the
+    rank's share); pipeline: a PipelineOptions (prefetch, sampling threads,
+    lookahead, stream API); all three in gnnsys.loading.options. Each
+    MiniBatch has `x` (features of input_nodes in `x_dtype`, default float32;
+    bf16-mixed training passes bfloat16 for bf16-stored rows, which then
+    arrive without a conversion copy), `y` (labels of seeds), both on
+    `device` (normalised: "cuda" is "cuda:<current>") like every other tensor
+    of the batch, and `timings` {"sample_s", "gather_s", "wait_s"} (plus
+    "transfer_s" off the CPU; on a GPU these are host times, the device work
+    runs behind them in stream order). `features`: the FeatureSource rows
+    come from (for example a placed or cached stack, gnnsys.storage); default
+    the dataset's own table. `set_epoch(e)` picks the shuffle and the
+    sampling stream of epoch e, both functions of (seed, e) only. An error in
+    a stage re-raises in the loop with its original traceback; leaving the
+    loop early (break, an exception, closing or dropping the iterator) stops
+    the threads. With lookahead K > 0, before batch j's gather the feature
+    source's `set_window` gets the input ids of the sampled batches
+    j+1..j+K (nearest first; fewer at the end of an epoch), which a cache
+    uses for eviction, its victim buffer and its lookahead fill.
+    """
+
+    def __init__(
+        self,
+        dataset,
+        split,
+        sampling: SamplingOptions,
+        batches: BatchOptions | None = None,
+        pipeline: PipelineOptions | None = None,
+        *,
+        features=None,
+        device="cpu",
+        x_dtype: torch.dtype = torch.float32,
+    ):
+        batches = batches or BatchOptions()
+        pipeline = pipeline or PipelineOptions()
+        ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
+        self.dataset = dataset
+        self.seeds = SeedBatches(
+            ids,
+            batches.batch_size,
+            shuffle=batches.shuffle,
+            drop_last=batches.drop_last,
+            seed=batches.seed,
+            rank=batches.rank,
+            world_size=batches.world_size,
+        )
+        self.device = normalize_device(device)
+        self.sampler = self._make_sampler(sampling, batches.seed)
+        self.features = dataset.features if features is None else features
+        self.prefetch, self.lookahead, self.num_workers = pipeline.prefetch, pipeline.lookahead, pipeline.num_workers
+        self.x_dtype = x_dtype
+        self._rows = self._row_buffers()
+        self.set_epoch(0)
+        streams = pipeline.streams
+        # streams and events are duck-typed (CudaStreams, or a stand-in with its methods); None off CUDA
+        self._streams: Any = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
+        self._sample_streams: list[Any] = [None] * self.num_workers
+        self._gather_stream: Any = None
+        if self._streams is not None:
+            self._sample_streams = [self._streams.new_stream(self.device) for _ in range(self.num_workers)]
+            self._gather_stream = self._streams.new_stream(self.device)
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    # What a loader of another kind of minibatch (gnnsys.loading.hetero_loader) redefines: its
+    # sampler, the buffers and gathers of its features, the ids its window holds.
+
+    def _make_sampler(self, sampling: SamplingOptions, seed: int):
+        """The options' Sampler object, or the kind they name built over the dataset's graph."""
+        return _sampler(sampling, self.dataset, self.device, seed)
+
+    def _row_buffers(self) -> FeatureRows:
+        """The rows of `features` with their buffers; ValueError for a lookahead without a cache."""
+        return FeatureRows(self.features, self.x_dtype, self.prefetch + 3, self.lookahead)
+
+    def _window_ids(self, mb: MiniBatch):
+        """What the window holds of sampled batch `mb`: its input ids, copied to the host."""
+        return self._to_host(mb.input_nodes)
+
+    def _set_window(self, window: list):
+        """Hand the feature source the window (`_window_ids` of the batches sampled ahead)."""
+        self.features.set_window(window)
+
+    def _gather_rows(self, mb: MiniBatch, stream) -> list:
+        """mb.x: the rows of its input nodes; returns the gathers whose id check is due at hand-out."""
+        mb.x, pending = self._gather_from(self._rows, mb.input_nodes, stream)
+        return [pending]
+
+    def _gather_from(self, rows: FeatureRows, ids: torch.Tensor, stream):
+        """(rows `ids` of rows.source in x_dtype, the gather whose id check is due at
+        hand-out, None for a CPU source, which checks at once), queued on `stream`."""
+        source = rows.source
+        ids = ids if source.device.type != "cpu" else ids.cpu()
+        if stream is not None:
+            self._streams.record_stream(ids, stream)  # made on the sampling stream, read here
+        if source.device.type != "cpu":
+            pending = source.gather_async(ids)
+            return pending.wait().to(rows.x.dtype), pending
+        if rows.raw is None:
+            return source.gather(ids, out=rows.x.take(ids.shape[0])), None
+        raw = source.gather(ids, out=rows.raw.take(ids.shape[0]))
+        return rows.x.take(ids.shape[0]).copy_(raw), None
+
+    def set_epoch(self, epoch: int):
+        """Use the shuffle and sampling stream of epoch `epoch` from the next pass."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be non-negative, got {epoch}")
+        self.epoch = int(epoch)
+
+    def __repr__(self):
+        return (
+            f"MinibatchLoader({self.dataset.name!r}, batches={len(self)}, sampler={self.sampler}, "
+            f"prefetch={self.prefetch}, num_workers={self.num_workers}, device={self.device})"
+        )
+
+    def __iter__(self):
+        batches = self.seeds.epoch(self.epoch)
+        if self.prefetch == 0:
+            sampled = (self._sample(self.epoch, i, b) for i, b in enumerate(batches))
+            return (self._hand_out(self._gather(item, window)) for item, window in self._windowed(sampled))
+        return _Pipeline(self, self.epoch, batches).run()
+
+    def _windowed(self, items):
+        """(item, window) for each sampled item in order: the window is the
+        next `lookahead` items (up to the first failed one)."""
+        ahead, items = collections.deque(), iter(items)
+        for item in items:
+            ahead.append(item)
+            if len(ahead) > self.lookahead:
+                yield ahead.popleft(), _window(ahead)
+        while ahead:
+            yield ahead.popleft(), _window(ahead)
+
+    def _on(self, stream):
+        """Context: `stream` is this thread's current stream (nothing off CUDA)."""
+        return nullcontext() if stream is None else self._streams.use(stream)
+
+    def _event_after(self, stream):
+        """An event recorded on `stream` after the work queued on it so far (None off CUDA)."""
+        if stream is None:
+            return None
+        event = self._streams.new_event()
+        event.record(stream)
+        return event
+
+    def _sample(self, epoch: int, index: int, seeds: torch.Tensor, worker: int = 0) -> _InFlight:
+        """Stage 1: the sampled MiniBatch of batch `index`, on worker `worker`'s stream."""
+        began = time.perf_counter()
+        stream = self._sample_streams[worker]
+        with self._on(stream):
+            mb = self.sampler.sample(seeds, epoch, index)
+            host_ids = self._window_ids(mb) if self.lookahead else None
+            ready = self._event_after(stream)
+        mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
+        return _InFlight(mb, seeds, ready, sampled=ready, host_ids=host_ids)
+
+    def _to_host(self, ids: torch.Tensor) -> torch.Tensor:
+        """`ids` on the host for the lookahead window: one copy per batch, queued
+        on the current stream (complete once the batch's sampling event is)."""
+        return ids.cpu() if self._streams is None else self._streams.to_host(ids)
+
+    @staticmethod
+    def _host_ids(item: _InFlight):
+        """The input ids of the sampled `item` on the host, once the host has
+        waited for its sampling event (the sampling and the copy behind it)."""
+        if item.sampled is not None:
+            item.sampled.synchronize()
+        assert item.host_ids is not None  # copied at sampling whenever there is a window
+        return item.host_ids
+
+    def _gather(self, item: _InFlight, window=()) -> _InFlight:
+        """Stage 2: features (x_dtype) and labels, and the whole batch on the
+        device, queued on the gather stream after the sampling; no host wait
+        (except for the sampling of the window's batches, whose ids the
+        feature source reads on the host)."""
+        began = time.perf_counter()
+        stream, mb = self._gather_stream, item.mb
+        if self.lookahead:
+            self._set_window([self._host_ids(ahead) for ahead in window])
+        with self._on(stream):
+            if item.ready is not None:
+                stream.wait_event(item.ready)
+            item.pending = self._gather_rows(mb, stream)
+            mb.y = self.dataset.labels[item.seeds]
+            gathered = time.perf_counter()
+            # tensors already there stay as they are; a copy to the host must be complete when it is read
+            item.mb = mb.to(self.device, non_blocking=self.device.type == "cuda")
+            item.ready = self._event_after(stream)
+        item.mb.timings["gather_s"] = gathered - began
+        if self.device.type != "cpu":
+            item.mb.timings["transfer_s"] = time.perf_counter() - gathered
+        return item
+
+    def _hand_out(self, item: _InFlight) -> MiniBatch:
+        """The batch, usable on the consumer's current stream: that stream waits
+        on the batch's event and every tensor is recorded as used by it; then the
+        feature source's deferred id check (IndexError; it waits for this
+        batch's gather only)."""
+        if item.ready is not None:
+            current = self._streams.current(self.device)
+            current.wait_event(item.ready)
+            for t in item.mb.tensors():
+                self._streams.record_stream(t, current)
+        for pending in item.pending:
+            if hasattr(pending, "check"):
+                pending.check()
+        return item.mb
+
+
+def _window(ahead) -> list:
+    """The sampled items in `ahead`, up to the first failed one."""
+    window = []
+    for item in ahead:
+        if isinstance(item, _Failed):
+            break
+        window.append(item)
+    return window
+
+
+def _sampler(sampling: SamplingOptions, dataset, device, seed: int):
+    """The loader's sampler: the options' Sampler object, or the kind they name built over the dataset's graph."""
+    if not isinstance(sampling.sampler, str):
+        return sampling.sampler
+    assert sampling.fanouts is not None  # SamplingOptions requires them for a named sampler
+    return make_sampler(
+        sampling.sampler,
+        dataset.indptr,
+        dataset.indices,
+        list(sampling.fanouts),
+        device=device,
+        seed=seed,
+        replace=sampling.replace,
+        sampling=sampling.method,
+    )
+
+
+@dataclass
+class _InFlight:
+    """A batch between stages: its MiniBatch, its seeds as given (on the host:
+    labels are read with them), the event recorded after the last stage's work
+    on that stage's stream (None off CUDA), the feature gathers whose id
+    check is due at hand-out (None for a CPU source, which checks at once),
+    and with a lookahead window the sampling's event and the input ids'
+    copy on the host queued before it."""
+
+    mb: Any  # a MiniBatch, or what the loader's sampler makes (gnnsys.loading.hetero_loader)
+    seeds: torch.Tensor
+    ready: Any = None
+    pending: list = field(default_factory=list)
+    sampled: Any = None
+    host_ids: Any = None
+
+
+def _tensors(mb) -> list:
+    """Every tensor a minibatch holds when it is handed out (its `tensors()`)."""
+    return list(mb.tensors())
+
+
+class FeatureRows:
+    """A feature source with the reusable host buffers its gathered rows land
+    in (`x`, x_dtype) and, for rows stored in another dtype, are read into
+    first (`raw`); ValueError for a `lookahead` without a cache to take the window."""
+
+    def __init__(self, source, x_dtype: torch.dtype, capacity: int, lookahead: int = 0):
+        if lookahead and not has_tier(source, "cache"):
+            raise ValueError(f"lookahead needs a feature stack with a cache, which takes the window; got {source!r}")
+        self.source = source
+        self.x = _BufferPool(source.shape[1], x_dtype, capacity=capacity)
+        self.raw = None if source.dtype == x_dtype else _BufferPool(source.shape[1], source.dtype, capacity=2)
+
+
+class _BufferPool:
+    """Reusable host buffers for gathered rows. A buffer is handed out again
+    only when no tensor refers to its memory any more, so rows the caller or
+    autograd still hold are never overwritten: each buffer is a numpy byte
+    array, a batch's rows are a tensor over a numpy view of it, and that
+    tensor's storage (shared by every view of the rows) holds the numpy view
+    until the last tensor over it is freed, which a weak reference sees. A
+    fresh allocation of a batch's rows (tens of MB) page-faults on first touch
+    and costs more than the gather itself (benchmarks/README.md,
+    "Measurements behind design choices").
+    """
+
+    def __init__(self, dim: int, dtype: torch.dtype, capacity: int):
+        self.dim, self.dtype, self.capacity = dim, dtype, capacity
+        self.row_bytes = dim * dtype.itemsize
+        self.buffers: list[list] = []  # [bytes, weak reference to the view lent out last, or None]
+        self.lock = threading.Lock()
+
+    def take(self, rows: int) -> torch.Tensor:
+        """A [rows, dim] tensor that nothing else refers to."""
+        with self.lock:
+            free = [entry for entry in self.buffers if entry[1] is None or entry[1]() is None]
+            fits = [entry for entry in free if entry[0].shape[0] >= rows * self.row_bytes]
+            if fits:
+                return self._lend(fits[0], rows)
+            if free:  # too small: make room for a bigger one
+                self.buffers = [entry for entry in self.buffers if entry is not free[0]]
+            entry = [np.empty((rows + rows // 4) * self.row_bytes, np.uint8), None]
+            if len(self.buffers) < self.capacity:
+                self.buffers.append(entry)
+            return self._lend(entry, rows)
+
+    def _lend(self, entry: list, rows: int) -> torch.Tensor:
+        view = entry[0][: rows * self.row_bytes]
+        entry[1] = weakref.ref(view)
+        return torch.from_numpy(view).view(self.dtype).view(rows, self.dim)
+
+
+class _Stopped(Exception):
+    """Raised inside a stage when the pipeline is being shut down."""
+
+
+class _Failed:
+    """A stage's exception, passed downstream in place of a batch."""
+
+    def __init__(self, stage: str, index: int, error: BaseException):
+        self.stage, self.index, self.error = stage, index, error
+
+
+class _Pipeline:
+    """The threads and queues of one pass over the batches."""
+
+    def __init__(self, loader: MinibatchLoader, epoch: int, batches: list):
+        self.loader, self.epoch, self.batches = loader, epoch, batches
+        self.stop = threading.Event()
+        self.gate = threading.Condition()
+        self.handed_out = 0
+        workers = loader.num_workers
+        self.sampled: list[queue.Queue] = [queue.Queue() for _ in range(workers)]
+        self.ready: queue.Queue = queue.Queue()
+        self.threads = [
+            threading.Thread(target=self._sample_loop, args=(w,), daemon=True, name=f"gnnsys-sample-{w}")
+            for w in range(workers)
+        ]
+        self.threads.append(threading.Thread(target=self._gather_loop, daemon=True, name="gnnsys-gather"))
+
+    def run(self):
+        """Generator of the batches in order; joins the threads when it ends or is closed."""
+        for t in self.threads:
+            t.start()
+        try:
+            for _ in range(len(self.batches)):
+                began = time.perf_counter()
+                item = self._get(self.ready)
+                wait = time.perf_counter() - began
+                with self.gate:
+                    self.handed_out += 1
+                    self.gate.notify_all()
+                if isinstance(item, _Failed):
+                    _reraise(item)
+                mb = self.loader._hand_out(item)
+                mb.timings["wait_s"] = wait
+                yield mb
+        finally:
+            self.close()
+
+    def close(self, timeout: float = 5.0):
+        """Stop every stage and join its thread."""
+        self.stop.set()
+        with self.gate:
+            self.gate.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            if t.is_alive() and t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+
+    def _get(self, q: queue.Queue):
+        while True:
+            try:
+                return q.get(timeout=_POLL_S)
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise _Stopped from None
+
+    def _sample_loop(self, worker: int):
+        step = self.loader.num_workers
+        for index in range(worker, len(self.batches), step):
+            with self.gate:
+                while (
+                    index >= self.handed_out + self.loader.prefetch + self.loader.lookahead and not self.stop.is_set()
+                ):
+                    self.gate.wait(_POLL_S)
+            if self.stop.is_set():
+                return
+            try:
+                item = self.loader._sample(self.epoch, index, self.batches[index], worker)
+            except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
+                self.sampled[worker].put(_Failed("sample", index, e))
+                return
+            self.sampled[worker].put(item)
+
+    def _sampled(self):
+        """The sampled items in batch order, from the workers' queues."""
+        step = self.loader.num_workers
+        for index in range(len(self.batches)):
+            yield self._get(self.sampled[index % step])
+
+    def _gather_loop(self):
+        try:
+            for index, (item, window) in enumerate(self.loader._windowed(self._sampled())):
+                if not isinstance(item, _Failed):
+                    try:
+                        item = self.loader._gather(item, window)
+                    except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
+                        item = _Failed("gather", index, e)
+                self.ready.put(item)
+                if isinstance(item, _Failed):
+                    return
+        except _Stopped:
+            return
+
+
+def _reraise(failure: _Failed):
+    """Raise a stage's exception in the consumer, keeping its traceback."""
+    error = failure.error
+    if hasattr(error, "add_note"):
+        error.add_note(f"(in MinibatchLoader's {failure.stage} stage, batch {failure.index})")
+    raise error.with_traceback(error.__traceback__)

@@ -1,0 +1,1 @@
+"""Several processes: launching them, how ranks talk, graph partitions, data-parallel training."""

@@ -1,0 +1,1 @@
+"""The trainers, each standing on the shared training core: minibatch, full-graph, heterogeneous, GNNPipe."""

@@ -1,0 +1,124 @@
+"""Full-graph node classification: one process (the reference) or pipelined.
+
+`train_fullgraph(dataset, ...)` trains on the whole graph every epoch (no
+sampling): one forward over all nodes, the loss on the training nodes, one
+optimiser step. With `workers > 1` (or `chunks > 1`) it runs GNNPipe
+(`gnnsys.trainers.gnnpipe`): the units (`gnnsys.models.units`) are split into one stage per
+worker and the graph into chunks. Both return a TrainResult.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from gnnsys.datasets import as_dataset
+from gnnsys.datasets.invariants import check_finite_rows
+from gnnsys.models.units import full_forward, units_for
+from gnnsys.runtime.precision import make_precision
+from gnnsys.samplers import Block
+from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
+from gnnsys.training.control import EpochControl
+from gnnsys.training.evaluation import eval_nodes, split_scores
+from gnnsys.training.loop import epoch_record, run_epochs
+from gnnsys.training.options import FullGraphOptions
+from gnnsys.training.result import TrainResult, make_result
+from gnnsys.training.runs import train_runs
+from gnnsys.training.tasks import task_loss
+
+
+def train_fullgraph(
+    dataset, options: FullGraphOptions | None = None, *, on_epoch_end=None, **keywords
+) -> TrainResult | None:
+    """Train a GNN ("gcn", "sage" or "gat") on the whole graph.
+
+    dataset: a Dataset or the path of a prepared dataset (never modified).
+    Options come as a FullGraphOptions or as its keywords (model, layers,
+    hidden, workers, chunks, epochs, lr, weight_decay, dropout, input_dropout, norm,
+    residual, input_proj, heads, seed, eval_every, metric, partition, balance,
+    history_momentum, fresh_grad_scale, refresh_every, warmup, device,
+    precision, checkpoint_dir, resume, timeout_s, progress; see FullGraphOptions), not
+    both. workers = chunks = 1: single-process full-graph training (the
+    reference); otherwise GNNPipe with `workers` stages and `chunks` chunks.
+    on_epoch_end(record) is called after each epoch (in every worker, with
+    the record's "rank"). Returns a TrainResult (its `model` is the trained
+    units for the single-process path, None for the pipeline; None itself
+    on a torchrun worker that is not the last stage). The reference path
+    also takes runs, patience and lr_schedule (gnnsys.training.runs,
+    gnnsys.training.control) and its model holds the best epoch's weights;
+    GNNPipe refuses them.
+    """
+    options = FullGraphOptions.build(options, keywords)
+    dataset = as_dataset(dataset)
+    options = options.for_dataset(dataset)
+    with run_lock(options):
+        if not options.pipelined:
+            return train_runs(options, lambda run: ReferenceTrainer(dataset, run, on_epoch_end).run())
+        from gnnsys.trainers.gnnpipe import train_pipeline
+
+        return train_pipeline(dataset, options, on_epoch_end)
+
+
+class ReferenceTrainer:
+    """Single-process full-graph training; forward (and evaluation) under the
+    options' precision (`gnnsys.runtime.precision`), features fed in its input dtype."""
+
+    def __init__(self, dataset, options: FullGraphOptions, on_epoch_end=None):
+        self.options, self.on_epoch_end = options, on_epoch_end
+        self.device = torch.device(options.device)
+        self.precision = make_precision(options.precision, self.device)
+        x = dataset.features[torch.arange(dataset.num_nodes)]
+        check_finite_rows(x, dataset)
+        self.x = x.to(self.device, self.precision.input_dtype(x.dtype))
+        self.labels = dataset.labels.long()
+        self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
+        self.train_ids = self.splits["train"].to(self.device)
+        self.train_labels = self.labels[self.splits["train"]].to(self.device)
+        self.block = Block.full_graph(dataset.indptr, dataset.indices).to(self.device)
+        self.units = units_for(options, dataset.num_features, dataset.num_classes).to(self.device)
+        self.opt = torch.optim.Adam(self.units.parameters(), lr=options.lr, weight_decay=options.weight_decay)
+        self.control = EpochControl(options, self.units, self.opt)
+        self.history = []
+
+    def run(self) -> TrainResult:
+        o = self.options
+        start = 0
+        if o.resume:
+            start, self.history = resume_training(o, self.units, self.opt, self.precision, self.control)
+        run_epochs(
+            o,
+            start,
+            self.history,
+            self._epoch,
+            self._evaluate,
+            self._save,
+            self.on_epoch_end,
+            bar="full-graph",
+            control=self.control,
+        )
+        return make_result(o, self.history, self.units)
+
+    def _save(self, epochs_done: int):
+        save_checkpoint(
+            self.options.checkpoint_dir,
+            training_state(self.options, epochs_done, self.history, self.units, self.opt, self.precision, self.control),
+        )
+
+    def _epoch(self, epoch: int) -> dict:
+        t = time.perf_counter()
+        self.units.train()
+        self.opt.zero_grad(set_to_none=True)
+        with self.precision.autocast():
+            out = full_forward(self.units, self.x, self.block)
+        loss = task_loss(out[self.train_ids], self.train_labels)
+        self.precision.backward_step(loss, self.opt)
+        took = time.perf_counter() - t
+        return epoch_record(epoch, loss.item(), took, {"compute_s": took}, rank=0, bytes_sent=0)
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict:
+        self.units.eval()
+        with self.precision.autocast():
+            logits = full_forward(self.units, self.x, self.block).float().cpu()
+        return split_scores(self.options.metric, logits[eval_nodes(self.splits)], self.labels, self.splits)
