@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 import gnnsys
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.datasets.prepare import prepare_npz, prepare_planetoid
 from gnnsys.training.result import machine_info
 

@@ -31,7 +31,7 @@ import numpy as np
 from plotting import can_plot, save_figure
 
 import gnnsys
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import make_policy, out_degree, presample_hotness
 

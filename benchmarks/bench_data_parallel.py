@@ -154,7 +154,7 @@ def table(rows: list, cores: int) -> str:
 
 def main(argv=None) -> int:
     """Run the epoch-time and metric parts and write the JSON result."""
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(

@@ -133,7 +133,7 @@ def main(argv=None) -> int:
             "bench_epoch_gpu: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured", file=sys.stderr
         )
         return 2
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     report = {
         "benchmark": "bench_epoch_gpu",

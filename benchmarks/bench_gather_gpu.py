@@ -68,7 +68,7 @@ def timed(fn, repeats: int) -> float:
 
 def bench_case(row_bytes: int, aligned: bool, args) -> dict:
     """All methods for one row size and layout."""
-    from gnnsys.datasets import RowTable
+    from gnnsys.storage import RowTable
     from gnnsys.storage.gpu_features import GPUFeatures
     from gnnsys.storage.pinned import PinnedFeatures
     from gnnsys.storage.staged import StagedFeatures
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
             "bench_gather_gpu: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured", file=sys.stderr
         )
         return 2
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     sizes = [int(s) for s in args.row_bytes.split(",")]
     results = []

@@ -55,7 +55,7 @@ def main(argv=None):
     def io():
         return int(dict(line.split(": ") for line in open("/proc/self/io").read().split("\n") if line)["read_bytes"])
 
-    from gnnsys.datasets.host_memory import anonymous_bytes
+    from gnnsys.host_memory import anonymous_bytes
 
     anon = Peaks({"rss_anon": anonymous_bytes})
     before, load, began = io(), os.getloadavg(), time.perf_counter()

@@ -136,7 +136,7 @@ def accuracy(args) -> dict:
     """The recipe trained by gnnsys (--runs runs) in this process; OGB's
     Logger summary beside the generator's references."""
     import gnnsys
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
     suffix = ("" if args.eval == "layerwise" else f"_{args.eval}") + ("_sparse" if args.sparse_embeddings else "")
@@ -259,7 +259,7 @@ def same_model(args) -> dict:
     import tempfile
 
     import gnnsys
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
     generator_references(dataset)  # the recipe's graph: reverse relations added

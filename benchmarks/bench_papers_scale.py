@@ -39,7 +39,7 @@ from bench_ssd_epoch import measure_device, read_bytes, read_size  # noqa: E402
 from bench_ssd_tier import machine  # noqa: E402
 from peaks import Peaks  # noqa: E402
 
-from gnnsys.datasets.host_memory import anonymous_bytes  # noqa: E402
+from gnnsys.host_memory import anonymous_bytes  # noqa: E402
 
 TARGET_FLOOR, TARGET_FIRST, TARGET_ANON_GB = 0.8, 1.5, 8.0
 
@@ -171,7 +171,7 @@ def main(argv=None):
     if args.child:
         print(json.dumps(child(args)))
         return
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
     from gnnsys.datasets.meta import read_meta
 
     path = Path(args.dataset)

@@ -434,7 +434,7 @@ def plot(result: dict, path: Path):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     meta = json.loads((Path(args.dataset) / "meta.json").read_text())
     out = Path(args.out)

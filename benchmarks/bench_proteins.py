@@ -171,7 +171,7 @@ def accuracy(args) -> dict:
     """The recipe trained by gnnsys in this process; its ROC-AUC curve and
     OGB-Logger summary beside the generator's references."""
     import gnnsys
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
     json_path, png_path = result_paths(

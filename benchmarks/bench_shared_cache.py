@@ -40,7 +40,7 @@ from bench_cache_policies import record_trace
 from plotting import can_plot, save_figure
 
 import gnnsys
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.samplers import NeighborSampler, SeedBatches
 from gnnsys.storage.cache import make_policy, presample_hotness
 from gnnsys.storage.cache.ownership import Ownership, exchange_bytes, serve_step, shard_policy

@@ -104,9 +104,9 @@ def child(args) -> dict:
     import torch
 
     from gnnsys.datasets import load_dataset
-    from gnnsys.datasets.feature_table import RowTable
     from gnnsys.loading.loader import MinibatchLoader
     from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
+    from gnnsys.storage.table import RowTable
     from gnnsys.trainers.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
@@ -287,7 +287,7 @@ def main(argv=None):
     if args.child:
         print(json.dumps(child(args)))
         return
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
     from gnnsys.storage.io_probe import io_model
 
     path = Path(args.dataset)

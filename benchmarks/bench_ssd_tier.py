@@ -38,7 +38,8 @@ import numpy as np
 import torch
 from plotting import can_plot, save_figure
 
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
+from gnnsys.datasets import load_dataset
 from gnnsys.storage.direct_io import row_blocks
 from gnnsys.storage.ssd import SSDFeatures
 
@@ -160,7 +161,7 @@ def compare_gaps(dataset, gaps: list, batches: int, budget: int) -> list:
     sampler = NeighborSampler(ds.indptr, ds.indices, [15, 10, 5], seed=0)
     seeds = SeedBatches(ds.split("train"), 1024, shuffle=True, seed=0)
     inputs = [sampler.sample(b, 0, i).input_nodes for i, b in zip(range(batches), seeds.epoch(0))]
-    tiers = {g: SSDFeatures(dataset, max_gap=g, host_mem_budget=budget) for g in gaps}
+    tiers = {g: SSDFeatures(ds.features, max_gap=g, host_mem_budget=budget) for g in gaps}
     times = {g: [] for g in gaps}
     try:
         for ids in inputs * 2:
@@ -226,11 +227,12 @@ def main(argv=None):
     info = machine()
     rng = np.random.default_rng(args.seed)
     file = Path(args.dataset) / "features.bin"
+    table = load_dataset(args.dataset).features
     readers = {}
     for depth in args.depths:
         for engine in args.engines:
             readers[engine, depth] = SSDFeatures(
-                args.dataset,
+                table,
                 engine=engine,
                 threads=depth,
                 depth=depth,

@@ -25,7 +25,7 @@ def save_figure(fig, path: Path, dpi: int = 110) -> None:
     level, so scripts that also run in the peers' environments can import it."""
     import matplotlib.pyplot as plt
 
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     fig.tight_layout()
     png = io.BytesIO()

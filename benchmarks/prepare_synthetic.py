@@ -39,8 +39,8 @@ import psutil
 import torch
 from peaks import Peaks, disk_used
 
-from gnnsys.datasets.atomic import atomic_write_bytes
-from gnnsys.datasets.host_memory import anonymous_bytes
+from gnnsys.atomic import atomic_write_bytes
+from gnnsys.host_memory import anonymous_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prepare_synthetic.json"
 CASES = {

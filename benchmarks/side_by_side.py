@@ -36,7 +36,7 @@ def measured_run(cmd: list, timeout: float) -> dict:
     with "{") or an error record, with its wall time, the load average
     before and after, its peak RSS (ru_maxrss, file-backed pages of
     memory-mapped files included) and peak RssAnon (sampled every 0.2 s)."""
-    from gnnsys.datasets.host_memory import anonymous_bytes
+    from gnnsys.host_memory import anonymous_bytes
 
     before, start = os.getloadavg(), time.perf_counter()
     child = subprocess.Popen(
@@ -175,7 +175,7 @@ def run_interleaved(
     and ratios, written to `json_path` atomically after every run; one line
     per run (`describe(record)`). resume: keep the successful runs of the
     file already at `json_path` (same "config"), run the rest."""
-    from gnnsys.datasets.atomic import atomic_write_bytes
+    from gnnsys.atomic import atomic_write_bytes
 
     done = {}
     if resume and json_path.is_file():

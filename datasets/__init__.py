@@ -1,11 +1,11 @@
-"""gnnsys.datasets: the on-disk dataset format, its readers and writer (the
-bottom layer: imports nothing from samplers/, storage/ or the trainers)."""
+"""gnnsys.datasets: the on-disk dataset format, its readers and writer
+(below samplers/ and the trainers; a Dataset's features are a
+gnnsys.storage RowTable)."""
 
 from gnnsys.errors import DatasetError
 
 from .arrays import read_arrays
 from .dataset import Dataset, as_dataset, load_dataset
-from .feature_table import RowTable
 from .hetero_dataset import HeteroDataset
 from .npz import read_npz
 from .ogb import read_ogb
@@ -20,7 +20,6 @@ __all__ = [
     "GraphSource",
     "HeteroDataset",
     "PrepareOptions",
-    "RowTable",
     "as_dataset",
     "load_dataset",
     "prepare_arrays",

@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from gnnsys.errors import DatasetError
+from gnnsys.ids import count_ids
 
 from .source import EdgeChunks
 
@@ -147,13 +148,6 @@ class EdgeStream:
     def changed(self) -> DatasetError:
         """The error for a stream that did not repeat itself on the second pass."""
         return DatasetError(self.file, "edges changed between the two reading passes")
-
-
-@numba.njit(nogil=True, cache=True)
-def count_ids(ids, counts):
-    """counts[i] += how often id i occurs in `ids` (no int64 copy of `ids`, unlike np.bincount)."""
-    for e in range(ids.shape[0]):
-        counts[ids[e]] += 1
 
 
 @numba.njit(nogil=True, cache=True)

@@ -24,9 +24,10 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from gnnsys.atomic import sha256_file
 from gnnsys.errors import DatasetError
+from gnnsys.host_memory import anonymous_bytes
 
-from .atomic import sha256_file
 from .csc import (
     EdgeStream,
     dedup_lists,
@@ -36,7 +37,6 @@ from .csc import (
     sort_lists,
     sort_lists_with_rows,
 )
-from .host_memory import anonymous_bytes
 from .output_file import OutputFile, npy_header, write_error, write_npy
 
 CHUNK_MARGIN = 512 << 20  # one source chunk and its transformed copies in flight

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from .feature_table import RowTable
+from gnnsys.storage.table import RowTable
+
 from .hetero_load import load_hetero_dataset
 from .invariants import check_dataset
 from .meta import HETERO, SPLITS, read_any_meta

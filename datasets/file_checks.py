@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnsys.atomic import sha256_file
 from gnnsys.errors import DatasetError
 
-from .atomic import sha256_file
 from .features_file import DTYPES, open_rows
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from gnnsys.errors import DatasetError
+from gnnsys.storage.table import RowTable
 
-from .feature_table import RowTable
 from .hetero_meta import array_files
 from .invariants import check_csc, check_labels, check_splits
 from .relations import Relation, relation_name

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from gnnsys.storage.table import RowTable
+
 from .csc import build_csc
-from .feature_table import RowTable
 from .hetero_dataset import PYG_SPLIT_NAMES, HeteroDataset
 from .source import array_edge_chunks
 

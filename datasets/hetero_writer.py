@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnsys.atomic import atomic_directory
 from gnnsys.errors import DatasetError
 
-from .atomic import atomic_directory
 from .csc import EdgeStream, index_dtype
 from .csc_file import write_csc
 from .feature_writer import write_features

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from gnnsys.errors import DatasetError, PathError, naming
+from gnnsys.storage.table import RowTable
 
-from .feature_table import RowTable
 from .features_file import DTYPES, open_rows
 from .meta import regular_file_size
 

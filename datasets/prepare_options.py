@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 
 from gnnsys.errors import DatasetError
+from gnnsys.host_memory import available_host_bytes
 
 from .features_file import DTYPES, row_stride
-from .host_memory import available_host_bytes
 
 DEFAULT_MEM_LIMIT_GB = 8.0
 NODE_FEATURES_FROM_EDGES = ("none", "mean", "sum")

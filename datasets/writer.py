@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnsys.atomic import atomic_directory
 from gnnsys.errors import DatasetError
 
 from . import csc
-from .atomic import atomic_directory
 from .csc_file import write_csc
 from .edge_features import EdgeFeaturePass, derived_nodes, edge_feature_dim, stage_edge_features
 from .feature_writer import write_features

@@ -1,7 +1,8 @@
-"""Checks of node-id tensors shared by samplers and feature sources (a leaf)."""
+"""Checks and counts of node ids shared by datasets, samplers and feature sources (a leaf)."""
 
 from __future__ import annotations
 
+import numba
 import torch
 
 
@@ -26,13 +27,6 @@ def index_to_ids(index, num_rows: int) -> torch.Tensor:
     if ids.dtype == torch.bool:
         return ids.nonzero().flatten()
     return ids
-
-
-def completed(value):
-    """A torch Future already holding `value` (the async handle of a synchronous gather)."""
-    future = torch.futures.Future()
-    future.set_result(value)
-    return future
 
 
 def gather_output(out, rows: int, dim: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
@@ -99,3 +93,10 @@ def distinct_request(ids, out, shape: tuple, dtype: torch.dtype, device="cpu"):
         return out, None, None
     uniq, inverse = np.unique(ids.cpu().numpy().astype(np.int64, copy=False), return_inverse=True)
     return out, uniq, inverse.reshape(-1)
+
+
+@numba.njit(nogil=True, cache=True)
+def count_ids(ids, counts):
+    """counts[i] += how often id i occurs in `ids` (no int64 copy of `ids`, unlike np.bincount)."""
+    for e in range(ids.shape[0]):
+        counts[ids[e]] += 1

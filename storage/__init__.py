@@ -1,26 +1,36 @@
-"""gnnsys.storage: feature sources (placements) and their gather kernels.
+"""gnnsys.storage: every feature tier, from the contract to the store a run reads.
 
-`FeatureSource` is the contract every tier implements
-(gnnsys/feature_source.py, exported here; storage/base.py walks, sizes and
-checks stacks of tiers); `UnifiedTensor` gives `x[ids]` over any source;
-`placement.unified` places a table on the GPU, in pinned host memory
-(zero-copy Triton gather) or leaves it to the CPU gather.
-`RowTable` (the dataset's memory-mapped table, gnnsys.datasets) is the bottom
-of every stack of sources.
+`FeatureSource` is the contract every tier implements and `GatherHandle`
+the one handle its asynchronous gathers return (storage/source.py);
+`RowTable` (storage/table.py) holds a dataset's rows in memory or
+memory-mapped and is the bottom of every stack of tiers; storage/base.py
+walks, sizes and checks stacks; `UnifiedTensor` gives `x[ids]` over any
+source; `placement.unified` places a table on the GPU, in pinned host memory
+(zero-copy Triton gather) or leaves it to the CPU gather; `SSDFeatures`
+reads rows from the SSD; the cache and victim buffer are in
+`gnnsys.storage.cache`; `FeatureStore` keys a run's stacks by node type
+(storage/store.py, built by `build_store`).
 """
 
-from gnnsys.datasets.feature_table import RowTable
-
-from .base import FeatureSource, UnifiedTensor, check_stack, stack_host_bytes, tiers
+from .base import UnifiedTensor, check_stack, stack_host_bytes, tiers
 from .cache import CachedFeatures
+from .source import CacheTier, FeatureSource, GatherHandle, VictimTier
 from .ssd import SSDFeatures
+from .store import HOMOGENEOUS, FeatureStore, build_store
+from .table import RowTable
 
 __all__ = [
+    "HOMOGENEOUS",
+    "CacheTier",
     "CachedFeatures",
     "FeatureSource",
+    "FeatureStore",
+    "GatherHandle",
     "RowTable",
     "SSDFeatures",
     "UnifiedTensor",
+    "VictimTier",
+    "build_store",
     "check_stack",
     "stack_host_bytes",
     "tiers",

@@ -2,14 +2,14 @@
 
 Every placement (in memory, memory-mapped file, pinned host, GPU, staged
 copies, the SSD tier) and every tier over one (a cache, a victim buffer)
-is a `FeatureSource` (the contract, gnnsys/feature_source.py); training code
+is a `FeatureSource` (the contract, storage/source.py); training code
 only ever calls `gather` or indexes a `UnifiedTensor`, so changing the
 placement changes no caller. A tier may wrap a lower one (`base`): rows it
 does not hold itself come from there. `tiers` walks a stack top-down,
 `stack_host_bytes` sums what its tiers hold in host memory, and
-`check_stack` refuses stacks that make no sense. `gnnsys.feature_stack`
+`check_stack` refuses stacks that make no sense. storage/stack_builder.py
 builds the stacks training uses; the bottom is the dataset's `RowTable`
-(gnnsys.datasets.feature_table) or the SSD tier. See docs/architecture.md,
+(gnnsys.storage.table) or the SSD tier. See docs/architecture.md,
 "Feature tiers".
 """
 
@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from gnnsys.errors import ConfigError
-from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import index_to_ids
+from gnnsys.storage.source import CacheTier, FeatureSource, VictimTier
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FeatureSource", "UnifiedTensor", "check_stack", "has_tier", "stack_host_bytes", "tiers"]
+__all__ = ["UnifiedTensor", "check_stack", "has_tier", "stack_host_bytes", "tiers"]
 
 
 def tiers(source: FeatureSource) -> Iterator[FeatureSource]:
@@ -36,9 +36,10 @@ def tiers(source: FeatureSource) -> Iterator[FeatureSource]:
         tier = tier.base
 
 
-def has_tier(source, name: str) -> bool:
-    """Whether `source` is a FeatureSource whose stack holds a tier called `name`."""
-    return isinstance(source, FeatureSource) and any(t.name == name for t in tiers(source))
+def has_tier(source, role: type) -> bool:
+    """Whether `source` is a FeatureSource whose stack holds a tier of class
+    `role` (storage.source.CacheTier, VictimTier, or any tier class)."""
+    return isinstance(source, FeatureSource) and any(isinstance(t, role) for t in tiers(source))
 
 
 def stack_host_bytes(source: FeatureSource) -> dict:
@@ -52,8 +53,9 @@ def stack_host_bytes(source: FeatureSource) -> dict:
 def check_stack(source: FeatureSource) -> FeatureSource:
     """`source` if its stack makes sense, else ConfigError naming the problem:
     every tier is a FeatureSource of the same shape and dtype as its base, at
-    most one cache (a cache over a cache only copies rows twice), and a victim
-    buffer only directly under the cache (nothing else offers it rows)."""
+    most one cache (a CacheTier over another only copies rows twice), and a
+    victim buffer (VictimTier) only directly under the cache (nothing else
+    offers it rows)."""
     stack = list(tiers(source))
     for upper, lower in zip(stack, stack[1:]):
         if not isinstance(lower, FeatureSource):
@@ -64,14 +66,12 @@ def check_stack(source: FeatureSource) -> FeatureSource:
                 f"{upper.name} ({tuple(upper.shape)}, {upper.dtype}) over "
                 f"{lower.name} ({tuple(lower.shape)}, {lower.dtype}): shapes and dtypes differ",
             )
-    names = [t.name for t in stack]
-    if names.count("cache") > 1:
-        raise ConfigError(
-            "features", f"a cache over a cache ({' over '.join(names)}): keep one, of their combined size"
-        )
-    for i, name in enumerate(names):
-        if name == "victim" and (i == 0 or names[i - 1] != "cache"):
-            raise ConfigError("features", f"a victim buffer must sit directly under the cache ({' over '.join(names)})")
+    names = " over ".join(t.name for t in stack)
+    if sum(isinstance(t, CacheTier) for t in stack) > 1:
+        raise ConfigError("features", f"a cache over a cache ({names}): keep one, of their combined size")
+    for i, tier in enumerate(stack):
+        if isinstance(tier, VictimTier) and (i == 0 or not isinstance(stack[i - 1], CacheTier)):
+            raise ConfigError("features", f"a victim buffer must sit directly under the cache ({names})")
     return source
 
 

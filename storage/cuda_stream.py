@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from gnnsys.storage.source import GatherHandle
+
 
 class CudaStreams:
     """The CUDA stream and event calls of the loader's stages (torch.cuda's).
@@ -50,10 +52,11 @@ class CudaStreams:
             tensor.record_stream(stream)
 
 
-class StreamHandle:
-    """A gather running on a side stream; wait() orders the current stream after it."""
+class StreamHandle(GatherHandle):
+    """A gather running on a side stream (`inner`, a GatherHandle, whose rows
+    are ready once `event` is); wait() orders the current stream after it."""
 
-    def __init__(self, inner, event, streams: CudaStreams | None, device: torch.device):
+    def __init__(self, inner: GatherHandle, event, streams: CudaStreams | None, device: torch.device):
         self.inner, self.event, self.streams, self.device = inner, event, streams, device
 
     def wait(self) -> torch.Tensor:
@@ -66,9 +69,12 @@ class StreamHandle:
         return value
 
     def check(self) -> torch.Tensor:
-        """wait(), then raise IndexError if an id was outside the table (where the
-        source defers that check, this waits for the gather's own event only)."""
+        """wait(), then the inner handle's id check (where the source defers
+        that check, it waits for the gather's own event only)."""
         value = self.wait()
-        if hasattr(self.inner, "check"):
-            self.inner.check()
+        self.inner.check()
         return value
+
+    def done(self) -> bool:
+        """Whether the inner gather is done (the stream's work may still be queued)."""
+        return self.inner.done()

@@ -18,8 +18,8 @@ import torch
 from tqdm import tqdm
 
 from gnnsys._capabilities import normalize_device, require_cuda, require_triton
-from gnnsys.datasets.feature_table import RowTable
-from gnnsys.feature_source import FeatureSource
+from gnnsys.storage.source import FeatureSource
+from gnnsys.storage.table import RowTable
 
 COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
 

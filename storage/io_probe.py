@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
 
 from .direct_io import ReadPool, aligned, open_rows_file

@@ -12,7 +12,7 @@ place, else the CPU gathers from the (memory-mapped) table. Without CUDA,
 
 `_build` places the dataset's RowTable (the bottom of a tier stack) on the
 chosen placement. The stack above it (an SSD source at the bottom instead, a
-cache and a victim buffer above) is built by gnnsys/feature_stack.py; a
+cache and a victim buffer above) is built by storage/stack_builder.py; a
 source above wraps the next through its `base` (storage/base.py).
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from gnnsys._capabilities import HAS_CUDA, normalize_device, require_cuda
-from gnnsys.datasets.host_memory import available_host_bytes
 from gnnsys.errors import ConfigError
+from gnnsys.host_memory import available_host_bytes
 
 from .base import UnifiedTensor
 from .gpu_features import GPUFeatures, as_row_table

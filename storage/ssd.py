@@ -24,12 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnsys.datasets.feature_table import RowTable
-from gnnsys.datasets.features_file import DTYPES
-from gnnsys.datasets.meta import read_meta
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import check_ids, gather_output
+from gnnsys.storage.source import FeatureSource, GatherHandle
+from gnnsys.storage.table import RowTable
 
 from .direct_io import ReadPool, aligned, choose_gap, open_rows_file, plan_reads, row_blocks, scatter_rows
 from .io_probe import IOModel
@@ -81,23 +79,20 @@ def pick_engine(
 
 def rows_file(source) -> tuple[Path, tuple[int, int], torch.dtype, int]:
     """(file, (rows, dim), dtype, row stride) of the rows SSDFeatures reads:
-    a prepared dataset directory's features.bin, or the file a memory-mapped
-    RowTable maps (a node type's features in a heterogeneous dataset);
-    ConfigError("features") for a table held in memory."""
-    if isinstance(source, RowTable):
-        mapped = source.table.base  # RowTable keeps the memmap it was given as its array's base
-        if not (source.mapped and isinstance(mapped, np.memmap) and mapped.offset == 0 and mapped.filename):
-            raise ConfigError("features", f"'ssd' reads the file of a memory-mapped table; {source!r} is not one")
-        return Path(mapped.filename), source.shape, source.dtype, source.table.shape[1]
-    meta = read_meta(source)
-    f = meta["features"]
-    return Path(source) / f["file"], (meta["num_nodes"], f["dim"]), DTYPES[f["dtype"]], f["row_stride"]
+    the file a memory-mapped RowTable maps (a prepared dataset's features.bin,
+    or a node type's features file); ConfigError("features") for anything else."""
+    if not isinstance(source, RowTable):
+        raise ConfigError("features", f"'ssd' reads the file of a memory-mapped RowTable, got {type(source).__name__}")
+    mapped = source.table.base  # RowTable keeps the memmap it was given as its array's base
+    if not (source.mapped and isinstance(mapped, np.memmap) and mapped.offset == 0 and mapped.filename):
+        raise ConfigError("features", f"'ssd' reads the file of a memory-mapped table; {source!r} is not one")
+    return Path(mapped.filename), source.shape, source.dtype, source.table.shape[1]
 
 
 class SSDFeatures(FeatureSource):
-    """Rows of the prepared dataset at `path`, read from its features.bin on
-    every gather (a FeatureSource with no lower tier; rows come back on the CPU).
-    `path` may also be a memory-mapped RowTable: its file is read (`rows_file`).
+    """The rows of `table`, a memory-mapped RowTable (a prepared dataset's
+    `features`), read from its file on every gather (a FeatureSource with no
+    lower tier; rows come back on the CPU; `rows_file`).
 
     io_model: the device's measured costs (storage/io_probe.py IOModel);
     None (default) takes storage.io_probe.io_model's (cached, or probed for a
@@ -122,7 +117,7 @@ class SSDFeatures(FeatureSource):
 
     def __init__(
         self,
-        path,
+        table,
         *,
         threads: int = DEFAULT_THREADS,
         max_read: int = DEFAULT_MAX_READ,
@@ -133,7 +128,7 @@ class SSDFeatures(FeatureSource):
         max_gap: int | str = "auto",
         io_model: IOModel | None = None,
     ):
-        self.path, self.shape, self.dtype, self.stride = rows_file(path)
+        self.path, self.shape, self.dtype, self.stride = rows_file(table)
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         if threads < 1:
             raise ConfigError("threads", f"must be at least 1, got {threads}")
@@ -250,8 +245,8 @@ class SSDFeatures(FeatureSource):
         """The model's seconds for reads with this tier's engine and reads in flight."""
         return self.io_model.cost(self.engine, self.depth or self.threads, requests, nbytes)
 
-    def gather_async(self, ids, out=None):
-        """gather on a background thread: a torch Future whose wait() gives the rows."""
+    def gather_async(self, ids, out=None) -> GatherHandle:
+        """gather on a background thread: a handle whose wait() gives the rows."""
         check_ids(torch.as_tensor(ids), self.shape[0])
         future = torch.futures.Future()
 
@@ -260,7 +255,7 @@ class SSDFeatures(FeatureSource):
             future.set_exception(error) if error else future.set_result(job.result())
 
         self._async.submit(self.gather, ids, out).add_done_callback(done)
-        return future
+        return GatherHandle(future=future)
 
     def stats(self) -> dict:
         """Counters since the last reset: bytes_read (from the device),

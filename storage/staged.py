@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 
 from gnnsys._capabilities import normalize_device, require_cuda
-from gnnsys.feature_source import FeatureSource
-from gnnsys.ids import completed
+from gnnsys.storage.source import FeatureSource, GatherHandle
 
 from .gpu_features import as_row_table
 
@@ -59,7 +58,7 @@ class StagedFeatures(FeatureSource):
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.device))
         self._events[slot] = event
-        return completed(out)
+        return GatherHandle(out)
 
     def host_bytes(self) -> dict:
         """{"staging": bytes} of its pinned staging buffers."""

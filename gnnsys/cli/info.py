@@ -55,7 +55,7 @@ def run(args) -> int:
     from gnnsys.datasets.features_file import DTYPES
     from gnnsys.datasets.inspect import format_summary, placement_table, summarize, verify
     from gnnsys.errors import ConfigError
-    from gnnsys.feature_stack import format_advice, placement_advice
+    from gnnsys.storage.advice import format_advice, placement_advice
 
     problems = verify(args.path) if args.verify else []
     if problems:  # the summary would stop at the first of them

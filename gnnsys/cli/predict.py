@@ -8,9 +8,9 @@ import numpy as np
 
 from gnnsys.cli import gigabytes
 from gnnsys.errors import DatasetError
-from gnnsys.feature_stack import GB
 from gnnsys.inference.prediction_io import OUTPUTS
 from gnnsys.inference.rows_io import OUTPUT_DTYPES
+from gnnsys.storage.memory_plan import GB
 
 
 def add_parser(sub):

@@ -15,7 +15,7 @@ import dataclasses
 
 from gnnsys.cli import error
 from gnnsys.errors import ConfigError, PathError
-from gnnsys.feature_stack import CACHE_POLICIES
+from gnnsys.storage.cache import RUN_POLICIES
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import (
     EVAL_MODES,
@@ -137,7 +137,7 @@ def add_tier_arguments(p):
     g.add_argument("--cache-gb", type=float, help="software cache of this many GB of feature rows")
     g.add_argument(
         "--cache-policy",
-        choices=list(CACHE_POLICIES),
+        choices=list(RUN_POLICIES),
         help="what the cache keeps: static (out-degree), presample (hotness of sampled epochs), "
         "lru, sieve, s3fifo, or hybrid (score, reuse and the lookahead window)",
     )

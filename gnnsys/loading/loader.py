@@ -44,6 +44,7 @@ from gnnsys.samplers.factory import make_sampler
 from gnnsys.samplers.seeds import SeedBatches
 from gnnsys.storage.base import has_tier
 from gnnsys.storage.cuda_stream import CudaStreams
+from gnnsys.storage.source import CacheTier, GatherHandle
 
 _POLL_S = 0.05  # how often a blocked stage looks at the stop event
 
@@ -143,8 +144,8 @@ class MinibatchLoader:
         return [pending]
 
     def _gather_from(self, rows: FeatureRows, ids: torch.Tensor, stream):
-        """(rows `ids` of rows.source in x_dtype, the gather whose id check is due at
-        hand-out, None for a CPU source, which checks at once), queued on `stream`."""
+        """(rows `ids` of rows.source in x_dtype, the GatherHandle whose id check is due
+        at hand-out: a CPU source checks at once, so its handle is complete), queued on `stream`."""
         source = rows.source
         ids = ids if source.device.type != "cpu" else ids.cpu()
         if stream is not None:
@@ -153,9 +154,10 @@ class MinibatchLoader:
             pending = source.gather_async(ids)
             return pending.wait().to(rows.x.dtype), pending
         if rows.raw is None:
-            return source.gather(ids, out=rows.x.take(ids.shape[0])), None
-        raw = source.gather(ids, out=rows.raw.take(ids.shape[0]))
-        return rows.x.take(ids.shape[0]).copy_(raw), None
+            x = source.gather(ids, out=rows.x.take(ids.shape[0]))
+        else:
+            x = rows.x.take(ids.shape[0]).copy_(source.gather(ids, out=rows.raw.take(ids.shape[0])))
+        return x, GatherHandle(x)
 
     def set_epoch(self, epoch: int):
         """Use the shuffle and sampling stream of epoch `epoch` from the next pass."""
@@ -258,8 +260,7 @@ class MinibatchLoader:
             for t in item.mb.tensors():
                 self._streams.record_stream(t, current)
         for pending in item.pending:
-            if hasattr(pending, "check"):
-                pending.check()
+            pending.check()
         return item.mb
 
 
@@ -318,7 +319,7 @@ class FeatureRows:
     first (`raw`); ValueError for a `lookahead` without a cache to take the window."""
 
     def __init__(self, source, x_dtype: torch.dtype, capacity: int, lookahead: int = 0):
-        if lookahead and not has_tier(source, "cache"):
+        if lookahead and not has_tier(source, CacheTier):
             raise ValueError(f"lookahead needs a feature stack with a cache, which takes the window; got {source!r}")
         self.source = source
         self.x = _BufferPool(source.shape[1], x_dtype, capacity=capacity)

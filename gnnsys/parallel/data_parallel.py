@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
 from gnnsys.inference.layerwise import DEFAULT_BUDGET, check_streaming, stream_layer, streaming
 from gnnsys.inference.rows_io import ArraySink, ScratchRows

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
 
 FLAGS = ("avx2", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")

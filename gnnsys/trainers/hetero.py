@@ -5,7 +5,7 @@ classification on a heterogeneous graph (ogbn-mag's kind) with an R-GCN.
 the epoch loop, progress, checkpoints and exact resume, the best epoch's
 weights, LR schedule, patience, evaluation) with what a
 heterogeneous graph changes: per-relation sampling (HeteroNeighborSampler),
-one feature stack per featured node type (gnnsys.hetero_features), the
+one feature stack per featured node type (its FeatureStore's keys), the
 HeteroMinibatchLoader, and the R-GCN (gnnsys.models.rgcn) with learnable
 embeddings for the types without features, and exact layer-wise
 evaluation over every relation (gnnsys.inference.rgcn_layerwise). `runs` goes through the shared
@@ -99,37 +99,6 @@ class HeteroTrainer(MinibatchTrainer):
         o = self.options
         return hetero_layerwise_logits(self.model, self.dataset, nodes, o.eval_batch_size, self.device, self.rows)
 
-    def _sampler(self):
-        """The training HeteroNeighborSampler (the loader builds its own, drawing the same)."""
-        from gnnsys.samplers.hetero import HeteroNeighborSampler
-
-        o = self.options
-        fanouts = o.sampler_fanouts(self.dataset.edge_types)
-        return HeteroNeighborSampler.from_dataset(self.dataset, fanouts, seed=o.seed, method=o.sampling)
-
-    def _feature_tiers(self):
-        """({featured type: its stack of tiers}, {type: the stack's bottom})."""
-        from gnnsys.feature_stack import tiers_of
-        from gnnsys.hetero_features import build_type_stacks
-        from gnnsys.samplers.seeds import SeedBatches
-
-        o = self.options
-        stacks = build_type_stacks(
-            self.dataset,
-            sampler=self._sampler(),
-            seed_batches=SeedBatches(self.dataset.split("train"), o.batch_size, shuffle=True, seed=o.seed),
-            features=o.features,
-            device=self.device,
-            cache_rows=o.cache_rows,
-            cache_gb=o.cache_gb,
-            cache_policy=o.cache_policy,
-            lookahead=o.lookahead,
-            victim_rows=o.victim_rows,
-            host_mem_budget=o.host_mem_budget,
-            progress=o.progress,
-        )
-        return stacks, {t: tiers_of(stack)[-1] for t, stack in stacks.items()}
-
     def _open_loader(self, split, batches, pipeline):
         from gnnsys.loading.hetero_loader import HeteroMinibatchLoader
         from gnnsys.loading.options import SamplingOptions
@@ -166,23 +135,3 @@ class HeteroTrainer(MinibatchTrainer):
         return array_files(self.dataset.meta, self.dataset.path).get(
             f"{node_type}.features", f"HeteroDataset.features[{node_type!r}]"
         )
-
-    def _reset_tiers(self):
-        from gnnsys.hetero_features import reset_type_tiers
-
-        reset_type_tiers(self.features)
-
-    def _tier_postfix(self, elapsed_s: float) -> dict:
-        from gnnsys.hetero_features import type_tier_postfix
-
-        return type_tier_postfix(self.features, elapsed_s)
-
-    def _tier_record(self) -> dict:
-        from gnnsys.hetero_features import type_tier_record
-
-        return type_tier_record(self.features)
-
-    def _close_tiers(self):
-        from gnnsys.hetero_features import close_type_tiers
-
-        close_type_tiers(self.features)

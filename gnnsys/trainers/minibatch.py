@@ -23,7 +23,7 @@ from gnnsys.datasets import as_dataset
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.errors import ConfigError
-from gnnsys.feature_stack import GB
+from gnnsys.loading.feature_store import open_feature_store
 from gnnsys.parallel.data_parallel import (
     rank_options,
     rank_slice,
@@ -37,6 +37,8 @@ from gnnsys.parallel.data_parallel import (
     write_rank_result,
 )
 from gnnsys.runtime.precision import make_precision
+from gnnsys.storage.memory_plan import GB
+from gnnsys.storage.store import HOMOGENEOUS
 from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
@@ -188,7 +190,13 @@ class MinibatchTrainer:
         self.device = torch.device(o.device)
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
-        self.features, self.rows = self._feature_tiers()
+        self.store = open_feature_store(dataset, o, self.device, self.ranks)  # the feature tiers
+        # what the loader gathers through and inference scans (the stacks' bottoms, which a scan would only flush
+        # from a cache): a homogeneous graph's one stack, or the stacks by node type
+        if self.store.homogeneous:
+            self.features, self.rows = self.store[HOMOGENEOUS], self.store.bottom()
+        else:
+            self.features, self.rows = self.store, {t: self.store.bottom(t) for t in self.store}
         self.precision = make_precision(o.precision, self.device)
         self.model = self._build_model(module).to(self.device)
         self.net = self.ranks.wrap(self.model)  # what a step calls: DDP over the ranks
@@ -215,57 +223,6 @@ class MinibatchTrainer:
         if self.degree is not None:
             mb.attach_degree(self.degree)
         return mb.x, mb.blocks
-
-    def _reset_tiers(self):
-        """Zero every feature tier's counters (at an epoch's start)."""
-        from gnnsys.feature_stack import reset_tier_stats
-
-        reset_tier_stats(self.features)
-
-    def _tier_postfix(self, elapsed_s: float) -> dict:
-        """The tiers' figures for the batch bar (feature_stack.tier_postfix)."""
-        from gnnsys.feature_stack import tier_postfix
-
-        return tier_postfix(self.features, elapsed_s)
-
-    def _tier_record(self) -> dict:
-        """The tiers' counters for the epoch record (feature_stack.tier_record)."""
-        from gnnsys.feature_stack import tier_record
-
-        return tier_record(self.features)
-
-    def _close_tiers(self):
-        """Close the feature tiers (threads stopped, files closed)."""
-        self.features.close()
-
-    def _feature_tiers(self):
-        """(the stack of feature tiers training gathers through, its bottom:
-        the rows that inference scans, which would only flush a cache)."""
-        from gnnsys.feature_stack import build_feature_stack, estimate_batch_rows, presample_score, tiers_of
-
-        o = self.options
-        batch_rows = (
-            estimate_batch_rows(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling)
-            if o.lookahead
-            else 0
-        )
-        stack, _ = build_feature_stack(
-            self.dataset,
-            features=o.features,
-            device=self.device,
-            cache_rows=o.cache_rows,
-            cache_gb=o.cache_gb,
-            cache_policy=o.cache_policy,
-            lookahead=o.lookahead,
-            victim_rows=o.victim_rows,
-            host_mem_budget=o.host_mem_budget,
-            progress=o.progress,
-            ranks=self.ranks,
-            replicate_frac=o.replicate_frac,
-            batch_rows=batch_rows,
-            presample=lambda: presample_score(self.dataset, o.fanouts, o.batch_size, o.seed, sampling=o.sampling),
-        )
-        return stack, tiers_of(stack)[-1]
 
     def run(self) -> TrainResult | None:
         """Train (from the checkpoint with options.resume); the TrainResult,
@@ -295,9 +252,9 @@ class MinibatchTrainer:
             )
         except BaseException:
             if not self.ranks.multi:
-                self._close_tiers()
+                self.store.close()
             raise
-        self._close_tiers()
+        self.store.close()
         return make_result(o, self.history, self.model) if self.rank == 0 else None
 
     def _train_epoch(self, loader, epoch: int) -> dict:
@@ -342,7 +299,7 @@ class MinibatchTrainer:
     def _epoch(self, loader, epoch: int) -> dict:
         """One pass over the training seeds; the epoch's record without metrics
         (with each feature tier's counters of the epoch under "tiers")."""
-        self._reset_tiers()
+        self.store.reset_stats()
         self.model.train()
         loader.set_epoch(epoch)
         times = dict.fromkeys(BREAKDOWN, 0.0)
@@ -356,7 +313,7 @@ class MinibatchTrainer:
             bar.set_postfix(
                 loss=f"{total_loss.item() / max(seen, 1):.4f}",
                 seeds_s=f"{seen / elapsed:,.0f}",
-                **self._tier_postfix(elapsed),
+                **self.store.postfix(elapsed),
             )
 
         with bar:
@@ -377,7 +334,7 @@ class MinibatchTrainer:
                 show_postfix()  # the epoch's final figures on its line
         elapsed = time.perf_counter() - began
         mean_loss = total_loss.item() / max(seen, 1)
-        return epoch_record(epoch, mean_loss, elapsed, times, **self._tier_record())
+        return epoch_record(epoch, mean_loss, elapsed, times, **self.store.record())
 
     def _step(self, mb) -> torch.Tensor:
         """One optimizer step on `mb`; its mean loss, left on the device."""

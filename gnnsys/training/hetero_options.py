@@ -4,7 +4,7 @@ dataset (gnnsys.trainers.hetero), MinibatchOptions' with what differs.
 What applies unchanged: the optimiser, epochs, runs, LR schedule, patience,
 checkpoints and resume, precision, device, batch size, prefetch, sampling
 ("uniform" or "labor"), the feature tiers (features, cache_rows / cache_gb,
-cache_policy, lookahead, victim_rows, host_mem_budget; gnnsys.hetero_features
+cache_policy, lookahead, victim_rows, host_mem_budget; the FeatureStore
 shares them among the node types with features), dropout and input_dropout.
 What is refused, one line naming the option: a model other than "sage"
 (the R-GCN's relation convs are SAGE convs; a user module), heads, norm and
@@ -154,7 +154,7 @@ def check_parameters_fit(options: HeteroOptions, dataset):
     if device.type == "cuda":
         have, where = torch.cuda.get_device_properties(device).total_memory, f"of {device}"
     else:
-        from gnnsys.datasets.host_memory import available_host_bytes
+        from gnnsys.host_memory import available_host_bytes
 
         have, where = available_host_bytes(), "of host memory available"
     if need > have:

@@ -29,13 +29,13 @@ import os
 import torch
 
 from gnnsys.errors import ConfigError
+from gnnsys.storage.memory_plan import GB
 
 INT_MAX = 2**31 - 1
 SEED_MAX = 2**64 - 1
 FLOAT_MAX = 1e12
 FINITE = (("lr", 0, True), ("weight_decay", 0, False), ("timeout_s", 0, True), ("fresh_grad_scale", 0, False))
 PROCESS_BYTES = 270 * 10**6
-GB = 10**9
 
 
 def check_ranges(options):
@@ -80,7 +80,7 @@ def check_machine(options, dataset):
     if device.type == "cuda":  # every rank on a GPU of its own
         have, where = torch.cuda.get_device_properties(device).total_memory, f"of {device}"
     else:
-        from gnnsys.datasets.host_memory import available_host_bytes
+        from gnnsys.host_memory import available_host_bytes
 
         parts = {f"{spawned} worker processes": spawned * PROCESS_BYTES, **{k: processes * v for k, v in parts.items()}}
         have, where = available_host_bytes(), "of host memory available"

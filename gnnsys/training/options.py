@@ -21,12 +21,12 @@ import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.inference.rows_io import OUTPUT_DTYPES
 from gnnsys.models.names import CONVS, NORMS, is_user_model
 from gnnsys.parallel.partition import METHODS
 from gnnsys.runtime.precision import PRECISIONS, resolve_precision  # noqa: F401 -- PRECISIONS: the CLI's choices
 from gnnsys.samplers.factory import SAMPLERS, SAMPLINGS
+from gnnsys.storage.cache import run_policy
 from gnnsys.storage.placement import PLACEMENTS
 from gnnsys.training.limits import SEED_MAX, check_machine, check_ranges
 from gnnsys.training.tasks import METRICS as TASK_METRICS
@@ -371,8 +371,7 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError("cache_gb", f"must be a number of GB > 0, got {self.cache_gb}")
         if self.cache_rows and self.cache_gb is not None:
             raise ConfigError("cache_gb", "give the cache size as cache_rows or cache_gb, not both")
-        if self.cache_policy not in CACHE_POLICIES:
-            raise ConfigError("cache_policy", f"must be one of {', '.join(CACHE_POLICIES)}, got {self.cache_policy!r}")
+        run_policy(self.cache_policy)
         if self.lookahead < 0:
             raise ConfigError("lookahead", f"must be >= 0, got {self.lookahead}")
         given = [

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from gnnsys.datasets.atomic import atomic_write_bytes
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError, naming
 
 

@@ -15,7 +15,7 @@ rank owning a disjoint share of the hot rows (ownership.py).
 """
 
 from .belady import BeladyPolicy
-from .cached import POLICIES, CachedFeatures, make_policy
+from .cached import POLICIES, RUN_POLICIES, CachedFeatures, make_policy, run_policy
 from .hotness import out_degree, presample_hotness
 from .hybrid import HybridPolicy
 from .lru import LRUPolicy
@@ -23,7 +23,7 @@ from .policy import CachePolicy
 from .s3fifo import S3FIFOPolicy
 from .shared import SharedCachedFeatures
 from .sieve import SievePolicy
-from .static import StaticPolicy
+from .static import PresamplePolicy, StaticPolicy
 from .victim import VictimBuffer
 
 __all__ = [
@@ -33,6 +33,8 @@ __all__ = [
     "HybridPolicy",
     "LRUPolicy",
     "POLICIES",
+    "PresamplePolicy",
+    "RUN_POLICIES",
     "S3FIFOPolicy",
     "SharedCachedFeatures",
     "SievePolicy",
@@ -41,4 +43,5 @@ __all__ = [
     "make_policy",
     "out_degree",
     "presample_hotness",
+    "run_policy",
 ]

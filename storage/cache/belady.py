@@ -15,6 +15,7 @@ class BeladyPolicy(CachePolicy):
     starts warm with the rows first used soonest."""
 
     name = "belady"
+    scored_by = "trace"  # the offline bound: tests and benchmarks, never a run
     node_bytes = 8  # next use (the recorded trace is the caller's)
 
     def __init__(self, capacity: int, num_nodes: int, trace, score=None):

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 
 from gnnsys._capabilities import normalize_device
-from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.errors import ConfigError
-from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import gather_distinct, indices_on
+from gnnsys.storage.gather_cpu import copy_rows
+from gnnsys.storage.source import CacheTier, FeatureSource, VictimTier
 
-from ..base import has_tier
+from ..base import check_stack
 from ..cuda_stream import CudaStreams
 from .belady import BeladyPolicy
 from .hybrid import HybridPolicy
@@ -33,9 +33,19 @@ from .lru import LRUPolicy
 from .policy import CachePolicy
 from .s3fifo import S3FIFOPolicy
 from .sieve import SievePolicy
-from .static import StaticPolicy
+from .static import PresamplePolicy, StaticPolicy
 
-POLICIES = {p.name: p for p in (StaticPolicy, LRUPolicy, SievePolicy, S3FIFOPolicy, HybridPolicy, BeladyPolicy)}
+POLICIES = {  # the one registry of cache policies, by name
+    p.name: p for p in (StaticPolicy, PresamplePolicy, LRUPolicy, SievePolicy, S3FIFOPolicy, HybridPolicy, BeladyPolicy)
+}
+RUN_POLICIES = tuple(name for name, p in POLICIES.items() if p.scored_by != "trace")  # what a training run may name
+
+
+def run_policy(name: str) -> type[CachePolicy]:
+    """The policy class a training run names (`cache_policy`: one of RUN_POLICIES), else ConfigError."""
+    if name not in RUN_POLICIES:
+        raise ConfigError("cache_policy", f"must be one of {', '.join(RUN_POLICIES)}, got {name!r}")
+    return POLICIES[name]
 
 
 def make_policy(name: str, capacity: int, num_nodes: int, **options) -> CachePolicy:
@@ -47,7 +57,7 @@ def make_policy(name: str, capacity: int, num_nodes: int, **options) -> CachePol
     return POLICIES[name](capacity, num_nodes, **options)
 
 
-class CachedFeatures(FeatureSource):
+class CachedFeatures(CacheTier):
     """A FeatureSource serving rows of `base` through a cache of `capacity` rows.
 
     policy: a name of POLICIES (options as for make_policy) or a CachePolicy.
@@ -82,7 +92,6 @@ class CachedFeatures(FeatureSource):
     lookahead fill it can differ from 1 - hit_rate); reset_stats() zeroes them.
     """
 
-    name = "cache"
     base: FeatureSource
 
     def __init__(
@@ -97,13 +106,10 @@ class CachedFeatures(FeatureSource):
         streams: CudaStreams | None = None,
         **options,
     ):
-        if has_tier(base, "cache"):
-            raise ConfigError(
-                "features", f"a cache over a stack that has one ({base!r}): keep one, of their combined size"
-            )
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
+        check_stack(self)  # a cache over a stack that has one, or over something else than a FeatureSource
         self.device = normalize_device(device) if device is not None else base.device
         if isinstance(policy, CachePolicy):
             if options:
@@ -114,7 +120,7 @@ class CachedFeatures(FeatureSource):
         else:
             self.policy = make_policy(policy, capacity, self.shape[0], **options)
         self._rows = torch.empty((self.policy.capacity, self.shape[1]), dtype=self.dtype, device=self.device)
-        self._victim = base if base.name == "victim" else None
+        self._victim = base if isinstance(base, VictimTier) else None
         self._lock = threading.Condition()
         self.fill = LookaheadFill(base, self.policy, self._lock, lookahead_fill_rows) if lookahead_fill else None
         self._finalizer = weakref.finalize(self, self.fill.close) if self.fill is not None else None

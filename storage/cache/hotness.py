@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnsys.datasets.csc import count_ids
+from gnnsys.ids import count_ids
 
 
 def out_degree(indices, num_nodes: int) -> np.ndarray:

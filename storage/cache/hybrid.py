@@ -25,6 +25,7 @@ class HybridPolicy(CachePolicy):
     """
 
     name = "hybrid"
+    scored_by = "presample"
     node_bytes = 16  # prior (float32), ema, last (int32)
 
     def __init__(self, capacity: int, num_nodes: int, score=None, prior_weight: float = 0.5, decay: float = 0.1):

@@ -34,6 +34,7 @@ class CachePolicy:
     """
 
     name = ""
+    scored_by = "degree"  # what a run ranks rows by for it: "degree" (out-degree), "presample" (hotness), "trace"
     node_bytes = 0  # bytes of state per node beyond the base's (planned_bytes)
     slot_bytes = 0  # bytes of state per slot beyond the base's
 

@@ -42,8 +42,8 @@ import torch
 import torch.distributed as dist
 
 from gnnsys.errors import ConfigError
-from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import check_ids, gather_output
+from gnnsys.storage.source import CacheTier, FeatureSource, GatherHandle
 
 from ..cuda_stream import CudaStreams, StreamHandle
 from .cached import CachedFeatures
@@ -78,7 +78,7 @@ class ShardRows(FeatureSource):
         """Nothing: the base belongs to the shared cache."""
 
 
-class SharedCachedFeatures(FeatureSource):
+class SharedCachedFeatures(CacheTier):
     """A FeatureSource over `base` whose cache is shared by every rank of a group.
 
     capacity: this rank's slots (W x capacity in all); policy: a name of
@@ -112,8 +112,6 @@ class SharedCachedFeatures(FeatureSource):
     bytes_from_base, hit_rate = (local_hits + remote_hits) / distinct,
     exchange_s: seconds in the collectives (counts, ids, rows).
     """
-
-    name = "cache"
 
     def __init__(
         self,
@@ -184,16 +182,16 @@ class SharedCachedFeatures(FeatureSource):
         given (a collective: see the class doc)."""
         return self.gather_async(ids, out).wait()
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
+    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> GatherHandle:
         """Queue gather(ids, out) on the exchange thread; a handle of the rows (see the class doc)."""
         future = torch.futures.Future()
         if self._streams is None:
             self._submit(_settle, future, self._step, ids, out)
-            return future
+            return GatherHandle(future=future)
         called, done = self._streams.new_event(), self._streams.new_event()
         called.record(self._streams.current(self.device))  # ids and out are written on the caller's stream
         self._submit(_settle, future, self._ordered_step, ids, out, called, done)
-        return StreamHandle(future, done, self._streams, self.device)
+        return StreamHandle(GatherHandle(future=future), done, self._streams, self.device)
 
     def _ordered_step(self, ids, out, called, done):  # `_step` on the exchange stream, between two events
         with self._streams.use(self._stream):

@@ -1,7 +1,8 @@
 """`static`: a fixed set of rows, the top ones by a score, never replaced.
 
-With out-degree as the score it is PaGraph's cache; with hotness counted by
-pre-sampling (hotness.presample_hotness) it is GNNLab's.
+With out-degree as the score it is PaGraph's cache (`static`); with hotness
+counted by pre-sampling (hotness.presample_hotness) it is GNNLab's
+(`presample`).
 """
 
 from __future__ import annotations
@@ -27,3 +28,10 @@ class StaticPolicy(CachePolicy):
 
     def _place(self, ids):
         return self._place_direct(ids)
+
+
+class PresamplePolicy(StaticPolicy):
+    """The static policy over the hotness of pre-sampled epochs (GNNLab)."""
+
+    name = "presample"
+    scored_by = "presample"

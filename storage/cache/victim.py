@@ -17,15 +17,15 @@ import threading
 import numpy as np
 import torch
 
-from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.errors import ConfigError
-from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import check_ids, gather_distinct
+from gnnsys.storage.gather_cpu import copy_rows
+from gnnsys.storage.source import VictimTier
 
 from .policy import replace_by_key
 
 
-class VictimBuffer(FeatureSource):
+class VictimBuffer(VictimTier):
     """A FeatureSource over `base` that also serves up to `capacity` rows
     offered to it by the cache above (`offer`).
 
@@ -41,8 +41,6 @@ class VictimBuffer(FeatureSource):
     ids per gather), requested (every id), hit_rate, offered (rows offered)
     and kept (offered rows taken in).
     """
-
-    name = "victim"
 
     @staticmethod
     def planned_bytes(capacity: int, num_nodes: int, row_bytes: int) -> int:

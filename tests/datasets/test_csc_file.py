@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import gnnsys
+from gnnsys.atomic import sha256_file
 from gnnsys.datasets import (
     DatasetError,
     PrepareOptions,
@@ -22,7 +23,6 @@ from gnnsys.datasets import (
     write_dataset,
     writer,
 )
-from gnnsys.datasets.atomic import sha256_file
 from gnnsys.datasets.inspect import verify
 from tests.conftest import random_source
 from tests.datasets.conftest import check_round_trip, graph_arrays, run_cli, write_ogb

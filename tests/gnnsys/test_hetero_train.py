@@ -10,15 +10,13 @@ import torch
 
 import gnnsys
 from gnnsys import ConfigError, HeteroOptions, MinibatchOptions
-from gnnsys.datasets.feature_table import RowTable
 from gnnsys.datasets.features_file import open_rows
 from gnnsys.datasets.hetero_dataset import HeteroDataset
-from gnnsys.hetero_features import build_type_stacks, type_out_degree
+from gnnsys.loading.feature_store import open_feature_store, type_out_degree
 from gnnsys.loading.hetero_loader import HeteroMinibatchLoader
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
-from gnnsys.samplers.hetero import HeteroNeighborSampler
-from gnnsys.samplers.seeds import SeedBatches
 from gnnsys.storage.ssd import SSDFeatures
+from gnnsys.storage.table import RowTable
 from gnnsys.training.checkpoints import load_checkpoint
 from tests.gnnsys.test_checkpoint import Killed, kill_after
 from tests.gnnsys.test_training_runs import comparable
@@ -132,10 +130,9 @@ def test_the_ssd_tier_reads_a_memory_mapped_tables_file(tmp_path):
 
 def test_type_stacks_share_the_cache_and_score_by_out_degree():
     ds = hetero_dataset()
-    sampler = HeteroNeighborSampler.from_dataset(ds, [2, 2])
-    seeds = SeedBatches(ds.split("train"), 8)
-    stacks = build_type_stacks(ds, sampler=sampler, seed_batches=seeds, cache_rows=12, cache_policy="static")
-    assert set(stacks) == {"paper"} and stacks["paper"].name == "cache"
+    options = HeteroOptions(fanouts=[2, 2], batch_size=8, cache_rows=12, cache_policy="static", progress=False)
+    stacks = open_feature_store(ds, options, "cpu")
+    assert set(stacks) == {"paper"} and stacks["paper"].name == "cache" and not stacks.homogeneous
     ids = torch.arange(0, 60, 7)
     assert torch.equal(stacks["paper"].gather(ids), ds.features["paper"][ids])
     indptr, indices = ds.relations[CITES]

@@ -3,8 +3,8 @@
 import numpy as np
 import torch
 
-from gnnsys.datasets.gather_cpu import copy_rows
 from gnnsys.ids import indices_on
+from gnnsys.storage.gather_cpu import copy_rows
 
 
 def test_indices_on_the_cpu_are_views_and_elsewhere_one_transfer(monkeypatch):

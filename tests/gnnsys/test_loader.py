@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gnnsys.datasets import PrepareOptions
-from gnnsys.feature_source import FeatureSource
 from gnnsys.loading.loader import MinibatchLoader
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.storage.source import FeatureSource
 
 
 def live_stage_threads():

@@ -14,11 +14,11 @@ import threading
 import pytest
 import torch
 
-from gnnsys.datasets import RowTable
-from gnnsys.feature_source import FeatureSource
 from gnnsys.loading.loader import MinibatchLoader, _tensors
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.neighbor import NeighborSampler
+from gnnsys.storage import RowTable
+from gnnsys.storage.source import FeatureSource
 from tests.storage.fakes import RecordingStreams, pretend_cuda
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from gnnsys.feature_source import FeatureSource
+from gnnsys.storage.source import FeatureSource, GatherHandle
 
 
 def pretend_cuda(monkeypatch) -> None:
@@ -157,9 +157,7 @@ class CountingRows(FeatureSource):
         return torch.index_select(self.x, 0, ids.long(), out=out)
 
     def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
-        from gnnsys.ids import completed
-
-        return completed(self.gather(ids, out))
+        return GatherHandle(self.gather(ids, out))
 
 
 class CountingSource(FeatureSource):
@@ -187,9 +185,7 @@ class CountingSource(FeatureSource):
         return rows if out is None else out.copy_(rows)
 
     def gather_async(self, ids, out=None):
-        from gnnsys.ids import completed
-
-        return completed(self.gather(ids, out))
+        return GatherHandle(self.gather(ids, out))
 
     def rows_read(self) -> int:
         """Rows read so far, repeats included."""

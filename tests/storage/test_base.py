@@ -1,12 +1,12 @@
-"""The tier contract (gnnsys.feature_source) and the stack helpers of storage/base.py."""
+"""The tier contract (gnnsys.storage.source) and the stack helpers of storage/base.py."""
 
 import pytest
 import torch
 
-from gnnsys.datasets.feature_table import RowTable
 from gnnsys.errors import ConfigError
 from gnnsys.storage import FeatureSource, check_stack, stack_host_bytes, tiers
 from gnnsys.storage.cache import CachedFeatures, VictimBuffer
+from gnnsys.storage.table import RowTable
 
 X = torch.arange(40, dtype=torch.float32).view(20, 2)
 
@@ -57,7 +57,7 @@ def test_stack_host_bytes_sums_every_tier_by_name():
 
 def test_a_cache_over_a_cache_is_refused():
     cache = CachedFeatures(RowTable.from_tensor(X), 5, "lru")
-    with pytest.raises(ConfigError, match="^features: a cache over a stack that has one"):
+    with pytest.raises(ConfigError, match="^features: a cache over a cache"):
         CachedFeatures(cache, 5, "lru")
     with pytest.raises(ConfigError, match="^features: a cache over a cache"):
         check_stack(_two_caches())

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from gnnsys.datasets.features_file import row_stride
-from gnnsys.datasets.gather_cpu import word_view
 from gnnsys.storage import RowTable
+from gnnsys.storage.gather_cpu import word_view
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

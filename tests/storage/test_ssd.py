@@ -35,8 +35,8 @@ def _need_uring():
         pytest.skip(f"io_uring is not available here: {reason}")
 
 
-def _ssd(path, engine="threads", inflight=None, **kwargs) -> SSDFeatures:
-    """SSDFeatures over `path` with O_DIRECT and `engine` (`inflight` reads: its
+def _ssd(table, engine="threads", inflight=None, **kwargs) -> SSDFeatures:
+    """SSDFeatures over `table` (a memory-mapped RowTable) with O_DIRECT and `engine` (`inflight` reads: its
     threads or ring depth), skipping the test where its file system has no
     O_DIRECT or the engine is io_uring and that is unavailable."""
     if engine == "uring":
@@ -44,11 +44,11 @@ def _ssd(path, engine="threads", inflight=None, **kwargs) -> SSDFeatures:
     if inflight is not None:
         kwargs["depth" if engine == "uring" else "threads"] = inflight
     try:
-        return SSDFeatures(path, direct=True, engine=engine, **kwargs)
+        return SSDFeatures(table, direct=True, engine=engine, **kwargs)
     except ConfigError as e:
         if e.option != "direct":
             raise
-        pytest.skip(f"{path} is on a file system without O_DIRECT (tmpfs?): direct reads cannot be tested")
+        pytest.skip(f"{table!r} is on a file system without O_DIRECT (tmpfs?): direct reads cannot be tested")
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -86,10 +86,10 @@ def test_rows_equal_base_table(make_dataset, dtype, align, inflight, tight, engi
     stride = ds.meta["features"]["row_stride"]
     kwargs = {}
     if tight:
-        with _ssd(ds.path) as probe:
+        with _ssd(ds.features) as probe:
             max_read = row_blocks(probe.row_bytes, stride, probe.block) * probe.block
         kwargs = {"max_read": max_read, "host_mem_budget": inflight * max_read}
-    with _ssd(ds.path, engine, inflight, **kwargs) as ssd:
+    with _ssd(ds.features, engine, inflight, **kwargs) as ssd:
         assert isinstance(ssd, FeatureSource) and ssd.shape == ds.features.shape and ssd.dtype == ds.features.dtype
         assert ssd.engine == engine
         for name, ids in _id_sets(stride, np.random.default_rng(align + inflight)).items():
@@ -107,7 +107,7 @@ def test_rows_equal_base_table(make_dataset, dtype, align, inflight, tight, engi
 
 def test_out_of_range_ids_raise_index_error(make_dataset):
     ds, _ = make_dataset(num_nodes=N)
-    with _ssd(ds.path) as ssd:
+    with _ssd(ds.features) as ssd:
         for bad in ([0, N], [-1, 3]):
             with pytest.raises(IndexError, match="out of range"):
                 ssd.gather(torch.tensor(bad))
@@ -121,7 +121,7 @@ def test_read_amplification_of_512_byte_rows(make_dataset, engine):
     """400 B rows stored in 512 B, no gap merging: one block per row,
     adjoining rows merge into one read, and no read exceeds max_read."""
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
-    with _ssd(ds.path, engine, 2, max_read=4096, host_mem_budget=8192, max_gap=0) as ssd:
+    with _ssd(ds.features, engine, 2, max_read=4096, host_mem_budget=8192, max_gap=0) as ssd:
         assert ssd.block == 512
         ids = torch.from_numpy(np.random.default_rng(1).choice(N, 100, replace=False))
         ssd.gather(torch.cat([ids, ids[:10]]))
@@ -190,7 +190,7 @@ def test_plan_reads_merge_rows_at_most_max_gap_apart(gap_blocks):
 @pytest.mark.parametrize("max_gap", [512, 8192])
 def test_rows_through_gap_merging_equal_the_table(make_dataset, engine, max_gap):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
-    with _ssd(ds.path, engine, 4, max_gap=max_gap) as ssd:
+    with _ssd(ds.features, engine, 4, max_gap=max_gap) as ssd:
         for name, ids in _id_sets(512, np.random.default_rng(max_gap)).items():
             assert _same(ssd.gather(ids), ds.features.gather(ids)), name
         assert ssd.stats()["read_amplification"] > 1.0  # the gaps were read too
@@ -200,7 +200,7 @@ def test_rows_through_gap_merging_equal_the_table(make_dataset, engine, max_gap)
 def test_a_bad_gap_is_refused(make_dataset, bad):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
     with pytest.raises(ConfigError, match=f'^max_gap: must be "auto" or an int >= 0 bytes, got {bad!r}$'):
-        SSDFeatures(ds.path, max_gap=bad)
+        SSDFeatures(ds.features, max_gap=bad)
 
 
 def _model(request_us: float, seq: float = 1e9, threads_rate: float | None = None) -> IOModel:
@@ -257,7 +257,7 @@ def test_expensive_requests_merge_and_cheap_ones_do_not(make_dataset, engine):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
     ids = torch.from_numpy(np.random.default_rng(5).choice(N, 60, replace=False))
     for request_us, merged in ((1000.0, True), (1e-3, False)):
-        with _ssd(ds.path, engine, 4, io_model=_model(request_us), max_read=N * 512) as ssd:
+        with _ssd(ds.features, engine, 4, io_model=_model(request_us), max_read=N * 512) as ssd:
             assert ssd.max_gap == "auto"
             for name, id_set in _id_sets(512, np.random.default_rng(1)).items():
                 assert _same(ssd.gather(id_set), ds.features.gather(id_set)), name
@@ -276,7 +276,7 @@ def test_without_a_model_auto_gaps_merge_nothing(make_dataset):
     """A file too small to probe (and any file read without O_DIRECT) has no
     model: auto reads only the blocks of the rows."""
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
-    with _ssd(ds.path) as ssd:
+    with _ssd(ds.features) as ssd:
         assert ssd.io_model is None
         ssd.gather(torch.arange(0, N, 3))
         assert ssd.stats()["bytes_read"] == 100 * 512 and ssd.stats()["max_gap_last"] == 0
@@ -286,12 +286,12 @@ def test_auto_engine_takes_the_one_the_model_measured_faster(make_dataset, caplo
     _need_uring()
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=70)
     with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"):
-        with SSDFeatures(ds.path, io_model=_model(20.0, threads_rate=1e6)) as ssd:
+        with SSDFeatures(ds.features, io_model=_model(20.0, threads_rate=1e6)) as ssd:
             assert ssd.engine == "threads"
-        with SSDFeatures(ds.path, io_model=_model(20.0, threads_rate=1e3)) as ssd:
+        with SSDFeatures(ds.features, io_model=_model(20.0, threads_rate=1e3)) as ssd:
             assert ssd.engine == "uring" and "uring" in ssd.host_bytes()
             assert ssd.host_bytes()["uring"] > 0 and ssd.host_bytes()["staging"] == 64 << 20
-        with SSDFeatures(ds.path, engine="uring", io_model=_model(20.0, threads_rate=1e6)) as ssd:
+        with SSDFeatures(ds.features, engine="uring", io_model=_model(20.0, threads_rate=1e6)) as ssd:
             assert ssd.engine == "uring"  # an engine named is kept
     assert "measured 50000 reads/s with io_uring depth 128, 1000000 with 16 threads" in caplog.text
 
@@ -307,12 +307,12 @@ def test_tmpfs_falls_back_with_a_warning(engine):
         source, _ = random_source(num_nodes=N, dim=70)
         path = write_dataset(source, os.path.join(root, "ds"), PrepareOptions(align=512, progress=False))
         try:
-            SSDFeatures(path, direct=True).close()
+            SSDFeatures(load_dataset(path).features, direct=True).close()
             pytest.skip("/dev/shm enforces O_DIRECT here, so it is not a file system without direct I/O")
         except ConfigError:
             pass
         with pytest.warns(RuntimeWarning, match="O_DIRECT.*posix_fadvise") as caught:
-            ssd = SSDFeatures(path, engine=engine)
+            ssd = SSDFeatures(load_dataset(path).features, engine=engine)
         assert len(caught) == 1 and "\n" not in str(caught[0].message)
         with ssd:
             assert not ssd.direct
@@ -327,7 +327,7 @@ def test_truncated_file_is_a_dataset_error(make_dataset, engine):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
     file = ds.path / "features.bin"
     head = ds.features.gather(torch.arange(50))
-    with _ssd(ds.path, engine, 4) as ssd:
+    with _ssd(ds.features, engine, 4) as ssd:
         os.truncate(file, 100 * 512)
         assert _same(ssd.gather(torch.arange(50)), head)
         with pytest.raises(DatasetError, match=r"features\.bin: truncated after opening"):
@@ -336,22 +336,22 @@ def test_truncated_file_is_a_dataset_error(make_dataset, engine):
             ssd.gather_async(torch.arange(N)).wait()
         assert _same(ssd.gather(torch.arange(50)), head)
     with pytest.raises(DatasetError, match=r"features\.bin: size 51200 bytes"):
-        SSDFeatures(ds.path)
+        SSDFeatures(ds.features)
 
 
 def test_budget_or_read_size_too_small_is_refused(make_dataset):
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
     with pytest.raises(ConfigError, match=r"host_mem_budget: 16383 bytes cannot stage one read per thread"):
-        SSDFeatures(ds.path, threads=4, max_read=4096, host_mem_budget=16383, engine="threads")
+        SSDFeatures(ds.features, threads=4, max_read=4096, host_mem_budget=16383, engine="threads")
     with pytest.raises(ConfigError, match="max_read"):
-        SSDFeatures(ds.path, max_read=256)
+        SSDFeatures(ds.features, max_read=256)
     with pytest.raises(ConfigError, match="threads"):
-        SSDFeatures(ds.path, threads=0)
+        SSDFeatures(ds.features, threads=0)
     for depth in (0, 32769):
         with pytest.raises(ConfigError, match=r"^depth: must be 1 to 32768"):
-            SSDFeatures(ds.path, depth=depth)
+            SSDFeatures(ds.features, depth=depth)
     with pytest.raises(ConfigError, match=r"^engine: must be one of auto, uring, threads, got 'io_uring'"):
-        SSDFeatures(ds.path, engine="io_uring")
+        SSDFeatures(ds.features, engine="io_uring")
 
 
 def test_uring_budget_must_stage_one_read(make_dataset):
@@ -359,8 +359,8 @@ def test_uring_budget_must_stage_one_read(make_dataset):
     _need_uring()
     ds, _ = make_dataset(options=PrepareOptions(align=512, progress=False), num_nodes=N, dim=100)
     with pytest.raises(ConfigError, match=r"host_mem_budget: 4095 bytes cannot stage one read of max_read 4096 B"):
-        SSDFeatures(ds.path, engine="uring", max_read=4096, host_mem_budget=4095)
-    with SSDFeatures(ds.path, engine="uring", depth=64, max_read=4096, host_mem_budget=4096) as ssd:
+        SSDFeatures(ds.features, engine="uring", max_read=4096, host_mem_budget=4095)
+    with SSDFeatures(ds.features, engine="uring", depth=64, max_read=4096, host_mem_budget=4096) as ssd:
         assert _same(ssd.gather(torch.arange(N)), ds.features.gather(torch.arange(N)))
 
 
@@ -369,9 +369,9 @@ def test_uring_refused_in_one_line_and_auto_falls_back_where_unavailable(make_da
     why = "io_uring_setup: Operation not permitted (forbidden by kernel.io_uring_disabled or a seccomp filter)"
     monkeypatch.setattr("gnnsys.storage.ssd.uring_available", lambda: (False, why))
     with pytest.raises(ConfigError, match=r"^engine: io_uring is not available here: io_uring_setup: Operation") as e:
-        SSDFeatures(ds.path, engine="uring")
+        SSDFeatures(ds.features, engine="uring")
     assert "\n" not in str(e.value)
-    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"), SSDFeatures(ds.path) as ssd:
+    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"), SSDFeatures(ds.features) as ssd:
         assert ssd.engine == "threads" and ssd.depth is None and repr(ssd).endswith("16 threads)")
         assert _same(ssd.gather(torch.tensor([3, 0, 3])), ds.features.gather(torch.tensor([3, 0, 3])))
     assert f"the thread pool: io_uring is not available ({why})" in caplog.text
@@ -380,7 +380,7 @@ def test_uring_refused_in_one_line_and_auto_falls_back_where_unavailable(make_da
 def test_auto_takes_uring_where_available(make_dataset, caplog):
     _need_uring()
     ds, _ = make_dataset(num_nodes=N)
-    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"), SSDFeatures(ds.path) as ssd:
+    with caplog.at_level(logging.INFO, logger="gnnsys.storage.ssd"), SSDFeatures(ds.features) as ssd:
         assert ssd.engine == "uring" and ssd.depth == 128 and repr(ssd).endswith("io_uring depth 128)")
     assert "SSD tier reads with io_uring" in caplog.text
 

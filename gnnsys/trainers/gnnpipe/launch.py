@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from gnnsys.atomic import atomic_write_bytes
 from gnnsys.datasets import as_dataset
-from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
 from gnnsys.training.result import make_result
 

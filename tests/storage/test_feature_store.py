@@ -1,6 +1,6 @@
 """The feature tiers of minibatch training: host-memory plan (and the bytes
-held, measured against it), stack building, training through the SSD tier and
-a cache, `gnnsys info` placement advice."""
+held, measured against it), stack and store building, training through the
+SSD tier and a cache, `gnnsys info` placement advice."""
 
 import json
 
@@ -11,15 +11,12 @@ from gnnsys import train
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions
 from gnnsys.errors import ConfigError
-from gnnsys.feature_stack import (
-    FIRST_STAGING,
-    GB,
-    MAX_STAGING,
-    build_feature_stack,
-    plan_host_memory,
-    tier_stats,
-    tiers_of,
-)
+from gnnsys.samplers import NeighborSampler, SeedBatches
+from gnnsys.storage.base import tiers
+from gnnsys.storage.cache import out_degree
+from gnnsys.storage.memory_plan import FIRST_STAGING, GB, MAX_STAGING, plan_host_memory
+from gnnsys.storage.stack_builder import build_stack
+from gnnsys.storage.store import HOMOGENEOUS, FeatureStore, build_store
 
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2, epochs=2, eval_every=2)
 
@@ -66,14 +63,15 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
     """A trace of three epochs through SSD + victim buffer + cache with reading
     ahead, driven by the real loader's window: after every batch (and with every
     read ahead finished) each tier holds at most what the plan gave it."""
-    from gnnsys.feature_stack import estimate_batch_rows
+    from gnnsys.loading.feature_store import largest_batch_rows
     from gnnsys.loading.loader import MinibatchLoader
     from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
     from gnnsys.storage.base import stack_host_bytes
 
     ds = ssd_dataset(make_dataset)
-    batch_rows = estimate_batch_rows(ds, [4, 3], 16, seed=0)
-    stack, plan = build_feature_stack(
+    sampler = NeighborSampler(ds.indptr, ds.indices, [4, 3], seed=0)
+    batch_rows = largest_batch_rows(sampler, SeedBatches(ds.split("train"), 16, shuffle=True, seed=0), ds.num_nodes)
+    stack, plan = table_stack(
         ds,
         features="ssd",
         cache_rows=40,
@@ -114,6 +112,11 @@ def test_bytes_held_at_every_step_stay_within_the_plan(make_dataset, policy, bud
     stack.close()
 
 
+def table_stack(ds, **options):
+    """build_stack over `ds`'s features, its cache scored by out-degree as training scores it."""
+    return build_stack(ds.features, degree=lambda: out_degree(ds.indices.numpy(), ds.num_nodes), **options)
+
+
 def ssd_dataset(make_dataset, **kwargs):
     ds, _ = make_dataset(
         num_nodes=300, num_edges=2400, dim=12, options=PrepareOptions(progress=False, align=512), **kwargs
@@ -124,7 +127,7 @@ def ssd_dataset(make_dataset, **kwargs):
 @pytest.mark.parametrize("policy", ["static", "presample", "lru", "sieve", "s3fifo"])
 def test_ssd_and_cache_stack_gathers_the_table(make_dataset, policy):
     ds = ssd_dataset(make_dataset)
-    stack, plan = build_feature_stack(
+    stack, plan = table_stack(
         ds,
         features="ssd",
         cache_rows=40,
@@ -132,12 +135,12 @@ def test_ssd_and_cache_stack_gathers_the_table(make_dataset, policy):
         host_mem_budget=0.01,
         presample=lambda: torch.arange(ds.num_nodes, dtype=torch.float64).numpy(),
     )
-    names = [type(t).__name__ for t in tiers_of(stack)]
+    names = [type(t).__name__ for t in tiers(stack)]
     assert names == ["CachedFeatures", "SSDFeatures"] and plan.cache_rows == 40
     ids = torch.tensor([0, 299, 5, 5, 150, 0])
     for _ in range(3):
         assert torch.equal(stack.gather(ids), ds.features.gather(ids))
-    stats = tier_stats(stack)
+    stats = FeatureStore({HOMOGENEOUS: stack}).stats()[HOMOGENEOUS]
     assert stats["cache"]["requested"] == 18 and stats["ssd"]["bytes_read"] > 0
 
 
@@ -161,7 +164,7 @@ def test_ssd_needs_a_prepared_dataset(make_dataset):
         )
     )
     with pytest.raises(ConfigError, match="^features: 'ssd' reads a prepared dataset's features.bin"):
-        build_feature_stack(memory, features="ssd", cache_rows=10)
+        build_store({HOMOGENEOUS: memory.features}, degree={HOMOGENEOUS: None}, features="ssd", cache_rows=10)
 
 
 def test_training_through_ssd_and_cache_equals_training_in_memory(make_dataset):

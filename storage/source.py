@@ -8,7 +8,9 @@ the base class gives every tier the same surface, with defaults for what a
 tier has no use for, so that code above never probes a tier with hasattr:
 
 - gather(ids, out=None) -> rows (the one method a tier must implement);
-  gather_async(ids, out=None) -> a handle whose wait() gives them;
+  gather_async(ids, out=None) -> a `GatherHandle`, the one handle type of
+  every tier: wait() gives the rows in stream order, check() gives them
+  after verifying every id (a tier that defers that check overrides it);
   gather_into(ids, out, at): rows `ids` written at rows `at` of `out`, which
   lets a tier above fill the caller's rows in place (tiers that can,
   override the default's temporary copy);
@@ -20,15 +22,42 @@ tier has no use for, so that code above never probes a tier with hasattr:
 - close(): release threads, files and buffers, down the stack;
 - name: the key of the tier in stats and epoch records.
 
-It lives in a leaf module, below `datasets`, because the dataset's own
-`RowTable` is the bottom tier of every stack; `gnnsys.storage` exports it.
+A tier's role in a stack is its class: `CacheTier` (a software cache; at
+most one per stack) and `VictimTier` (the buffer of a cache's evicted rows,
+directly under it); `storage.base.check_stack` reads the roles with
+isinstance. `gnnsys.storage` exports the contract.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gnnsys.ids import completed
+
+class GatherHandle:
+    """A gather that may still be running (the result of `gather_async`).
+
+    Holds the rows (`rows`) or a torch Future of them (`future`): wait() gives
+    the rows (blocking on the future), check() gives them after verifying
+    every id was inside the table (here the same as wait(); handles of tiers
+    that defer the check override it), done() whether wait() would return
+    at once."""
+
+    def __init__(self, rows: torch.Tensor | None = None, future: torch.futures.Future | None = None):
+        if (rows is None) == (future is None):
+            raise ValueError("a GatherHandle holds either rows or a future of them")
+        self._rows, self._future = rows, future
+
+    def wait(self) -> torch.Tensor:
+        """The rows (waits for the future, if any)."""
+        return self._rows if self._future is None else self._future.wait()
+
+    def check(self) -> torch.Tensor:
+        """The rows, after verifying every id (IndexError otherwise)."""
+        return self.wait()
+
+    def done(self) -> bool:
+        """Whether the rows are ready."""
+        return self._future is None or self._future.done()
 
 
 class FeatureSource:
@@ -49,9 +78,9 @@ class FeatureSource:
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement gather")
 
-    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None):
-        """gather, already complete (a torch Future); asynchronous tiers override it."""
-        return completed(self.gather(ids, out))
+    def gather_async(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> GatherHandle:
+        """gather, already complete; asynchronous tiers override it."""
+        return GatherHandle(self.gather(ids, out))
 
     def gather_into(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
         """Write row ids[i] into out[at[i]] for every i (`at`: int64 positions
@@ -88,3 +117,16 @@ class FeatureSource:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class CacheTier(FeatureSource):
+    """The role of a software cache of rows over its base (at most one per stack)."""
+
+    name = "cache"
+
+
+class VictimTier(FeatureSource):
+    """The role of a victim buffer: rows its cache evicted, kept while the
+    lookahead window needs them (directly under the cache)."""
+
+    name = "victim"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnsys.feature_source import FeatureSource
 from gnnsys.ids import check_ids, gather_output, index_to_ids
+from gnnsys.storage.source import FeatureSource
 
 from .gather_cpu import gather_rows, gather_rows_to, tensor_words, word_view
 
@@ -20,7 +20,7 @@ class RowTable(FeatureSource):
     gather copies the requested rows in parallel into a reusable buffer, so a
     steady-state gather allocates nothing when `out` is passed; `table[ids]`
     (ids, a slice, a boolean mask or an int) returns the exact stored rows.
-    It is a FeatureSource (gnnsys.feature_source) with no lower tier (`base`
+    It is a FeatureSource (gnnsys.storage.source) with no lower tier (`base`
     None); host_bytes() counts an in-memory table, not a memory-mapped one
     (its pages belong to the page cache).
     """

@@ -1,0 +1,111 @@
+"""The FeatureStore a training run reads, built from its options for either
+kind of graph (a homogeneous one is the store's one-key case).
+
+Each key's cache is scored by out-degree (summed over the relations whose
+sources are that node type) or by GNNLab's hotness: in how many batches of
+PRESAMPLE_EPOCHS pre-sampled epochs of the training seeds (numbered from
+PRESAMPLE_FROM, never trained on) a node's features are read, with the
+sampler training uses. With a lookahead window the plan needs the rows a
+batch reads: 1.25 x the largest of the first 3 batches of epoch 0.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import numpy as np
+
+from gnnsys.datasets.hetero_dataset import HeteroDataset
+from gnnsys.samplers.seeds import SeedBatches
+from gnnsys.storage.cache import out_degree, presample_hotness
+from gnnsys.storage.store import HOMOGENEOUS, FeatureStore, build_store
+
+PRESAMPLE_EPOCHS = 2
+PRESAMPLE_FROM = 1_000_000  # pre-sampled epochs are numbered far beyond any training epoch
+
+
+class TypeInputs:
+    """One node type's view of a HeteroNeighborSampler: `sample(seeds, epoch,
+    batch).input_nodes` are that type's input nodes, `num_nodes` its count
+    (what the cache's hotness and batch-size estimates read of a sampler)."""
+
+    def __init__(self, sampler, node_type: str):
+        self.sampler, self.node_type = sampler, node_type
+        self.num_nodes = sampler.node_types[node_type]
+
+    def sample(self, seeds, epoch: int = 0, batch: int = 0):
+        mb = self.sampler.sample(seeds, epoch, batch)
+        return SimpleNamespace(input_nodes=mb.input_nodes[self.node_type])
+
+
+def largest_batch_rows(sampler, seed_batches, num_nodes: int, batches: int = 3) -> int:
+    """1.25 x the largest `input_nodes` of the first `batches` batches of
+    epoch 0 that `sampler` draws for `seed_batches` (SeedBatches), at most num_nodes."""
+    seeds = seed_batches.epoch(0)[:batches]
+    largest = max((sampler.sample(s, 0, i).input_nodes.shape[0] for i, s in enumerate(seeds)), default=0)
+    return min(num_nodes, largest + largest // 4)
+
+
+def presampled_hotness(sampler, seed_batches, epochs: int = PRESAMPLE_EPOCHS) -> np.ndarray:
+    """storage.cache.presample_hotness of `sampler` (with `num_nodes` and
+    `sample`) over `epochs` epochs of `seed_batches` numbered from PRESAMPLE_FROM."""
+    return presample_hotness(sampler, seed_batches, range(PRESAMPLE_FROM, PRESAMPLE_FROM + epochs))
+
+
+def type_out_degree(dataset: HeteroDataset, node_type: str) -> np.ndarray:
+    """How many neighbour lists, over every relation whose sources are
+    `node_type`, hold each node of that type (float64: a cache score)."""
+    total = np.zeros(dataset.num_nodes(node_type), np.float64)
+    for (src, _, _), (_, indices) in dataset.relations.items():
+        if src == node_type:
+            total += out_degree(indices.numpy(), total.shape[0])
+    return total
+
+
+def training_sampler(dataset, options):
+    """The CPU sampler training draws with (the loader builds its own, drawing the same)."""
+    if isinstance(dataset, HeteroDataset):
+        from gnnsys.samplers.hetero import HeteroNeighborSampler
+
+        fanouts = options.sampler_fanouts(dataset.edge_types)
+        return HeteroNeighborSampler.from_dataset(dataset, fanouts, seed=options.seed, method=options.sampling)
+    from gnnsys.samplers.factory import make_sampler
+
+    fanouts = list(options.fanouts)
+    return make_sampler("cpu", dataset.indptr, dataset.indices, fanouts, seed=options.seed, sampling=options.sampling)
+
+
+def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
+    """The FeatureStore over `dataset`'s tables (a Dataset's one, or a
+    HeteroDataset's per featured node type) with the tiers `options` (a
+    MinibatchOptions or HeteroOptions) ask for, on `device`; `ranks` of
+    several data-parallel ranks share one cache (storage.stack_builder)."""
+    sampler = functools.cache(lambda: training_sampler(dataset, options))  # built only if a score or plan needs it
+    seeds = SeedBatches(dataset.split("train"), options.batch_size, shuffle=True, seed=options.seed)
+    if isinstance(dataset, HeteroDataset):
+        tables = dict(dataset.features)
+        view = lambda t: TypeInputs(sampler(), t)  # noqa: E731
+        degree = {t: lambda t=t: type_out_degree(dataset, t) for t in tables}
+    else:
+        tables = {HOMOGENEOUS: dataset.features}
+        view = lambda key: sampler()  # noqa: E731
+        degree = {HOMOGENEOUS: lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)}
+    rows = {k: table.shape[0] for k, table in tables.items()}
+    return build_store(
+        tables,
+        degree=degree,
+        presample={k: lambda k=k: presampled_hotness(view(k), seeds) for k in tables},
+        batch_rows={k: largest_batch_rows(view(k), seeds, rows[k]) if options.lookahead else 0 for k in tables},
+        features=options.features,
+        device=device,
+        cache_rows=options.cache_rows,
+        cache_gb=options.cache_gb,
+        cache_policy=options.cache_policy,
+        lookahead=options.lookahead,
+        victim_rows=options.victim_rows,
+        host_mem_budget=options.host_mem_budget,
+        progress=options.progress,
+        ranks=ranks,
+        replicate_frac=options.replicate_frac,
+    )

@@ -1,0 +1,125 @@
+"""The stack of feature tiers over one table, built from a run's options.
+
+Bottom to top: the rows (the table placed by `storage.placement`, or the SSD
+tier `SSDFeatures` reading the file a memory-mapped table maps, with
+O_DIRECT), a victim buffer (when a lookahead window is given), and a
+software cache (`CachedFeatures`, or `SharedCachedFeatures` over
+data-parallel ranks) on top, every part sized by the host-memory plan
+(storage/memory_plan.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from gnnsys.errors import ConfigError
+
+from .base import check_stack, tiers
+from .cache import CachedFeatures, SharedCachedFeatures, VictimBuffer, run_policy
+from .memory_plan import SSD_ENGINE_BYTES, plan_host_memory
+from .placement import unified
+from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
+
+log = logging.getLogger(__name__)
+
+
+def build_stack(
+    table,
+    *,
+    degree,
+    features: str = "auto",
+    device="cpu",
+    cache_rows: int = 0,
+    cache_gb: float | None = None,
+    cache_policy: str = "static",
+    lookahead: int = 0,
+    victim_rows: int | None = None,
+    host_mem_budget: float | None = None,
+    presample=None,
+    progress: bool = True,
+    ranks=None,
+    replicate_frac: float = 0.0,
+    batch_rows: int = 0,
+):
+    """The FeatureSource stack over the RowTable `table` (see the module docstring).
+
+    degree(): the cache's out-degree score (float64 per row), called only
+    when the policy needs it.
+    features: a placement of storage.placement ("auto", "gpu", "pinned",
+    "cpu-gather") or "ssd" (the SSD tier reads the file `table` maps:
+    storage.ssd.rows_file); cache_rows
+    or cache_gb and cache_policy (storage.cache.RUN_POLICIES: "static" out-degree,
+    "presample" hotness, "lru", "sieve", "s3fifo", "hybrid"): the cache (none
+    when both are unset/0; on a CUDA device its rows live in GPU memory);
+    lookahead > 0 adds a victim buffer of victim_rows rows and reading ahead
+    for the cache (the loader passes the window); presample(): the
+    pre-sampling hotness score, called only when the policy needs it
+    (a policy scored_by "presample"); batch_rows: see plan_host_memory. `ranks` (gnnsys.parallel.ranks)
+    of several data-parallel ranks: the cache is one `SharedCachedFeatures`
+    of world_size x its rows on a gloo group of its own (replicate_frac: the
+    share of each rank's slots holding the hottest rows on every rank), with
+    no victim buffer. Returns (source, HostMemoryPlan).
+    """
+    if ranks is not None and ranks.multi:
+        if victim_rows:
+            raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
+        victim_rows = 0
+    on_gpu = torch.device(device).type == "cuda"  # hot rows in GPU memory, gathered rows arrive there
+    sizes = dict(
+        cache_rows=cache_rows,
+        cache_gb=cache_gb,
+        cache_policy=cache_policy,
+        lookahead=lookahead,
+        victim_rows=victim_rows,
+        batch_rows=batch_rows,
+        cache_on_host=not on_gpu,
+    )
+    source, plan = _bottom(table, features, device, host_mem_budget, progress, sizes)
+    if plan.cache_rows == 0:
+        return check_stack(source), plan
+
+    if plan.victim_rows:
+        source = VictimBuffer(source, plan.victim_rows)
+    if run_policy(cache_policy).scored_by == "presample":
+        if presample is None:
+            raise ConfigError("cache_policy", f"{cache_policy!r} needs a pre-sampling score")
+        score = presample()
+    else:
+        score = degree()
+    if ranks is not None and ranks.multi:
+        shares = dict(score=score, replicate_frac=replicate_frac, group=ranks.new_host_group())
+        source = SharedCachedFeatures(source, plan.cache_rows, cache_policy, **shares)
+    else:
+        source = CachedFeatures(
+            source,
+            plan.cache_rows,
+            cache_policy,
+            score=score,
+            lookahead_fill=lookahead > 0,
+            lookahead_fill_rows=plan.lookahead_fill_rows,
+            device=device if on_gpu else None,
+        )
+    log.info(
+        "feature tiers: %s; host memory planned: %s", " over ".join(repr(t) for t in tiers(source)), plan.describe()
+    )
+    return check_stack(source), plan
+
+
+def _bottom(table, features, device, host_mem_budget, progress, sizes):
+    """(rows source, HostMemoryPlan): the placed table, or the SSD tier reading its file sized by the plan."""
+    num_nodes, dim = table.shape
+    row_bytes = dim * table.dtype.itemsize
+    if features != "ssd":
+        plan = plan_host_memory(num_nodes, row_bytes, **sizes)
+        return unified(table, features, device, progress=progress).source, plan
+    plan = plan_host_memory(
+        num_nodes,
+        row_bytes,
+        host_mem_budget=host_mem_budget,
+        min_staging=DEFAULT_THREADS * DEFAULT_MAX_READ,
+        engine_bytes=SSD_ENGINE_BYTES,
+        **sizes,
+    )
+    return SSDFeatures(table, host_mem_budget=plan.staging_bytes), plan
