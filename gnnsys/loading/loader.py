@@ -30,6 +30,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,13 +39,16 @@ import numpy as np
 import torch
 
 from gnnsys._capabilities import normalize_device
+from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.block import MiniBatch
 from gnnsys.samplers.factory import make_sampler
+from gnnsys.samplers.hetero import HeteroNeighborSampler
 from gnnsys.samplers.seeds import SeedBatches
 from gnnsys.storage.base import has_tier
 from gnnsys.storage.cuda_stream import CudaStreams
 from gnnsys.storage.source import CacheTier, GatherHandle
+from gnnsys.storage.store import HOMOGENEOUS
 
 _POLL_S = 0.05  # how often a blocked stage looks at the stop event
 
@@ -52,9 +56,12 @@ _POLL_S = 0.05  # how often a blocked stage looks at the stop event
 class MinibatchLoader:
     """Iterate over the minibatches of one split of `dataset`, one epoch per pass.
 
-    dataset: a gnnsys.datasets.Dataset; split: "train", "valid", "test" or a
-    tensor of node ids; sampling: a SamplingOptions (fanouts, sampler kind or
-    object, method); batches: a BatchOptions (batch size, shuffle, seed, the
+    dataset: a gnnsys.datasets.Dataset or HeteroDataset; split: "train",
+    "valid", "test" or a tensor of node ids (a HeteroDataset's target nodes);
+    sampling: a SamplingOptions (fanouts, sampler kind or object, method; a
+    HeteroDataset is sampled per relation by the "cpu" sampler,
+    HeteroNeighborSampler, its fanouts per layer an int or a {relation:
+    count} dict); batches: a BatchOptions (batch size, shuffle, seed, the
     rank's share); pipeline: a PipelineOptions (prefetch, sampling threads,
     lookahead, stream API); all three in gnnsys.loading.options. Each
     MiniBatch has `x` (features of input_nodes in `x_dtype`, default float32;
@@ -63,16 +70,20 @@ class MinibatchLoader:
     `device` (normalised: "cuda" is "cuda:<current>") like every other tensor
     of the batch, and `timings` {"sample_s", "gather_s", "wait_s"} (plus
     "transfer_s" off the CPU; on a GPU these are host times, the device work
-    runs behind them in stream order). `features`: the FeatureSource rows
-    come from (for example a placed or cached stack, gnnsys.storage); default
-    the dataset's own table. `set_epoch(e)` picks the shuffle and the
+    runs behind them in stream order). `features`: where rows come from: a
+    FeatureSource (for example a placed or cached stack, gnnsys.storage), or
+    {key: FeatureSource} (a FeatureStore) keyed as the batches' input nodes
+    are (a HeteroDataset's node types: `x` is then {node type: rows}, for the
+    types given); default the dataset's own table(s). x_dtype: one dtype, or
+    {key: dtype}. `set_epoch(e)` picks the shuffle and the
     sampling stream of epoch e, both functions of (seed, e) only. An error in
     a stage re-raises in the loop with its original traceback; leaving the
     loop early (break, an exception, closing or dropping the iterator) stops
     the threads. With lookahead K > 0, before batch j's gather the feature
     source's `set_window` gets the input ids of the sampled batches
-    j+1..j+K (nearest first; fewer at the end of an epoch), which a cache
-    uses for eviction, its victim buffer and its lookahead fill.
+    j+1..j+K (nearest first; fewer at the end of an epoch; each key's source
+    its key's ids), which a cache uses for eviction, its victim buffer and its
+    lookahead fill (so every source then needs a cache).
     """
 
     def __init__(
@@ -85,7 +96,7 @@ class MinibatchLoader:
         *,
         features=None,
         device="cpu",
-        x_dtype: torch.dtype = torch.float32,
+        x_dtype: torch.dtype | dict = torch.float32,
     ):
         batches = batches or BatchOptions()
         pipeline = pipeline or PipelineOptions()
@@ -101,11 +112,11 @@ class MinibatchLoader:
             world_size=batches.world_size,
         )
         self.device = normalize_device(device)
-        self.sampler = self._make_sampler(sampling, batches.seed)
+        self.sampler = _sampler(sampling, dataset, self.device, batches.seed)
         self.features = dataset.features if features is None else features
         self.prefetch, self.lookahead, self.num_workers = pipeline.prefetch, pipeline.lookahead, pipeline.num_workers
         self.x_dtype = x_dtype
-        self._rows = self._row_buffers()
+        self._rows = self._row_buffers()  # {key: FeatureRows}
         self.set_epoch(0)
         streams = pipeline.streams
         # streams and events are duck-typed (CudaStreams, or a stand-in with its methods); None off CUDA
@@ -119,29 +130,37 @@ class MinibatchLoader:
     def __len__(self) -> int:
         return len(self.seeds)
 
-    # What a loader of another kind of minibatch (gnnsys.loading.hetero_loader) redefines: its
-    # sampler, the buffers and gathers of its features, the ids its window holds.
+    def _row_buffers(self) -> dict:
+        """{key: the rows of its source with their buffers}; ValueError for a
+        lookahead without a cache, or a node type the dataset does not have."""
+        sources = _keyed(self.features)
+        if isinstance(self.dataset, HeteroDataset):
+            unknown = sorted(set(sources) - set(self.dataset.node_types))
+            if unknown:
+                types = ", ".join(self.dataset.node_types)
+                raise ValueError(f"features for unknown node types {unknown}; types: {types}")
+        dtypes = self.x_dtype if isinstance(self.x_dtype, dict) else dict.fromkeys(sources, self.x_dtype)
+        return {k: FeatureRows(source, dtypes[k], self.prefetch + 3, self.lookahead) for k, source in sources.items()}
 
-    def _make_sampler(self, sampling: SamplingOptions, seed: int):
-        """The options' Sampler object, or the kind they name built over the dataset's graph."""
-        return _sampler(sampling, self.dataset, self.device, seed)
-
-    def _row_buffers(self) -> FeatureRows:
-        """The rows of `features` with their buffers; ValueError for a lookahead without a cache."""
-        return FeatureRows(self.features, self.x_dtype, self.prefetch + 3, self.lookahead)
-
-    def _window_ids(self, mb: MiniBatch):
-        """What the window holds of sampled batch `mb`: its input ids, copied to the host."""
-        return self._to_host(mb.input_nodes)
+    def _window_ids(self, mb) -> dict:
+        """What the window holds of sampled batch `mb`: each key's input ids, copied to the host."""
+        inputs = _keyed(mb.input_nodes)
+        return {k: self._to_host(inputs[k]) for k in self._rows}
 
     def _set_window(self, window: list):
-        """Hand the feature source the window (`_window_ids` of the batches sampled ahead)."""
-        self.features.set_window(window)
+        """Hand each key's feature source its ids of the window (`_window_ids` of the batches sampled ahead)."""
+        for k, rows in self._rows.items():
+            rows.source.set_window([ids[k] for ids in window])
 
-    def _gather_rows(self, mb: MiniBatch, stream) -> list:
-        """mb.x: the rows of its input nodes; returns the gathers whose id check is due at hand-out."""
-        mb.x, pending = self._gather_from(self._rows, mb.input_nodes, stream)
-        return [pending]
+    def _gather_rows(self, mb, stream) -> list:
+        """mb.x: the rows of its input nodes (keyed as they are); returns the
+        gathers whose id check is due at hand-out."""
+        inputs, x, pending = _keyed(mb.input_nodes), {}, []
+        for k, rows in self._rows.items():
+            x[k], gathering = self._gather_from(rows, inputs[k], stream)
+            pending.append(gathering)
+        mb.x = x if isinstance(mb.input_nodes, dict) else x[HOMOGENEOUS]
+        return pending
 
     def _gather_from(self, rows: FeatureRows, ids: torch.Tensor, stream):
         """(rows `ids` of rows.source in x_dtype, the GatherHandle whose id check is due
@@ -274,11 +293,24 @@ def _window(ahead) -> list:
     return window
 
 
+def _keyed(value) -> dict:
+    """A homogeneous graph's one value as {HOMOGENEOUS: value}; a dict as it is."""
+    return value if isinstance(value, Mapping) else {HOMOGENEOUS: value}
+
+
 def _sampler(sampling: SamplingOptions, dataset, device, seed: int):
     """The loader's sampler: the options' Sampler object, or the kind they name built over the dataset's graph."""
     if not isinstance(sampling.sampler, str):
         return sampling.sampler
     assert sampling.fanouts is not None  # SamplingOptions requires them for a named sampler
+    if isinstance(dataset, HeteroDataset):
+        if sampling.sampler != "cpu":
+            raise ValueError(
+                f"sampler {sampling.sampler!r}: a heterogeneous graph is sampled by the CPU sampler ('cpu')"
+            )
+        return HeteroNeighborSampler.from_dataset(
+            dataset, list(sampling.fanouts), seed=seed, method=sampling.method, replace=sampling.replace
+        )
     return make_sampler(
         sampling.sampler,
         dataset.indptr,
@@ -300,7 +332,7 @@ class _InFlight:
     and with a lookahead window the sampling's event and the input ids'
     copy on the host queued before it."""
 
-    mb: Any  # a MiniBatch, or what the loader's sampler makes (gnnsys.loading.hetero_loader)
+    mb: Any  # a MiniBatch or a HeteroMiniBatch
     seeds: torch.Tensor
     ready: Any = None
     pending: list = field(default_factory=list)

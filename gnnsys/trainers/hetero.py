@@ -3,12 +3,11 @@ classification on a heterogeneous graph (ogbn-mag's kind) with an R-GCN.
 
 `HeteroTrainer` is the minibatch trainer (gnnsys.trainers.minibatch.MinibatchTrainer:
 the epoch loop, progress, checkpoints and exact resume, the best epoch's
-weights, LR schedule, patience, evaluation) with what a
-heterogeneous graph changes: per-relation sampling (HeteroNeighborSampler),
-one feature stack per featured node type (its FeatureStore's keys), the
-HeteroMinibatchLoader, and the R-GCN (gnnsys.models.rgcn) with learnable
-embeddings for the types without features, and exact layer-wise
-evaluation over every relation (gnnsys.inference.rgcn_layerwise). `runs` goes through the shared
+weights, LR schedule, patience, evaluation, the loader and the FeatureStore
+keyed by node type) with what a heterogeneous graph changes: per-relation
+fanouts, the R-GCN (gnnsys.models.rgcn) with learnable embeddings for the
+types without features, its inputs, and exact layer-wise evaluation over
+every relation (gnnsys.inference.rgcn_layerwise). `runs` goes through the shared
 gnnsys.training.runs. The options are HeteroOptions (what is refused and
 why: gnnsys.training.hetero_options).
 """
@@ -99,21 +98,9 @@ class HeteroTrainer(MinibatchTrainer):
         o = self.options
         return hetero_layerwise_logits(self.model, self.dataset, nodes, o.eval_batch_size, self.device, self.rows)
 
-    def _open_loader(self, split, batches, pipeline):
-        from gnnsys.loading.hetero_loader import HeteroMinibatchLoader
-        from gnnsys.loading.options import SamplingOptions
-
-        o = self.options
-        return HeteroMinibatchLoader(
-            self.dataset,
-            split,
-            SamplingOptions(fanouts=o.sampler_fanouts(self.dataset.edge_types), method=o.sampling),
-            batches,
-            pipeline,
-            device=self.device,
-            features=self.features,
-            x_dtype={t: self.precision.input_dtype(stack.dtype) for t, stack in self.features.items()},
-        )
+    def _fanouts(self) -> list:
+        """Per layer a count, or {relation: count} with the relation fanouts (HeteroOptions.sampler_fanouts)."""
+        return self.options.sampler_fanouts(self.dataset.edge_types)
 
     def _inputs(self, mb) -> tuple:
         """(the R-GCN's x_dict of `mb`, its blocks); the first batch's rows of

@@ -38,7 +38,6 @@ from gnnsys.parallel.data_parallel import (
 )
 from gnnsys.runtime.precision import make_precision
 from gnnsys.storage.memory_plan import GB
-from gnnsys.storage.store import HOMOGENEOUS
 from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
@@ -190,13 +189,9 @@ class MinibatchTrainer:
         self.device = torch.device(o.device)
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
-        self.store = open_feature_store(dataset, o, self.device, self.ranks)  # the feature tiers
-        # what the loader gathers through and inference scans (the stacks' bottoms, which a scan would only flush
-        # from a cache): a homogeneous graph's one stack, or the stacks by node type
-        if self.store.homogeneous:
-            self.features, self.rows = self.store[HOMOGENEOUS], self.store.bottom()
-        else:
-            self.features, self.rows = self.store, {t: self.store.bottom(t) for t in self.store}
+        self.store = open_feature_store(dataset, o, self.device, self.ranks)  # the feature tiers the loaders read
+        # what inference scans: the stacks' bottoms (a scan of every node would only flush a cache)
+        self.rows = self.store.bottom() if self.store.homogeneous else {t: self.store.bottom(t) for t in self.store}
         self.precision = make_precision(o.precision, self.device)
         self.model = self._build_model(module).to(self.device)
         self.net = self.ranks.wrap(self.model)  # what a step calls: DDP over the ranks
@@ -288,13 +283,17 @@ class MinibatchTrainer:
         return MinibatchLoader(
             self.dataset,
             split,
-            SamplingOptions(fanouts=list(o.fanouts), sampler=o.sampler, method=o.sampling),
+            SamplingOptions(fanouts=self._fanouts(), sampler=o.sampler, method=o.sampling),
             batches,
             pipeline,
             device=self.device,
-            features=self.features,
-            x_dtype=self.precision.input_dtype(self.features.dtype),
+            features=self.store,
+            x_dtype={k: self.precision.input_dtype(stack.dtype) for k, stack in self.store.items()},
         )
+
+    def _fanouts(self) -> list:
+        """The fanouts the loader's sampler takes, output layer first."""
+        return list(self.options.fanouts)
 
     def _epoch(self, loader, epoch: int) -> dict:
         """One pass over the training seeds; the epoch's record without metrics

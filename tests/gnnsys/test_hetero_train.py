@@ -13,7 +13,7 @@ from gnnsys import ConfigError, HeteroOptions, MinibatchOptions
 from gnnsys.datasets.features_file import open_rows
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.loading.feature_store import open_feature_store, type_out_degree
-from gnnsys.loading.hetero_loader import HeteroMinibatchLoader
+from gnnsys.loading.loader import MinibatchLoader
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.storage.ssd import SSDFeatures
 from gnnsys.storage.table import RowTable
@@ -144,7 +144,7 @@ def test_type_stacks_share_the_cache_and_score_by_out_degree():
 def test_the_loader_gathers_each_featured_types_rows_and_labels():
     ds = hetero_dataset()
     fanouts = [{r: (0 if r == CITES else 2) for r in ds.edge_types}, 2]
-    loader = HeteroMinibatchLoader(
+    loader = MinibatchLoader(
         ds, "train", SamplingOptions(fanouts=fanouts), BatchOptions(batch_size=8, seed=3), PipelineOptions(prefetch=2)
     )
     batches = list(loader)
@@ -155,14 +155,14 @@ def test_the_loader_gathers_each_featured_types_rows_and_labels():
         assert set(mb.x) == {"paper"} and torch.equal(mb.x["paper"], ds.features["paper"][mb.input_nodes["paper"]])
         assert torch.equal(mb.y, ds.labels[mb.seeds])
         assert mb.blocks[-1].relations[CITES].num_edges == 0  # the output layer draws no citations
-    synchronous = HeteroMinibatchLoader(
+    synchronous = MinibatchLoader(
         ds, "train", SamplingOptions(fanouts=fanouts), BatchOptions(batch_size=8, seed=3), PipelineOptions(prefetch=0)
     )
     assert all(torch.equal(a.input_nodes["author"], b.input_nodes["author"]) for a, b in zip(batches, synchronous))
     with pytest.raises(ValueError, match="lookahead needs a feature stack with a cache"):
-        HeteroMinibatchLoader(ds, "train", SamplingOptions(fanouts=[2]), pipeline=PipelineOptions(lookahead=1))
+        MinibatchLoader(ds, "train", SamplingOptions(fanouts=[2]), pipeline=PipelineOptions(lookahead=1))
     with pytest.raises(ValueError, match="sampler 'gpu'"):
-        HeteroMinibatchLoader(ds, "train", SamplingOptions(fanouts=[2], sampler="gpu"))
+        MinibatchLoader(ds, "train", SamplingOptions(fanouts=[2], sampler="gpu"))
 
 
 def test_relation_fanouts_reach_the_sampler():

@@ -11,7 +11,7 @@ import torch
 from gnnsys.datasets import PrepareOptions
 from gnnsys.loading.loader import MinibatchLoader
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
-from gnnsys.storage.source import FeatureSource
+from gnnsys.storage.source import CacheTier
 
 
 def live_stage_threads():
@@ -283,10 +283,8 @@ def test_sampler_object_refuses_sampling_arguments(make_dataset):
         )
 
 
-class WindowRecorder(HalvedFeatures, FeatureSource):
+class WindowRecorder(HalvedFeatures, CacheTier):
     """A stand-in cache tier: records the window it is given before each gather."""
-
-    name = "cache"
 
     def __init__(self, base):
         super().__init__(base)

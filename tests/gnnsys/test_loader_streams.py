@@ -18,7 +18,7 @@ from gnnsys.loading.loader import MinibatchLoader, _tensors
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.samplers.neighbor import NeighborSampler
 from gnnsys.storage import RowTable
-from gnnsys.storage.source import FeatureSource
+from gnnsys.storage.source import CacheTier
 from tests.storage.fakes import RecordingStreams, pretend_cuda
 
 
@@ -167,11 +167,9 @@ def test_device_cuda_means_the_current_gpu(make_dataset, monkeypatch):
     assert loader.device == torch.device("cuda:0")  # what every tensor on "cuda" reports
 
 
-class WindowedSource(DeferredSource, FeatureSource):
+class WindowedSource(DeferredSource, CacheTier):
     """A DeferredSource that is a cache tier (so the loader may pass it a
     lookahead window) and logs each window: the ids of its tensors and their values."""
-
-    name = "cache"
 
     def set_window(self, batches):
         self.streams.log.append(("set_window", [id(b) for b in batches], [b.tolist() for b in batches]))

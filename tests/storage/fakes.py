@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from gnnsys.storage.source import FeatureSource, GatherHandle
+from gnnsys.storage.source import FeatureSource, GatherHandle, VictimTier
 
 
 def pretend_cuda(monkeypatch) -> None:
@@ -193,11 +193,10 @@ class CountingSource(FeatureSource):
             return sum(r.shape[0] for r in self.reads)
 
 
-class OfferLog(CountingSource):
+class OfferLog(CountingSource, VictimTier):
     """A CountingSource that also takes `offer(ids, rows, next_use)` as a
-    victim buffer does, logging each call as (ids, rows, next_use) in `offers`."""
-
-    name = "victim"
+    victim buffer does (its role is a VictimTier's), logging each call as
+    (ids, rows, next_use) in `offers`."""
 
     def __init__(self, x: torch.Tensor):
         super().__init__(x)
