@@ -1,12 +1,13 @@
 """`train`: the entry point that trains a prepared or in-memory dataset of
 either kind, choosing the trainer by the dataset: a homogeneous one with the
 minibatch trainer (gnnsys.trainers.minibatch.train), a heterogeneous one (a
-HeteroDataset, or a directory whose meta.json says kind "hetero") with the
-R-GCN trainer (gnnsys.trainers.hetero.train_hetero)."""
+HeteroDataset, as load_dataset opens a directory whose meta.json says kind
+"hetero") with the R-GCN trainer (gnnsys.trainers.hetero.train_hetero)."""
 
 from __future__ import annotations
 
-from gnnsys.trainers.hetero import is_hetero, train_hetero
+from gnnsys.datasets import HeteroDataset, as_dataset
+from gnnsys.trainers.hetero import train_hetero
 from gnnsys.trainers.minibatch import train as train_homogeneous
 
 
@@ -21,6 +22,7 @@ def train(dataset, options=None, *, on_epoch_end=None, **keywords):
     Either returns the TrainResult of gnnsys.training.result (None in a
     torchrun rank that does not report).
     """
-    if is_hetero(dataset):
+    dataset = as_dataset(dataset)
+    if isinstance(dataset, HeteroDataset):
         return train_hetero(dataset, options, on_epoch_end=on_epoch_end, **keywords)
     return train_homogeneous(dataset, options, on_epoch_end=on_epoch_end, **keywords)

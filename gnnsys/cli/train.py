@@ -290,14 +290,12 @@ def add_parser(sub):
     return p
 
 
-def options_from_args(args):
+def options_from_args(args, hetero: bool = False):
     """The options of the chosen `--mode` built from the flags given
-    (HeteroOptions for a heterogeneous dataset, which trains in minibatch
-    mode); ConfigError for a flag that mode has no option for."""
-    from gnnsys.trainers.hetero import is_hetero
-
+    (HeteroOptions for a heterogeneous dataset, `hetero`, which trains in
+    minibatch mode); ConfigError for a flag that mode has no option for."""
     mode = getattr(args, "mode", "minibatch")
-    cls, hetero = MODES[mode], is_hetero(args.path)
+    cls = MODES[mode]
     if hetero and mode != "minibatch":
         raise ConfigError("--mode", f"{mode}: a heterogeneous dataset trains in minibatch mode")
     cls = HeteroOptions if hetero else cls
@@ -353,7 +351,10 @@ def format_runs(result) -> str:
 
 
 def run(args) -> int:
-    options = options_from_args(args)
+    from gnnsys.datasets import HeteroDataset, as_dataset
+
+    dataset = as_dataset(args.path)  # opened once: its kind decides the options and the trainer
+    options = options_from_args(args, isinstance(dataset, HeteroDataset))
     if isinstance(options, FullGraphOptions):
         from gnnsys.trainers.fullgraph import train_fullgraph as trainer
     elif isinstance(options, HeteroOptions):
@@ -363,7 +364,7 @@ def run(args) -> int:
     json_out = getattr(args, "json_out", None)
     if json_out:
         check_output_file(json_out, "--json")
-    result = trainer(args.path, options)
+    result = trainer(dataset, options)
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
     print(format_table(result))

@@ -26,31 +26,26 @@ test_loader_streams.py); the overlap has not been measured on a GPU yet.
 from __future__ import annotations
 
 import collections
-import queue
-import threading
 import time
-import weakref
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
+from gnnsys.loading.pipeline import Failed, Pipeline
+from gnnsys.loading.row_buffers import FeatureRows
 from gnnsys.samplers.block import MiniBatch
 from gnnsys.samplers.factory import make_sampler
 from gnnsys.samplers.hetero import HeteroNeighborSampler
 from gnnsys.samplers.seeds import SeedBatches
-from gnnsys.storage.base import has_tier
 from gnnsys.storage.cuda_stream import CudaStreams
-from gnnsys.storage.source import CacheTier, GatherHandle
+from gnnsys.storage.source import GatherHandle
 from gnnsys.storage.store import HOMOGENEOUS
-
-_POLL_S = 0.05  # how often a blocked stage looks at the stop event
 
 
 class MinibatchLoader:
@@ -195,7 +190,7 @@ class MinibatchLoader:
         if self.prefetch == 0:
             sampled = (self._sample(self.epoch, i, b) for i, b in enumerate(batches))
             return (self._hand_out(self._gather(item, window)) for item, window in self._windowed(sampled))
-        return _Pipeline(self, self.epoch, batches).run()
+        return Pipeline(self, self.epoch, batches).run()
 
     def _windowed(self, items):
         """(item, window) for each sampled item in order: the window is the
@@ -287,7 +282,7 @@ def _window(ahead) -> list:
     """The sampled items in `ahead`, up to the first failed one."""
     window = []
     for item in ahead:
-        if isinstance(item, _Failed):
+        if isinstance(item, Failed):
             break
         window.append(item)
     return window
@@ -343,166 +338,3 @@ class _InFlight:
 def _tensors(mb) -> list:
     """Every tensor a minibatch holds when it is handed out (its `tensors()`)."""
     return list(mb.tensors())
-
-
-class FeatureRows:
-    """A feature source with the reusable host buffers its gathered rows land
-    in (`x`, x_dtype) and, for rows stored in another dtype, are read into
-    first (`raw`); ValueError for a `lookahead` without a cache to take the window."""
-
-    def __init__(self, source, x_dtype: torch.dtype, capacity: int, lookahead: int = 0):
-        if lookahead and not has_tier(source, CacheTier):
-            raise ValueError(f"lookahead needs a feature stack with a cache, which takes the window; got {source!r}")
-        self.source = source
-        self.x = _BufferPool(source.shape[1], x_dtype, capacity=capacity)
-        self.raw = None if source.dtype == x_dtype else _BufferPool(source.shape[1], source.dtype, capacity=2)
-
-
-class _BufferPool:
-    """Reusable host buffers for gathered rows. A buffer is handed out again
-    only when no tensor refers to its memory any more, so rows the caller or
-    autograd still hold are never overwritten: each buffer is a numpy byte
-    array, a batch's rows are a tensor over a numpy view of it, and that
-    tensor's storage (shared by every view of the rows) holds the numpy view
-    until the last tensor over it is freed, which a weak reference sees. A
-    fresh allocation of a batch's rows (tens of MB) page-faults on first touch
-    and costs more than the gather itself (benchmarks/README.md,
-    "Measurements behind design choices").
-    """
-
-    def __init__(self, dim: int, dtype: torch.dtype, capacity: int):
-        self.dim, self.dtype, self.capacity = dim, dtype, capacity
-        self.row_bytes = dim * dtype.itemsize
-        self.buffers: list[list] = []  # [bytes, weak reference to the view lent out last, or None]
-        self.lock = threading.Lock()
-
-    def take(self, rows: int) -> torch.Tensor:
-        """A [rows, dim] tensor that nothing else refers to."""
-        with self.lock:
-            free = [entry for entry in self.buffers if entry[1] is None or entry[1]() is None]
-            fits = [entry for entry in free if entry[0].shape[0] >= rows * self.row_bytes]
-            if fits:
-                return self._lend(fits[0], rows)
-            if free:  # too small: make room for a bigger one
-                self.buffers = [entry for entry in self.buffers if entry is not free[0]]
-            entry = [np.empty((rows + rows // 4) * self.row_bytes, np.uint8), None]
-            if len(self.buffers) < self.capacity:
-                self.buffers.append(entry)
-            return self._lend(entry, rows)
-
-    def _lend(self, entry: list, rows: int) -> torch.Tensor:
-        view = entry[0][: rows * self.row_bytes]
-        entry[1] = weakref.ref(view)
-        return torch.from_numpy(view).view(self.dtype).view(rows, self.dim)
-
-
-class _Stopped(Exception):
-    """Raised inside a stage when the pipeline is being shut down."""
-
-
-class _Failed:
-    """A stage's exception, passed downstream in place of a batch."""
-
-    def __init__(self, stage: str, index: int, error: BaseException):
-        self.stage, self.index, self.error = stage, index, error
-
-
-class _Pipeline:
-    """The threads and queues of one pass over the batches."""
-
-    def __init__(self, loader: MinibatchLoader, epoch: int, batches: list):
-        self.loader, self.epoch, self.batches = loader, epoch, batches
-        self.stop = threading.Event()
-        self.gate = threading.Condition()
-        self.handed_out = 0
-        workers = loader.num_workers
-        self.sampled: list[queue.Queue] = [queue.Queue() for _ in range(workers)]
-        self.ready: queue.Queue = queue.Queue()
-        self.threads = [
-            threading.Thread(target=self._sample_loop, args=(w,), daemon=True, name=f"gnnsys-sample-{w}")
-            for w in range(workers)
-        ]
-        self.threads.append(threading.Thread(target=self._gather_loop, daemon=True, name="gnnsys-gather"))
-
-    def run(self):
-        """Generator of the batches in order; joins the threads when it ends or is closed."""
-        for t in self.threads:
-            t.start()
-        try:
-            for _ in range(len(self.batches)):
-                began = time.perf_counter()
-                item = self._get(self.ready)
-                wait = time.perf_counter() - began
-                with self.gate:
-                    self.handed_out += 1
-                    self.gate.notify_all()
-                if isinstance(item, _Failed):
-                    _reraise(item)
-                mb = self.loader._hand_out(item)
-                mb.timings["wait_s"] = wait
-                yield mb
-        finally:
-            self.close()
-
-    def close(self, timeout: float = 5.0):
-        """Stop every stage and join its thread."""
-        self.stop.set()
-        with self.gate:
-            self.gate.notify_all()
-        deadline = time.monotonic() + timeout
-        for t in self.threads:
-            if t.is_alive() and t is not threading.current_thread():
-                t.join(max(0.0, deadline - time.monotonic()))
-
-    def _get(self, q: queue.Queue):
-        while True:
-            try:
-                return q.get(timeout=_POLL_S)
-            except queue.Empty:
-                if self.stop.is_set():
-                    raise _Stopped from None
-
-    def _sample_loop(self, worker: int):
-        step = self.loader.num_workers
-        for index in range(worker, len(self.batches), step):
-            with self.gate:
-                while (
-                    index >= self.handed_out + self.loader.prefetch + self.loader.lookahead and not self.stop.is_set()
-                ):
-                    self.gate.wait(_POLL_S)
-            if self.stop.is_set():
-                return
-            try:
-                item = self.loader._sample(self.epoch, index, self.batches[index], worker)
-            except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
-                self.sampled[worker].put(_Failed("sample", index, e))
-                return
-            self.sampled[worker].put(item)
-
-    def _sampled(self):
-        """The sampled items in batch order, from the workers' queues."""
-        step = self.loader.num_workers
-        for index in range(len(self.batches)):
-            yield self._get(self.sampled[index % step])
-
-    def _gather_loop(self):
-        try:
-            for index, (item, window) in enumerate(self.loader._windowed(self._sampled())):
-                if not isinstance(item, _Failed):
-                    try:
-                        item = self.loader._gather(item, window)
-                    except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer
-                        item = _Failed("gather", index, e)
-                self.ready.put(item)
-                if isinstance(item, _Failed):
-                    return
-        except _Stopped:
-            return
-
-
-def _reraise(failure: _Failed):
-    """Raise a stage's exception in the consumer, keeping its traceback."""
-    error = failure.error
-    if hasattr(error, "add_note"):
-        error.add_note(f"(in MinibatchLoader's {failure.stage} stage, batch {failure.index})")
-    raise error.with_traceback(error.__traceback__)

@@ -14,34 +14,16 @@ why: gnnsys.training.hetero_options).
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.hetero_dataset import HeteroDataset
-from gnnsys.datasets.meta import HETERO, load_meta_json
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.trainers.minibatch import MinibatchTrainer, retain_memory
 from gnnsys.training.checkpoints import run_lock
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.result import TrainResult
 from gnnsys.training.runs import train_runs
-
-
-def is_hetero(dataset) -> bool:
-    """Whether `dataset` (a Dataset, a HeteroDataset or the path of a prepared
-    dataset) is heterogeneous: for a path, its meta.json says kind "hetero"
-    (one that cannot be read counts as homogeneous, whose loading says why)."""
-    if isinstance(dataset, HeteroDataset):
-        return True
-    if not isinstance(dataset, (str, os.PathLike)):
-        return False
-    try:
-        meta = load_meta_json(dataset)
-    except DatasetError:
-        return False
-    return isinstance(meta, dict) and meta.get("kind") == HETERO
 
 
 def train_hetero(dataset, options=None, *, on_epoch_end=None, **keywords) -> TrainResult:

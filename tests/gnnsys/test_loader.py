@@ -342,9 +342,9 @@ def test_ranks_iterate_disjoint_equal_shares_of_the_epoch(make_dataset):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_buffer_pool_reuses_a_buffer_only_once_nothing_refers_to_it(dtype):
-    from gnnsys.loading.loader import _BufferPool
+    from gnnsys.loading.row_buffers import BufferPool
 
-    pool = _BufferPool(dim=3, dtype=dtype, capacity=2)
+    pool = BufferPool(dim=3, dtype=dtype, capacity=2)
     first = pool.take(4)
     assert first.shape == (4, 3) and first.dtype == dtype
     address = first.data_ptr()
