@@ -14,8 +14,13 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
     "sphinxcontrib.mermaid",
 ]
+
+# Public docstrings give their parameters in Google style (Args:, Returns:, Raises:), rendered as field lists.
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"

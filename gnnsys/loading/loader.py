@@ -51,34 +51,38 @@ from gnnsys.storage.store import HOMOGENEOUS
 class MinibatchLoader:
     """Iterate over the minibatches of one split of `dataset`, one epoch per pass.
 
-    dataset: a gnnsys.datasets.Dataset or HeteroDataset; split: "train",
-    "valid", "test" or a tensor of node ids (a HeteroDataset's target nodes);
-    sampling: a SamplingOptions (fanouts, sampler kind or object, method; a
-    HeteroDataset is sampled per relation by the "cpu" sampler,
-    HeteroNeighborSampler, its fanouts per layer an int or a {relation:
-    count} dict); batches: a BatchOptions (batch size, shuffle, seed, the
-    rank's share); pipeline: a PipelineOptions (prefetch, sampling threads,
-    lookahead, stream API); all three in gnnsys.loading.options. Each
-    MiniBatch has `x` (features of input_nodes in `x_dtype`, default float32;
+    Each MiniBatch has `x` (the features of its input nodes in `x_dtype`;
     bf16-mixed training passes bfloat16 for bf16-stored rows, which then
-    arrive without a conversion copy), `y` (labels of seeds), both on
-    `device` (normalised: "cuda" is "cuda:<current>") like every other tensor
-    of the batch, and `timings` {"sample_s", "gather_s", "wait_s"} (plus
-    "transfer_s" off the CPU; on a GPU these are host times, the device work
-    runs behind them in stream order). `features`: where rows come from: a
-    FeatureSource (for example a placed or cached stack, gnnsys.storage), or
-    {key: FeatureSource} (a FeatureStore) keyed as the batches' input nodes
-    are (a HeteroDataset's node types: `x` is then {node type: rows}, for the
-    types given); default the dataset's own table(s). x_dtype: one dtype, or
-    {key: dtype}. `set_epoch(e)` picks the shuffle and the
-    sampling stream of epoch e, both functions of (seed, e) only. An error in
-    a stage re-raises in the loop with its original traceback; leaving the
-    loop early (break, an exception, closing or dropping the iterator) stops
-    the threads. With lookahead K > 0, before batch j's gather the feature
-    source's `set_window` gets the input ids of the sampled batches
-    j+1..j+K (nearest first; fewer at the end of an epoch; each key's source
-    its key's ids), which a cache uses for eviction, its victim buffer and its
-    lookahead fill (so every source then needs a cache).
+    arrive without a conversion copy), `y` (labels of its seeds), both on
+    `device` like every other tensor of the batch, and `timings`
+    {"sample_s", "gather_s", "wait_s"} (plus "transfer_s" off the CPU; on a
+    GPU these are host times, the device work runs behind them in stream
+    order). `set_epoch(e)` picks the shuffle and the sampling stream of epoch
+    e, both functions of (seed, e) only. An error in a stage re-raises in the
+    loop with its original traceback; leaving the loop early (break, an
+    exception, closing or dropping the iterator) stops the threads. With
+    lookahead K > 0, before batch j's gather each feature source's
+    `set_window` gets its input ids of the sampled batches j+1..j+K (nearest
+    first; fewer at the end of an epoch), which a cache uses for eviction,
+    its victim buffer and its lookahead fill (so every source then needs a cache).
+
+    Args:
+        dataset: a gnnsys.datasets Dataset or HeteroDataset.
+        split: "train", "valid", "test" or a tensor of node ids (a
+            HeteroDataset's target nodes).
+        sampling: a SamplingOptions (fanouts, sampler kind or object,
+            method). A HeteroDataset is sampled per relation by the "cpu"
+            sampler (HeteroNeighborSampler), its fanouts per layer an int or
+            a {relation: count} dict.
+        batches: a BatchOptions (batch size, shuffle, seed, the rank's share).
+        pipeline: a PipelineOptions (prefetch, sampling threads, lookahead, stream API).
+        features: where rows come from: a FeatureSource (a placed or cached
+            stack, gnnsys.storage), or {key: FeatureSource} (a FeatureStore)
+            keyed as the batches' input nodes are (a HeteroDataset's node
+            types: `x` is then {node type: rows} for the types given);
+            default the dataset's own table(s).
+        device: where batches arrive (normalised: "cuda" is "cuda:<current>").
+        x_dtype: the dtype of `x`, one for all, or {key: dtype}.
     """
 
     def __init__(

@@ -33,21 +33,24 @@ def train_fullgraph(
 ) -> TrainResult | None:
     """Train a GNN ("gcn", "sage" or "gat") on the whole graph.
 
-    dataset: a Dataset or the path of a prepared dataset (never modified).
-    Options come as a FullGraphOptions or as its keywords (model, layers,
-    hidden, workers, chunks, epochs, lr, weight_decay, dropout, input_dropout, norm,
-    residual, input_proj, heads, seed, eval_every, metric, partition, balance,
-    history_momentum, fresh_grad_scale, refresh_every, warmup, device,
-    precision, checkpoint_dir, resume, timeout_s, progress; see FullGraphOptions), not
-    both. workers = chunks = 1: single-process full-graph training (the
-    reference); otherwise GNNPipe with `workers` stages and `chunks` chunks.
-    on_epoch_end(record) is called after each epoch (in every worker, with
-    the record's "rank"). Returns a TrainResult (its `model` is the trained
-    units for the single-process path, None for the pipeline; None itself
-    on a torchrun worker that is not the last stage). The reference path
-    also takes runs, patience and lr_schedule (gnnsys.training.runs,
-    gnnsys.training.control) and its model holds the best epoch's weights;
-    GNNPipe refuses them.
+    With workers = chunks = 1 it is single-process full-graph training (the
+    reference); otherwise GNNPipe with `workers` pipelined stages and
+    `chunks` chunks of the graph (gnnsys.trainers.gnnpipe).
+
+    Args:
+        dataset: a Dataset or the path of a prepared dataset (never modified).
+        options: a FullGraphOptions, or None to build one from `keywords`; not both.
+        on_epoch_end: called with each epoch's record (in every worker, with
+            the record's "rank").
+        **keywords: FullGraphOptions' fields (model, layers, hidden, workers,
+            chunks, epochs, lr, partition, refresh_every, ...). The reference
+            path also takes runs, patience and lr_schedule
+            (gnnsys.training.runs, gnnsys.training.control); GNNPipe refuses them.
+
+    Returns:
+        A TrainResult: its `model` holds the trained units with the best
+        epoch's weights on the reference path, None for the pipeline; the
+        result itself is None on a torchrun worker that is not the last stage.
     """
     options = FullGraphOptions.build(options, keywords)
     dataset = as_dataset(dataset)
