@@ -28,10 +28,13 @@ HOMOGENEOUS = None  # the key of a homogeneous graph's one table
 class FeatureStore(Mapping):
     """{key: FeatureSource stack}: a run's feature tiers (see the module docstring).
 
-    stacks: the stacks by key (HOMOGENEOUS for a homogeneous graph, else a
-    node type). A Mapping of the stacks; also the bottom of each stack (the
-    rows inference scans, which would only flush a cache), every tier's
-    counters for the progress bar and the epoch records, and close()."""
+    A Mapping of the stacks; also the bottom of each stack (the rows
+    inference scans, which would only flush a cache), every tier's counters
+    for the progress bar and the epoch records, and close().
+
+    Args:
+        stacks: the stacks by key (HOMOGENEOUS for a homogeneous graph, else a node type).
+    """
 
     def __init__(self, stacks: dict):
         self._stacks = dict(stacks)
@@ -118,15 +121,28 @@ def build_store(
     host_mem_budget: float | None = None,
     **options,
 ) -> FeatureStore:
-    """A FeatureStore of one stack per key of `tables` ({key: RowTable}),
-    the run's sizes shared among the keys (see the module docstring).
+    """A FeatureStore of one stack per key of `tables`, the run's sizes
+    shared among the keys (see the module docstring).
 
-    degree[key](), presample[key](): the cache's out-degree and pre-sampled
-    hotness scores of that key's rows, called only when its policy needs
-    them; batch_rows[key]: the rows a batch reads (the lookahead's plan);
-    features "ssd" reads each table's file, so every table must be
-    memory-mapped (ConfigError otherwise); options: build_stack's (device,
-    cache_policy, lookahead, progress, ranks, replicate_frac)."""
+    Args:
+        tables: {key: RowTable}.
+        degree: {key: a function giving the cache's out-degree score of that
+            key's rows}, called only when its policy needs it.
+        presample: {key: a function giving the pre-sampled hotness score},
+            called only when the policy needs it.
+        batch_rows: {key: the rows a batch reads} (the lookahead's memory plan).
+        features: a placement ("auto", "gpu", "pinned", "cpu-gather") or
+            "ssd", which reads each table's file, so every table must then be
+            memory-mapped (ConfigError otherwise).
+        cache_rows: the cache's rows in all (or cache_gb its GB), shared by rows.
+        cache_gb: the cache's GB in all, shared by bytes.
+        victim_rows: the victim buffer's rows in all (None: a quarter of the cache with a lookahead).
+        host_mem_budget: GB of host memory every stack together may hold, shared by bytes.
+        **options: build_stack's (device, cache_policy, lookahead, progress, ranks, replicate_frac).
+
+    Returns:
+        The FeatureStore; on any error every stack built so far is closed.
+    """
     rows = {k: t.shape[0] for k, t in tables.items()}
     nbytes = {k: t.shape[0] * t.shape[1] * t.dtype.itemsize for k, t in tables.items()}
     row_share = {k: n / max(sum(rows.values()), 1) for k, n in rows.items()}
