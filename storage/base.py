@@ -25,7 +25,7 @@ from gnnsys.storage.source import CacheTier, FeatureSource, VictimTier
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["UnifiedTensor", "check_stack", "has_tier", "stack_host_bytes", "tiers"]
+__all__ = ["UnifiedTensor", "check_roles", "check_stack", "has_tier", "stack_host_bytes", "tiers"]
 
 
 def tiers(source: FeatureSource) -> Iterator[FeatureSource]:
@@ -52,10 +52,8 @@ def stack_host_bytes(source: FeatureSource) -> dict:
 
 def check_stack(source: FeatureSource) -> FeatureSource:
     """`source` if its stack makes sense, else ConfigError naming the problem:
-    every tier is a FeatureSource of the same shape and dtype as its base, at
-    most one cache (a CacheTier over another only copies rows twice), and a
-    victim buffer (VictimTier) only directly under the cache (nothing else
-    offers it rows)."""
+    every tier is a FeatureSource of the same shape and dtype as its base, and
+    the tiers' roles are in order (check_roles)."""
     stack = list(tiers(source))
     for upper, lower in zip(stack, stack[1:]):
         if not isinstance(lower, FeatureSource):
@@ -66,6 +64,15 @@ def check_stack(source: FeatureSource) -> FeatureSource:
                 f"{upper.name} ({tuple(upper.shape)}, {upper.dtype}) over "
                 f"{lower.name} ({tuple(lower.shape)}, {lower.dtype}): shapes and dtypes differ",
             )
+    return check_roles(source)
+
+
+def check_roles(source: FeatureSource) -> FeatureSource:
+    """`source` if its tiers' roles are in order, else ConfigError: at most
+    one cache (a CacheTier over another only copies rows twice), and a victim
+    buffer (VictimTier) only directly under the cache (nothing else offers it
+    rows). A cache checks its own stack with it when it is made."""
+    stack = list(tiers(source))
     names = " over ".join(t.name for t in stack)
     if sum(isinstance(t, CacheTier) for t in stack) > 1:
         raise ConfigError("features", f"a cache over a cache ({names}): keep one, of their combined size")

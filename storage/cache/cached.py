@@ -24,7 +24,7 @@ from gnnsys.ids import gather_distinct, indices_on
 from gnnsys.storage.gather_cpu import copy_rows
 from gnnsys.storage.source import CacheTier, FeatureSource, VictimTier
 
-from ..base import check_stack
+from ..base import check_roles
 from ..cuda_stream import CudaStreams
 from .belady import BeladyPolicy
 from .hybrid import HybridPolicy
@@ -109,7 +109,7 @@ class CachedFeatures(CacheTier):
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
-        check_stack(self)  # a cache over a stack that has one, or over something else than a FeatureSource
+        check_roles(self)  # a cache over a stack that has one
         self.device = normalize_device(device) if device is not None else base.device
         if isinstance(policy, CachePolicy):
             if options:
