@@ -112,13 +112,13 @@ def child(args) -> dict:
             x_dtype=trainer.precision.input_dtype(trainer.features.dtype),
         )
         before = read_bytes(ds.path)
-        record = trainer._epoch(loader, epoch)
+        record = trainer.train_epoch(loader, epoch)
         record.update(device_bytes=read_bytes(ds.path) - before, seeds=int(part.shape[0]), batches=len(loader))
         records[phase] = record
         print(f"{args.child} {phase}: {record['seeds'] / record['time_s']:,.0f} seeds/s", file=sys.stderr, flush=True)
     if args.checkpoint:
         trainer.history = list(records.values())
-        trainer._save(len(records))
+        trainer.save_checkpoint(len(records))
     return {
         "sampling": args.child,
         "load_s": load_s,

@@ -5,7 +5,7 @@ Each run is a fresh child process that builds the minibatch trainer
 (gnnsys.trainers.minibatch.MinibatchTrainer) with the tiers of one mode and trains
 `--epochs` epochs of SAGE over the first `--batches` batches of a fixed
 random subset of the training seeds, each epoch followed by the trainer's
-evaluation (`--eval auto`: MinibatchTrainer._evaluate with the options'
+evaluation (`--eval auto`: MinibatchTrainer.evaluate with the options'
 eval="auto", timed apart as eval_s; `--eval none` skips it):
 
 - memory: the whole feature table read into RAM first, for training and
@@ -154,11 +154,11 @@ def child(args) -> dict:
     epochs = []
     for e in range(args.epochs):
         before = read_bytes(ds.path)
-        record = trainer._epoch(loader, e)
+        record = trainer.train_epoch(loader, e)
         record["device_bytes"] = read_bytes(ds.path) - before
         began = time.perf_counter()
         if args.eval == "auto":
-            record["metrics"] = trainer._evaluate()
+            record["metrics"] = trainer.evaluate()
         record["eval_s"] = time.perf_counter() - began
         epochs.append(record)
     return {
