@@ -35,8 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ssd_epoch import measure_device, read_bytes, read_size  # noqa: E402
-from bench_ssd_tier import machine  # noqa: E402
+from helpers import fio_machine, measure_device, read_bytes, read_size  # noqa: E402
 from peaks import Peaks  # noqa: E402
 
 from gnnsys.host_memory import anonymous_bytes  # noqa: E402
@@ -176,7 +175,7 @@ def main(argv=None):
 
     path = Path(args.dataset)
     file = path / "features.bin"
-    info = machine()
+    info = fio_machine()
     device = measure_device(file, read_size(path), [int(d) for d in args.fio_depths.split(",")], args.fio_seconds)
     meta = read_meta(path)
     runs, summary = [], {}
