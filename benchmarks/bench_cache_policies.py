@@ -28,6 +28,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+from helpers import record_trace
 from plotting import can_plot, save_figure
 
 import gnnsys
@@ -58,15 +59,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.epochs < 2 or args.lookahead < 0:
         p.error("--epochs must be >= 2 and --lookahead >= 0")
     return args
-
-
-def record_trace(sampler, seeds: SeedBatches, epochs) -> list[np.ndarray]:
-    """The sorted distinct input nodes of every batch of `epochs`, in order."""
-    return [
-        np.unique(sampler.sample(b, e, i).input_nodes.numpy()).astype(np.int64)
-        for e in epochs
-        for i, b in enumerate(seeds.epoch(e))
-    ]
 
 
 def simulate(policy, trace, lookahead: int, per_epoch: int) -> np.ndarray:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 
 from common import machine  # noqa: E402
-from prepare_synthetic import run_child  # noqa: E402
+from helpers import run_child  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_data_parallel.json"
 

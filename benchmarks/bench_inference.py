@@ -28,7 +28,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ssd_tier import fio, machine  # noqa: E402
+from helpers import fio, fio_machine  # noqa: E402
 from peaks import Peaks  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main(argv=None):
     from gnnsys.inference.prediction import predict
 
     torch.set_num_threads(os.cpu_count())
-    info = machine()
+    info = fio_machine()
     features = Path(args.dataset) / "features.bin"
     seq = fio(features, 1 << 20, 8, "io_uring", 3.0, rw="read")
     ds = load_dataset(args.dataset)

@@ -52,8 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_minibatch import PEERS
-from bench_precision import median_of
+from helpers import PEERS, median_of
 from plotting import can_plot, save_figure
 from side_by_side import (
     add_subcommand,

@@ -21,21 +21,15 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from helpers import SYSTEMS, median_of
 from tqdm.auto import tqdm
 
 HERE = Path(__file__).resolve().parent
-PEERS = Path(os.environ.get("GNNSYS_PEERS", "/work/.cache/gnnsys-peers"))
-SYSTEMS = {
-    "gnnsys": (Path(sys.executable), HERE / "gnnsys_epoch.py"),
-    "dgl": (PEERS / "dgl" / "bin" / "python", HERE / "peers" / "dgl_epoch.py"),
-    "pyg": (PEERS / "pyg" / "bin" / "python", HERE / "peers" / "pyg_epoch.py"),
-}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -111,11 +105,6 @@ def run_once(system: str, dataset: str, args, seed: int, evaluate: bool) -> dict
     record = json.loads(lines[-1])
     record.update(process_wall_s=wall, loadavg_before=load_before)
     return record
-
-
-def median_of(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -35,8 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ssd_epoch import measure_device, read_bytes, read_size  # noqa: E402
-from bench_ssd_tier import machine  # noqa: E402
+from helpers import fio_machine, measure_device, read_bytes, read_size  # noqa: E402
 from peaks import Peaks  # noqa: E402
 
 from gnnsys.host_memory import anonymous_bytes  # noqa: E402
@@ -108,17 +107,17 @@ def child(args) -> dict:
             SamplingOptions(fanouts=list(options.fanouts), method=args.child),
             BatchOptions(batch_size=b, seed=0),
             PipelineOptions(prefetch=options.prefetch, lookahead=options.lookahead),
-            features=trainer.features,
-            x_dtype=trainer.precision.input_dtype(trainer.features.dtype),
+            features=trainer.store,
+            x_dtype={k: trainer.precision.input_dtype(stack.dtype) for k, stack in trainer.store.items()},
         )
         before = read_bytes(ds.path)
-        record = trainer._epoch(loader, epoch)
+        record = trainer.train_epoch(loader, epoch)
         record.update(device_bytes=read_bytes(ds.path) - before, seeds=int(part.shape[0]), batches=len(loader))
         records[phase] = record
         print(f"{args.child} {phase}: {record['seeds'] / record['time_s']:,.0f} seeds/s", file=sys.stderr, flush=True)
     if args.checkpoint:
         trainer.history = list(records.values())
-        trainer._save(len(records))
+        trainer.save_checkpoint(len(records))
     return {
         "sampling": args.child,
         "load_s": load_s,
@@ -176,7 +175,7 @@ def main(argv=None):
 
     path = Path(args.dataset)
     file = path / "features.bin"
-    info = machine()
+    info = fio_machine()
     device = measure_device(file, read_size(path), [int(d) for d in args.fio_depths.split(",")], args.fio_seconds)
     meta = read_meta(path)
     runs, summary = [], {}

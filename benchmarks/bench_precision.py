@@ -58,6 +58,7 @@ import sys
 import time
 from pathlib import Path
 
+from helpers import SYSTEMS, median_of, warm
 from plotting import can_plot, save_figure
 
 HERE = Path(__file__).resolve().parent
@@ -265,8 +266,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def configurations(args) -> dict:
     """{name: command line} of every configuration this machine can run."""
-    from bench_minibatch import SYSTEMS
-
     me = [sys.executable, str(Path(__file__).resolve()), "child"]
     model = [
         "--fanouts",
@@ -327,16 +326,6 @@ def run(cmd: list, args, seed: int | None = None) -> dict:
         loaded=max(before[0], after[0]) / cores > args.load_flag,
     )
     return record
-
-
-def median_of(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def warm(epochs: list) -> list:
-    """A run's epochs without its first when it has more (that one also pays for warming up)."""
-    return epochs[1:] or epochs
 
 
 def summarize(name: str, runs: list, gflop: float | None, rates: dict) -> dict:

@@ -55,8 +55,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_minibatch import SYSTEMS
-from bench_precision import median_of
+from helpers import SYSTEMS, median_of
 from plotting import can_plot, save_figure
 from side_by_side import (
     add_subcommand,

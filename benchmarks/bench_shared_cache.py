@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_cache_policies import record_trace
+from helpers import record_trace
 from plotting import can_plot, save_figure
 
 import gnnsys

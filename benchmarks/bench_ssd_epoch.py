@@ -5,7 +5,7 @@ Each run is a fresh child process that builds the minibatch trainer
 (gnnsys.trainers.minibatch.MinibatchTrainer) with the tiers of one mode and trains
 `--epochs` epochs of SAGE over the first `--batches` batches of a fixed
 random subset of the training seeds, each epoch followed by the trainer's
-evaluation (`--eval auto`: MinibatchTrainer._evaluate with the options'
+evaluation (`--eval auto`: MinibatchTrainer.evaluate with the options'
 eval="auto", timed apart as eval_s; `--eval none` skips it):
 
 - memory: the whole feature table read into RAM first, for training and
@@ -19,7 +19,7 @@ eval="auto", timed apart as eval_s; `--eval none` skips it):
   device's I/O probe (storage/io_probe.py), run once before the children.
 
 Each child records its peak RSS (getrusage ru_maxrss). The device is
-measured with fio in the same run (bench_ssd_tier.fio): random reads of the
+measured with fio in the same run (helpers.fio): random reads of the
 dataset's read size with io_uring at `--fio-depths`, and 1 MiB sequential
 reads. The floor of an SSD epoch is what the device needs for the rows the
 epoch needed, whatever the tier chose to read: min(distinct uncached rows
@@ -48,7 +48,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ssd_tier import fio, machine  # noqa: E402
+from helpers import fio_machine, measure_device, read_bytes, read_size  # noqa: E402
 from plotting import can_plot, save_figure  # noqa: E402
 
 TARGET_STEADY, TARGET_FIRST, TARGET_RSS_SLACK, TARGET_MODE = 1.3, 1.5, 0.05, "ssd-0.1"
@@ -75,15 +75,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def read_bytes(path: Path) -> int:
-    """Bytes read so far from the block device holding `path` (its sectors
-    read in /sys/dev/block: every reader of the device counts, page-cache
-    misses of a memory map included; the machine must be otherwise idle)."""
-    dev = os.stat(path).st_dev
-    with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as f:
-        return int(f.read().split()[2]) * 512
-
-
 def drop_page_cache(path: Path) -> str:
     """Evict `path` from the page cache; says how."""
     try:
@@ -106,7 +97,7 @@ def child(args) -> dict:
     from gnnsys.datasets import load_dataset
     from gnnsys.loading.loader import MinibatchLoader
     from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
-    from gnnsys.storage.table import RowTable
+    from gnnsys.storage import HOMOGENEOUS, FeatureStore, RowTable
     from gnnsys.trainers.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
@@ -137,7 +128,8 @@ def child(args) -> dict:
     began = time.perf_counter()
     trainer = MinibatchTrainer(ds, options)
     if mode == "memory":
-        trainer.features = trainer.rows = RowTable.from_tensor(ds.features.gather(torch.arange(ds.num_nodes)))
+        trainer.rows = RowTable.from_tensor(ds.features.gather(torch.arange(ds.num_nodes)))
+        trainer.store = FeatureStore({HOMOGENEOUS: trainer.rows})
     setup_s = time.perf_counter() - began
     seeds = ds.split("train")
     seeds = seeds[torch.from_numpy(np.random.default_rng(0).permutation(seeds.shape[0]))][
@@ -149,16 +141,16 @@ def child(args) -> dict:
         SamplingOptions(fanouts=list(options.fanouts)),
         BatchOptions(batch_size=args.batch_size, seed=0),
         PipelineOptions(prefetch=options.prefetch, lookahead=options.lookahead),
-        features=trainer.features,
+        features=trainer.store,
     )
     epochs = []
     for e in range(args.epochs):
         before = read_bytes(ds.path)
-        record = trainer._epoch(loader, e)
+        record = trainer.train_epoch(loader, e)
         record["device_bytes"] = read_bytes(ds.path) - before
         began = time.perf_counter()
         if args.eval == "auto":
-            record["metrics"] = trainer._evaluate()
+            record["metrics"] = trainer.evaluate()
         record["eval_s"] = time.perf_counter() - began
         epochs.append(record)
     return {
@@ -175,27 +167,6 @@ def _peak_rss_mib() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def measure_device(file: Path, read_size: int, depths: list, seconds: float) -> dict:
-    """fio on `file` now: random reads of `read_size` with io_uring at each
-    depth (the best is the floor's rate) and 1 MiB sequential reads."""
-    random = [fio(file, read_size, d, "io_uring", seconds) for d in depths]
-    best = max(random, key=lambda r: r["reads_per_s"])
-    seq = fio(file, 1 << 20, 8, "io_uring", seconds, rw="read")
-    print(
-        f"fio: best {best['reads_per_s']:,.0f} random {read_size} B reads/s (depth {best['depth']}), sequential "
-        f"{seq['mb_per_s']:,.0f} MB/s",
-        flush=True,
-    )
-    return {
-        "random": random,
-        "best_reads_per_s": best["reads_per_s"],
-        "best_depth": best["depth"],
-        "seq_bytes_per_s": seq["mb_per_s"] * 1e6,
-        "read_size": read_size,
-        "load": os.getloadavg(),
-    }
 
 
 def _epoch_s(e: dict) -> float:
@@ -270,18 +241,6 @@ def plot(summary: dict, path: Path):
     save_figure(fig, path)
 
 
-def read_size(path: Path) -> int:
-    """The bytes of the blocks one row of the dataset at `path` spans (the SSD tier's smallest read)."""
-    from gnnsys.datasets.features_file import DTYPES
-    from gnnsys.datasets.meta import read_meta
-    from gnnsys.storage.direct_io import open_rows_file, row_blocks
-
-    f = read_meta(path)["features"]
-    file = open_rows_file(path / f["file"], True)
-    os.close(file.fd)
-    return row_blocks(f["dim"] * DTYPES[f["dtype"]].itemsize, f["row_stride"], file.block) * file.block
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.child:
@@ -295,7 +254,7 @@ def main(argv=None):
     file_bytes = file.stat().st_size
     if args.host_mem_budget is None:
         args.host_mem_budget = round(0.45 * file_bytes / 1e9, 3)
-    info = machine()
+    info = fio_machine()
     size = read_size(path)
     model = io_model(file, size)  # probed once here (or cached): every SSD child plans with it
     device = measure_device(file, size, [int(d) for d in args.fio_depths.split(",")], args.fio_seconds)

@@ -27,15 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from helpers import fio, fio_machine
 from plotting import can_plot, save_figure
 
 from gnnsys.atomic import atomic_write_bytes
@@ -66,66 +64,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.engines = args.engines.split(",")
     args.gaps = [g if g == "auto" else int(g) for g in args.gaps.split(",")]
     return args
-
-
-def fio_version() -> str:
-    """fio's version; SystemExit naming the setup script where fio is missing."""
-    if not shutil.which("fio"):
-        raise SystemExit("fio is not installed: run `bash benchmarks/setup_fio.sh`")
-    return subprocess.run(["fio", "--version"], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def machine() -> dict:
-    """Platform, CPUs, load and versions of the machine running the benchmark."""
-    return {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg_start": os.getloadavg(),
-        "loadavg_note": "Linux counts threads waiting in reads in the load average: the benchmark's own "
-        "reads raise loadavg_end",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "fio": fio_version(),
-    }
-
-
-def fio(file, bs: int, depth: int, engine: str, seconds: float, rw: str = "randread") -> dict:
-    """One time-based fio job over `file` with O_DIRECT: `depth` reads in flight
-    (iodepth for io_uring/libaio, that many jobs of one read for psync);
-    requests/s, MB/s and mean completion latency from its JSON output."""
-    jobs = depth if engine == "psync" else 1
-    cmd = [
-        "fio",
-        "--name=ref",
-        f"--filename={file}",
-        "--direct=1",
-        f"--rw={rw}",
-        f"--bs={bs}",
-        f"--ioengine={engine}",
-        f"--iodepth={1 if engine == 'psync' else depth}",
-        f"--numjobs={jobs}",
-        "--thread",
-        "--group_reporting",
-        "--time_based",
-        f"--runtime={max(1, round(seconds * 1000))}ms",
-        "--norandommap",
-        "--randrepeat=0",
-        "--output-format=json",
-        "--readonly",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-    if done.returncode:
-        raise SystemExit(f"fio failed ({' '.join(cmd)}): {done.stderr.strip()[-500:]}")
-    read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
-    return {
-        "engine": engine,
-        "depth": depth,
-        "bs": bs,
-        "reads_per_s": read["iops"],
-        "mb_per_s": read["bw_bytes"] / 1e6,
-        "lat_mean_us": read["clat_ns"]["mean"] / 1e3,
-    }
 
 
 def tier_run(ssd: SSDFeatures, batch: int, seconds: float, rng) -> dict:
@@ -224,7 +162,7 @@ def plot(summary: list, path: Path):
 
 def main(argv=None):
     args = parse_args(argv)
-    info = machine()
+    info = fio_machine()
     rng = np.random.default_rng(args.seed)
     file = Path(args.dataset) / "features.bin"
     table = load_dataset(args.dataset).features

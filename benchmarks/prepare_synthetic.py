@@ -28,19 +28,16 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numba
 import numpy as np
 import psutil
 import torch
-from peaks import Peaks, disk_used
+from helpers import run_child
 
 from gnnsys.atomic import atomic_write_bytes
-from gnnsys.host_memory import anonymous_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prepare_synthetic.json"
 CASES = {
@@ -91,29 +88,6 @@ def dataset_sizes(meta: dict) -> dict:
         "feature_dim": meta["node_types"][meta["target"]]["features"]["dim"],
         "node_types": {name: t["num_nodes"] for name, t in meta["node_types"].items()},
         "relations": relations,
-    }
-
-
-def run_child(argv: list[str], disk: Path) -> dict:
-    """Run one child process; its wall time, peak RSS, peak added disk use and exit status."""
-    start, used = time.perf_counter(), disk_used(disk)
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = Peaks({"disk": lambda: disk_used(disk) - used, "rss_anon": lambda: anonymous_bytes(child.pid)}, period=0.5)
-    output = child.stdout.read()
-    peaks = peak.stop()  # before wait4 reaps the child, while its /proc entry is there
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; keep Popen consistent
-    if child.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed with status {child.returncode}:\n{output}")
-    return {
-        "wall_s": round(wall, 2),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-        "user_s": round(usage.ru_utime, 2),
-        "sys_s": round(usage.ru_stime, 2),
-        "peak_disk_bytes": peaks["disk"],
-        "peak_rss_anon_mib": round(peaks["rss_anon"] / 2**20, 1),
-        "loadavg_end": os.getloadavg(),
     }
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from bench_precision import median_of, warm
+from helpers import SYSTEMS, median_of, warm
 from peaks import Peaks
 from plotting import can_plot, save_figure
 
@@ -275,8 +275,6 @@ def child_command(script: str, dataset, args: argparse.Namespace, seed: int, pre
 def peer_command(script: Path, dataset, args: argparse.Namespace, seed: int, recipe: list) -> list:
     """The command line of the peer's run of `script` (benchmarks/peers) in its
     environment, with the options of `recipe` (the peers' common arguments)."""
-    from bench_minibatch import SYSTEMS
-
     sampling = ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size)]
     common = [str(dataset), "--epochs", str(args.epochs), "--seed", str(seed), *sampling]
     return [str(SYSTEMS[PEER][0]), str(script), *common, *recipe, "--eval"]

@@ -34,7 +34,7 @@ from gnnsys.inference.prediction_io import (
 )
 from gnnsys.inference.rows_io import ArraySink
 from gnnsys.models.gnn import GNN, GNNLayer
-from gnnsys.trainers.minibatch import build_model
+from gnnsys.training.model import build_model
 from gnnsys.training.options import MinibatchOptions
 
 MODEL_OPTIONS = ("model", "hidden", "fanouts", "dropout", "input_dropout", "norm", "residual", "heads", "seed")

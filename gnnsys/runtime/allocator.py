@@ -37,3 +37,9 @@ def retain_freed_memory(trim_threshold: int = 1 << 30) -> bool:
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     _retained = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
     return _retained
+
+
+def retain_memory(options) -> bool:
+    """`retain_freed_memory()` when a training run's `options` ask for it
+    (their retain_memory, on by default); whether freed memory is retained."""
+    return bool(options.retain_memory) and retain_freed_memory()

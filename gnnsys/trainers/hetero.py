@@ -19,7 +19,8 @@ import torch
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.trainers.minibatch import MinibatchTrainer, retain_memory
+from gnnsys.runtime.allocator import retain_memory
+from gnnsys.trainers.minibatch import MinibatchTrainer
 from gnnsys.training.checkpoints import run_lock
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.result import TrainResult

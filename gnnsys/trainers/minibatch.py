@@ -36,18 +36,21 @@ from gnnsys.parallel.data_parallel import (
     under_torchrun,
     write_rank_result,
 )
+from gnnsys.runtime.allocator import retain_memory
 from gnnsys.runtime.precision import make_precision
 from gnnsys.storage.memory_plan import GB
-from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
+from gnnsys.training.checkpoints import resume_training, run_lock, training_state
+from gnnsys.training.checkpoints import save_checkpoint as write_checkpoint
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
+from gnnsys.training.model import build_model
 from gnnsys.training.optimizer import make_optimizer
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
 from gnnsys.training.runs import train_runs
 from gnnsys.training.tasks import task_loss
-from gnnsys.training.user_model import check_user_model, fresh_copy, needs_degree
+from gnnsys.training.user_model import check_user_model, needs_degree
 
 POSTFIX_EVERY_S = 0.5  # how often the batch bar reads the running loss back from the device
 
@@ -106,42 +109,6 @@ def _train_run(dataset, options: MinibatchOptions, on_epoch_end, module) -> Trai
     return MinibatchTrainer(dataset, options, on_epoch_end, module=module).run()
 
 
-def build_model(dataset, options: MinibatchOptions, module: torch.nn.Module | None = None) -> torch.nn.Module:
-    """The GNN `options` describe for `dataset`, or a copy of the user's
-    `module` (options.model names it), initialised from options.seed, on the
-    CPU (`module`'s own device for a user module)."""
-    from gnnsys.models.gnn import GNN
-    from gnnsys.models.names import is_user_model
-
-    o = options
-    if is_user_model(o.model):
-        if module is None:
-            raise ConfigError("model", f"{o.model} is a user module: pass the module itself as model=")
-        return fresh_copy(module, o.seed)
-    torch.manual_seed(o.seed)
-    assert o.layers is not None  # MinibatchOptions sets it from fanouts
-    return GNN(
-        o.model,
-        dataset.num_features,
-        o.hidden,
-        dataset.num_classes,
-        o.layers,
-        dropout=o.dropout,
-        norm=o.norm,
-        residual=o.residual,
-        heads=o.heads,
-        input_dropout=o.input_dropout,
-    )
-
-
-def retain_memory(options: MinibatchOptions):
-    """Keep freed memory for reuse in this process when options.retain_memory (gnnsys.runtime.allocator)."""
-    if options.retain_memory:
-        from gnnsys.runtime.allocator import retain_freed_memory
-
-        retain_freed_memory()
-
-
 def _train_data_parallel(dataset, options: MinibatchOptions, on_epoch_end=None, module=None) -> TrainResult | None:
     """options.workers ranks of `data_parallel_worker` (training the user's
     `module` when given); rank 0's TrainResult with its trained model, None
@@ -178,7 +145,9 @@ def data_parallel_worker(
 
 
 class MinibatchTrainer:
-    """One minibatch training run: placed features, model, optimizer, loader, history."""
+    """One minibatch training run: placed features, model, optimizer, loader,
+    history. `run()` trains; its steps `train_loader()`, `train_epoch()`,
+    `evaluate()` and `save_checkpoint()` also drive epochs by hand."""
 
     def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None, ranks=None, module=None):
         from gnnsys.parallel.ranks import Ranks
@@ -202,8 +171,8 @@ class MinibatchTrainer:
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
         self.checked_finite = False
 
-    # What the heterogeneous trainer (gnnsys.trainers.hetero) redefines besides its
-    # feature tiers and loader: its model, what a step feeds it, how its tiers are counted.
+    # What the heterogeneous trainer (gnnsys.trainers.hetero) redefines besides its loader
+    # (_open_loader) and exact evaluation (_layerwise_logits): its model and what a step feeds it.
 
     def _build_model(self, module):
         """The model of options.model, or a fresh copy of the user's `module` (build_model)."""
@@ -234,14 +203,14 @@ class MinibatchTrainer:
                 )
             elif o.resume:
                 start, self.history = resume_training(o, self.model, self.optimizer, self.precision, self.control)
-            loader = self._loader() if start < o.epochs else None
+            loader = self.train_loader() if start < o.epochs else None
             run_epochs(
                 o,
                 start,
                 self.history,
-                lambda epoch: self._train_epoch(loader, epoch),
-                self._evaluate,
-                self._save,
+                lambda epoch: self.train_epoch(loader, epoch),
+                self.evaluate,
+                self.save_checkpoint,
                 self.on_epoch_end,
                 control=self.control,
             )
@@ -252,12 +221,10 @@ class MinibatchTrainer:
         self.store.close()
         return make_result(o, self.history, self.model) if self.rank == 0 else None
 
-    def _train_epoch(self, loader, epoch: int) -> dict:
-        """`_epoch`'s record; its loss is the mean over every rank's seeds
-        (the ranks' shares are equal)."""
-        record = self._epoch(loader, epoch)
-        record["loss"] = self.ranks.mean(record["loss"])
-        return record
+    def train_loader(self):
+        """The loader of this rank's share of the training seeds, shuffled, with
+        the run's sampling, batch size, seed and pipeline options (what `run` trains on)."""
+        return self._loader()
 
     def _loader(self, split="train", shuffle: bool = True, rank: int | None = None, world_size: int | None = None):
         """A loader of `split` with the run's sampling, batch size, seed and
@@ -295,9 +262,13 @@ class MinibatchTrainer:
         """The fanouts the loader's sampler takes, output layer first."""
         return list(self.options.fanouts)
 
-    def _epoch(self, loader, epoch: int) -> dict:
-        """One pass over the training seeds; the epoch's record without metrics
-        (with each feature tier's counters of the epoch under "tiers")."""
+    def train_epoch(self, loader, epoch: int) -> dict:
+        """One pass of `loader` (a MinibatchLoader over this trainer's feature
+        tiers, such as `train_loader()`), set to `epoch` (sampling is a function
+        of the seed, epoch and batch), one optimizer step per batch. Returns
+        the epoch's record without metrics (gnnsys.training.loop.epoch_record:
+        "loss", the mean over every rank's seeds, "time_s", the time breakdown,
+        each feature tier's counters of the epoch under "tiers")."""
         self.store.reset_stats()
         self.model.train()
         loader.set_epoch(epoch)
@@ -332,8 +303,9 @@ class MinibatchTrainer:
             if self.options.progress:
                 show_postfix()  # the epoch's final figures on its line
         elapsed = time.perf_counter() - began
-        mean_loss = total_loss.item() / max(seen, 1)
-        return epoch_record(epoch, mean_loss, elapsed, times, **self.store.record())
+        record = epoch_record(epoch, total_loss.item() / max(seen, 1), elapsed, times, **self.store.record())
+        record["loss"] = self.ranks.mean(record["loss"])  # the ranks' shares are equal
+        return record
 
     def _step(self, mb) -> torch.Tensor:
         """One optimizer step on `mb`; its mean loss, left on the device."""
@@ -345,12 +317,13 @@ class MinibatchTrainer:
         self.precision.backward_step(loss, self.optimizer)
         return loss
 
-    def _evaluate(self) -> dict:
-        """The metric on train/valid/test (the same on every rank): from
-        exact streaming layer-wise inference, or, with options.eval_mode
-        "sampled", from the training fanouts through the training loader and
-        feature tiers (gnnsys.training.evaluation); a data-parallel run splits
-        the nodes across the ranks and all-gathers the logits."""
+    def evaluate(self) -> dict:
+        """{"train", "valid", "test": the options' metric} of the model as it is (the
+        same on every rank): from exact streaming layer-wise inference, or, with
+        options.eval_mode "sampled", from the training fanouts through the
+        training loader and feature tiers (gnnsys.training.evaluation); a
+        data-parallel run splits the nodes across the ranks and all-gathers
+        the logits."""
         o = self.options
         if o.eval_mode == "sampled":
             splits = sampled_splits(self.splits, o.seed)
@@ -395,8 +368,11 @@ class MinibatchTrainer:
         logits = sampled_logits(self.model, loader, self._inputs, self.precision.autocast)
         return self.ranks.all_gather_rows(logits)[: nodes.shape[0]]  # host rows: over the host group
 
-    def _save(self, epochs_done: int):
-        """Checkpoint after `epochs_done` epochs (data-parallel: rank 0 writes, with every rank's RNG state)."""
+    def save_checkpoint(self, epochs_done: int):
+        """Write the checkpoint in options.checkpoint_dir atomically: the state after
+        `epochs_done` epochs with `history` (this trainer's epoch records),
+        model, optimizer, precision, epoch control and RNG states, from which
+        `resume=True` continues (data-parallel: rank 0 writes, with every rank's RNG state)."""
         if self.ranks.multi:
             save_rank_checkpoint(
                 self.options,
@@ -409,7 +385,7 @@ class MinibatchTrainer:
                 self.control,
             )
             return
-        save_checkpoint(
+        write_checkpoint(
             self.options.checkpoint_dir,
             training_state(
                 self.options, epochs_done, self.history, self.model, self.optimizer, self.precision, self.control

@@ -56,9 +56,9 @@ def test_sampled_evaluation_is_deterministic_and_close_to_layerwise():
             assert a[split] is not None and abs(a[split] - b[split]) <= 0.06
     assert exact[-1]["valid"] > 0.85
     trainer = MinibatchTrainer(ds, MinibatchOptions(eval="sampled", **FAST).for_dataset(ds))
-    first = trainer._evaluate()
+    first = trainer.evaluate()
     assert trainer.model.training  # mode restored
-    assert trainer._evaluate() == first  # the same weights, the same metric
+    assert trainer.evaluate() == first  # the same weights, the same metric
 
 
 def test_sampled_splits_cap_the_train_nodes():

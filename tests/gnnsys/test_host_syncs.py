@@ -12,7 +12,7 @@ from gnnsys.training.options import MinibatchOptions
 def test_an_epoch_reads_the_loss_back_once(make_dataset, monkeypatch):
     ds, _ = make_dataset(num_nodes=120, num_edges=900)
     trainer = MinibatchTrainer(ds, MinibatchOptions(fanouts=[3, 2], hidden=8, batch_size=8, progress=False, prefetch=0))
-    loader = trainer._loader()
+    loader = trainer.train_loader()
     reads = []
     item = torch.Tensor.item
 
@@ -36,7 +36,7 @@ def test_an_epoch_reads_the_loss_back_once(make_dataset, monkeypatch):
 
     monkeypatch.setattr(dropout, "_draw_key", draw)
     monkeypatch.setattr(torch.Tensor, "item", counted)
-    record = trainer._epoch(loader, 0)
+    record = trainer.train_epoch(loader, 0)
     monkeypatch.undo()
     assert len(loader) > 3 and len(reads) == 1
     trainer.store.close()
@@ -51,7 +51,7 @@ def test_the_epoch_loss_is_the_seed_weighted_mean_of_the_step_losses(make_datase
     monkeypatch.setattr(
         trainer, "_step", lambda mb: steps.append((step_loss := step(mb)).item() * len(mb.seeds)) or step_loss
     )
-    record = trainer._epoch(trainer._loader(), 0)
+    record = trainer.train_epoch(trainer.train_loader(), 0)
     trainer.store.close()
     seeds = ds.split("train").shape[0]
     assert record["loss"] == sum(steps) / seeds  # exactly the host float64 sum
