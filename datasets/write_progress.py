@@ -1,14 +1,26 @@
-"""Progress bars of the dataset writers (shown on a terminal only)."""
+"""Progress bars: `Bar`, the one live bar every command draws on a terminal,
+and the bars of the dataset writers (shown on a terminal only)."""
 
 from __future__ import annotations
 
 from tqdm.auto import tqdm
 
 
+class Bar(tqdm):
+    """tqdm's live bar (a notebook's widget under Jupyter) whose `update`
+    returns nothing: tqdm's returns True when it redraws, which only a
+    terminal makes happen, so a caller using that value (`bar.update(n) or
+    rows`) would break there alone. Every bar of the program is a Bar."""
+
+    def update(self, n=1) -> None:
+        """Count `n` more steps (redrawing when due); returns None."""
+        super().update(n)
+
+
 def progress_bar(opts, total, desc, unit):
-    """A tqdm bar of `total` `unit`s named `desc`, shown when opts.progress
+    """A Bar of `total` `unit`s named `desc`, shown when opts.progress
     and stderr is a terminal (so logs and captured stderr keep just the messages)."""
-    return tqdm(
+    return Bar(
         total=total,
         desc=desc,
         unit=unit,

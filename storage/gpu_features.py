@@ -15,10 +15,10 @@ import warnings
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from gnnsys._capabilities import normalize_device, require_cuda, require_triton
 from gnnsys.datasets.feature_table import RowTable
+from gnnsys.datasets.write_progress import Bar
 from gnnsys.feature_source import FeatureSource
 
 COPY_CHUNK_BYTES = 256 << 20  # host -> device copies move this much at a time
@@ -130,7 +130,7 @@ def copy_rows_into(
     if dest.shape != (num_rows, stride) or dest.dtype != torch.uint8:
         raise ValueError(f"dest must be a [{num_rows}, {stride}] uint8 tensor")
     step = max(1, chunk_bytes // max(stride, 1))
-    with tqdm(
+    with Bar(
         total=num_rows * stride,
         unit="B",
         unit_scale=True,
