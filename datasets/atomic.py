@@ -6,6 +6,10 @@ a device or another kind of file, never inside a gnnsys dataset."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
+import glob
 import hashlib
 import os
 import re
@@ -14,6 +18,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +29,10 @@ from gnnsys.errors import DatasetError
 def atomic_directory(target, overwrite: bool = False):
     """Yield a temporary sibling directory of `target`; on success rename it to
     `target`. An existing `target` is refused unless `overwrite`, and is kept
-    intact until the new one is complete. On failure the temporary is removed.
-    The directory gets the permissions the umask gives a new one."""
+    intact until the new one is complete, then swapped for it
+    (`replace_directory`: in one step where the system can, else restored on
+    any failure). On failure the temporary is removed. The directory gets
+    the permissions the umask gives a new one."""
     target = Path(os.path.abspath(target))
     if target.exists() and not overwrite:
         raise DatasetError(target, "output already exists (use --overwrite to replace it)")
@@ -33,16 +40,100 @@ def atomic_directory(target, overwrite: bool = False):
     tmp = _new_directory(target.parent, f".{target.name}.tmp-")
     try:
         yield tmp
-        old = None
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.replace(target, old / target.name)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            replace_directory(tmp, target)  # tmp then holds the old one, removed below
+        else:
+            os.replace(tmp, target)
     finally:
-        if tmp.exists():
+        if tmp.is_symlink():  # what an exchange with a link named `target` left
+            tmp.unlink()
+        elif tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h)
+_AT_FDCWD = -100
+
+
+def replace_directory(new: Path, target: Path):
+    """Put the directory `new` in the place of the existing `target`, so that
+    `target` is always one of the two, whole: swapped in one step
+    (renameat2 RENAME_EXCHANGE: `new` then names the old directory, for the
+    caller to remove); where the system or file system cannot, `target` is
+    first moved into a hidden `.NAME.old-*` sibling, and put back on any
+    failure (an interrupt included) of the second rename. A crash between
+    the two leaves it there, where `restore_replaced` finds it."""
+    if exchange(new, target):
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    kept = old / target.name
+    try:
+        os.replace(target, kept)
+        os.replace(new, target)
+    except BaseException as e:
+        if not os.path.lexists(target) and os.path.lexists(kept):  # wherever the failure came, the old goes back
+            try:
+                os.replace(kept, target)
+            except OSError as again:
+                raise DatasetError(
+                    target,
+                    f"could not be replaced ({e}) nor put back ({again}): the old dataset is in {kept}; "
+                    "the next gnnsys prepare or info of this path puts it back",
+                ) from e
+        raise
+    finally:
+        if os.path.lexists(new):  # not replaced: `old` is empty unless the old could not go back
+            with contextlib.suppress(OSError):
+                old.rmdir()
+        else:  # replaced (an interrupt after the second rename included): the old one goes
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def exchange(a, b) -> bool:
+    """Swap the directory entries `a` and `b` in one atomic step (Linux's
+    renameat2 with RENAME_EXCHANGE); False, changing nothing, where the C
+    library, the kernel or the file system does not offer it."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(b))
+
+
+@functools.cache
+def _renameat2():
+    """The C library's renameat2, or None (not Linux, or glibc before 2.28)."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+def restore_replaced(target) -> Path | None:
+    """When `target` is missing and a replacement of it was cut short after
+    its first step (`replace_directory` without an atomic exchange: a crash,
+    a power cut), put back the old directory kept in a hidden
+    `.NAME.old-*` sibling, and say so (a warning); returns the folder it
+    came from, or None."""
+    target = Path(os.path.abspath(target))
+    if os.path.lexists(target):
+        return None
+    for old in sorted(target.parent.glob(f".{glob.escape(target.name)}.old-*")):
+        kept = old / target.name
+        if kept.is_dir() and not kept.is_symlink():
+            os.replace(kept, target)
+            with contextlib.suppress(OSError):
+                old.rmdir()
+            warnings.warn(f"{target}: put back the dataset an interrupted --overwrite had left in {old}", stacklevel=2)
+            return old
+    return None
 
 
 def _new_directory(parent: Path, prefix: str) -> Path:
