@@ -64,7 +64,7 @@ def write_features(src, path: Path, opts: PrepareOptions, order=None) -> tuple[i
     size = src.num_nodes * stride
     with progress_bar(opts, src.num_nodes, "features", "rows") as bar:
         target = path if order is None else path.with_name("features.unordered.bin")
-        digest = _write_rows(target, (bar.update(len(r)) or r for r in _feature_rows(src, opts, stride)), size)
+        digest = _write_rows(target, _counted(_feature_rows(src, opts, stride), bar), size)
     if order is None:
         return stride, digest
     step = max(1, (1 << 26) // stride)
@@ -83,6 +83,13 @@ def write_features(src, path: Path, opts: PrepareOptions, order=None) -> tuple[i
         digest = _write_rows(path, permuted(), size)
     target.unlink()
     return stride, digest
+
+
+def _counted(chunks, bar):
+    """`chunks` (arrays of rows), each counted on `bar` as it passes."""
+    for rows in chunks:
+        bar.update(len(rows))
+        yield rows
 
 
 def normalize_rows(chunk: np.ndarray) -> np.ndarray:

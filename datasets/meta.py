@@ -185,14 +185,3 @@ def regular_file_size(file) -> int:
     if kind is not None:
         raise DatasetError(file, f"is a {kind}, not a regular file")
     return st.st_size
-
-
-def is_dataset_dir(path) -> bool:
-    """Whether `path` holds a meta.json that names itself a gnnsys dataset
-    (whatever else it holds: a damaged dataset is still one)."""
-    file = Path(path) / "meta.json"
-    try:
-        meta = json.loads(file.read_text()) if file.is_file() else None  # never read a FIFO
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return isinstance(meta, dict) and meta.get("format") == FORMAT

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 
+from gnnsys.atomic import DATASET_FORMAT
 from gnnsys.errors import DatasetError
 
 from .features_file import DTYPES, strides_written
 
-FORMAT = "gnnsys-dataset"
+FORMAT = DATASET_FORMAT
 VERSION = 1
 SPLITS = ("train", "valid", "test")
 HOMOGENEOUS, HETERO = "homogeneous", "hetero"  # meta.json's "kind"; a file without one is homogeneous

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gnnsys.atomic import is_dataset_dir, restore_replaced
 from gnnsys.errors import DatasetError
-
-from .meta import is_dataset_dir
 
 
 def check_output(out_dir, overwrite: bool):
     """DatasetError unless `out_dir` may be written: it does not exist, or
     `overwrite` is set and it is a gnnsys dataset or an empty directory (and
-    not the current directory, which renaming would pull from under the shell)."""
+    not the current directory, which renaming would pull from under the shell).
+    A dataset that an interrupted --overwrite of `out_dir` left aside is put
+    back first (restore_replaced)."""
     out_dir = Path(os.path.abspath(out_dir))
+    restore_replaced(out_dir)  # a dataset an interrupted --overwrite left aside comes back first
     if not out_dir.exists():
         return
     if not overwrite:

@@ -1,14 +1,14 @@
-"""Progress bars of the dataset writers (shown on a terminal only)."""
+"""The progress bars of the dataset writers (a gnnsys.progress Bar, shown on a terminal only)."""
 
 from __future__ import annotations
 
-from tqdm.auto import tqdm
+from gnnsys.progress import Bar
 
 
 def progress_bar(opts, total, desc, unit):
-    """A tqdm bar of `total` `unit`s named `desc`, shown when opts.progress
+    """A Bar of `total` `unit`s named `desc`, shown when opts.progress
     and stderr is a terminal (so logs and captured stderr keep just the messages)."""
-    return tqdm(
+    return Bar(
         total=total,
         desc=desc,
         unit=unit,

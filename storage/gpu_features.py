@@ -15,9 +15,9 @@ import warnings
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from gnnsys._capabilities import normalize_device, require_cuda, require_triton
+from gnnsys.progress import Bar
 from gnnsys.storage.source import FeatureSource
 from gnnsys.storage.table import RowTable
 
@@ -130,7 +130,7 @@ def copy_rows_into(
     if dest.shape != (num_rows, stride) or dest.dtype != torch.uint8:
         raise ValueError(f"dest must be a [{num_rows}, {stride}] uint8 tensor")
     step = max(1, chunk_bytes // max(stride, 1))
-    with tqdm(
+    with Bar(
         total=num_rows * stride,
         unit="B",
         unit_scale=True,

@@ -11,7 +11,8 @@ command  the gnnsys arguments; {ds} is a small valid dataset made for the row
 status   2 for bad input or options: stderr's last line is the one
          "gnnsys ...: error: ..." line (argparse prints its usage above it);
          1 for `info --verify` finding a problem (stderr lists them).
-fragment text that line (for status 1, stderr) must hold.
+fragment text that line (for status 1, stderr) must hold; {ds} and {here} (the
+         scratch folder) in it are replaced as in the command.
 setup    setup(ds, here) breaks something before the command runs; the
          helpers below make the common breaks (meta_set, meta_drop, meta_text,
          resave, write, arrays_input, gnn_benchmark_npz).
@@ -27,6 +28,8 @@ import fcntl
 import json
 import os
 import shlex
+import socket
+import stat
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -167,18 +170,62 @@ def checkpoint(payload):
 HELD = []  # lock files held open by `held_lock` until the row's check
 
 
-def held_lock(ds, here):
-    """Another run's lock on the checkpoint directory ck (pid 4242)."""
-    (here / "ck").mkdir()
-    fd = os.open(here / "ck" / ".lock", os.O_RDWR | os.O_CREAT)
+def held_lock(ds, here, folder="ck"):
+    """Another run's lock on the checkpoint directory `folder` (pid 4242)."""
+    (here / folder).mkdir(parents=True)
+    fd = os.open(here / folder / ".lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.write(fd, b"4242\n")
     HELD.append(fd)
 
 
-def release_lock(ds, here):
+def release_lock(ds, here, folder="ck"):
+    """Release `held_lock`; whether ck holds nothing but what held_lock made."""
     os.close(HELD.pop())
-    return [p.name for p in (here / "ck").iterdir()] == [".lock"]
+    return sorted(p.name for p in (here / "ck").iterdir()) == [".lock" if folder == "ck" else folder.split("/")[1]]
+
+
+def lock_link(target: str):
+    """ck/.lock a symbolic link to `target` (in the scratch folder), whose
+    content, when it exists, is "keep"."""
+
+    def setup(ds, here):
+        (here / "ck").mkdir()
+        (here / "ck" / ".lock").symlink_to(here / target)
+        if target == "victim":
+            (here / target).write_text("keep")
+
+    return setup
+
+
+def victim_kept(ds, here):
+    return (here / "victim").read_text() == "keep"
+
+
+def nothing_made(ds, here):
+    return not os.path.lexists(here / "nothing")
+
+
+def meta_kept(ds, here):
+    return json.loads((ds / "meta.json").read_text()).get("format") == "gnnsys-dataset"
+
+
+def char_device(ds, here):
+    """here/null a character device: a copy of /dev/null where mknod is
+    allowed, else a link to a pseudo-terminal (never /dev/null itself,
+    which a regression replacing outputs would replace for the machine)."""
+    try:
+        os.mknod(here / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        master, slave = os.openpty()
+        HELD.extend([master, slave])
+        (here / "null").symlink_to(os.ttyname(slave))
+
+
+def _bound_socket(path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    return sock
 
 
 def symlink_loop(ds, here):
@@ -504,8 +551,68 @@ ROWS = [
         "--json naming a directory",
         "train {ds} --json here.d",
         2,
-        "--json: here.d is a directory",
+        "--json: here.d: is a directory",
         lambda ds, here: (here / "here.d").mkdir(),
+    ),
+    Row(
+        "--json naming a character device",
+        "train {ds} --json null",
+        2,
+        "--json: null: is a character device; an output is written only to a new path, a regular file",
+        char_device,
+        lambda ds, here: stat.S_ISCHR(os.stat(here / "null").st_mode),
+    ),
+    Row(
+        "--json naming a socket",
+        "train {ds} --json sock",
+        2,
+        "--json: sock: is a socket",
+        lambda ds, here: HELD.append(_bound_socket(here / "sock")),
+        lambda ds, here: HELD.pop().close() or stat.S_ISSOCK(os.stat(here / "sock").st_mode),
+    ),
+    Row(
+        "--json naming the dataset's meta.json",
+        "train {ds} --json {ds}/meta.json",
+        2,
+        "meta.json: is inside the gnnsys dataset",
+        check=meta_kept,
+    ),
+    Row(
+        "--json in a folder inside the dataset",
+        "train {ds} --json {ds}/results/r.json",
+        2,
+        "results/r.json: is inside the gnnsys dataset",
+        check=lambda ds, here: not (ds / "results").exists(),
+    ),
+    Row(
+        "--checkpoint-dir inside the dataset",
+        "train {ds} --checkpoint-dir {ds}/ck",
+        2,
+        "checkpoint_dir: {ds}/ck is inside the gnnsys dataset",
+        check=lambda ds, here: not (ds / "ck").exists(),
+    ),
+    Row(
+        "checkpoint lock a symlink",
+        "train {ds} --checkpoint-dir ck",
+        2,
+        "ck/.lock is a symbolic link; a lock file is never followed: remove it",
+        lock_link("victim"),
+        victim_kept,
+    ),
+    Row(
+        "checkpoint lock a dangling symlink",
+        "train {ds} --checkpoint-dir ck",
+        2,
+        "ck/.lock is a symbolic link",
+        lock_link("nothing"),
+        nothing_made,
+    ),
+    Row(
+        "checkpoint lock a FIFO",
+        "train {ds} --checkpoint-dir ck",
+        2,
+        "ck/.lock is not a regular file",
+        lambda ds, here: (here / "ck").mkdir() or os.mkfifo(here / "ck" / ".lock"),
     ),
     Row(
         "--json under a symlink loop",
@@ -529,6 +636,22 @@ ROWS = [
         "checkpoint_dir: ck is in use by another gnnsys run (pid 4242)",
         held_lock,
         release_lock,
+    ),
+    Row(
+        "--checkpoint-dir inside one another run holds",
+        "train {ds} --checkpoint-dir ck/run-01",
+        2,
+        "checkpoint_dir: ck/run-01 is inside {here}/ck, which another gnnsys run writes checkpoints into (pid 4242)",
+        held_lock,
+        release_lock,
+    ),
+    Row(
+        "--runs 2 over a run directory another run holds",
+        "train {ds} --runs 2 --checkpoint-dir ck",
+        2,
+        "checkpoint_dir: ck holds {here}/ck/run-02, which another gnnsys run writes checkpoints into (pid 4242)",
+        lambda ds, here: held_lock(ds, here, "ck/run-02"),
+        lambda ds, here: release_lock(ds, here, "ck/run-02"),
     ),
     # train --resume: checkpoints of the wrong shape
     Row(
@@ -710,7 +833,7 @@ def test_bad_input(row, tmp_path, monkeypatch, capsys):
     if status == 2:
         assert lines and lines[-1].startswith("gnnsys") and ": error: " in lines[-1], err
         assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), err
-        assert row.fragment in lines[-1], lines[-1]
+        assert row.fragment.format(ds=ds, here=here) in lines[-1], lines[-1]
     else:
         assert row.fragment in err, err
     assert row.check is None or row.check(ds, here)

@@ -33,6 +33,7 @@ from tests.conftest import random_source
 FAST = ["--fanouts", "4,3", "--hidden", "8", "--batch-size", "8", "--no-progress"]
 ERRNOS = [errno.ENOSPC, errno.EROFS, errno.EACCES, errno.ENAMETOOLONG, errno.ELOOP]
 GNNSYS = [sys.executable, "-m", "gnnsys"]
+FAST_API = dict(fanouts=[4, 3], hidden=8, batch_size=8, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +144,58 @@ def test_checkpoint_lock_names_the_holder_and_leaves_nothing(tmp_path):
     with checkpoint_lock(ck):
         save_checkpoint(ck, {"epoch": 1})
     assert sorted(p.name for p in ck.iterdir()) == [FILE]
+
+
+@pytest.mark.parametrize(
+    "first,second,words",
+    [
+        ("ck", "ck/run-01", "ck/run-01 is inside {ck}, which another gnnsys run writes checkpoints into"),
+        ("ck", "ck/worker0/slot1", "is inside {ck}, which another gnnsys run"),
+        ("ck/run-02", "ck", "ck holds {ck}/run-02, which another gnnsys run writes checkpoints into"),
+        ("ck/worker0/slot1", "ck", "ck holds {ck}/worker0/slot1, which another gnnsys run"),
+    ],
+)
+def test_the_lock_covers_the_directories_below(tmp_path, first, second, words):
+    with checkpoint_lock(tmp_path / first):
+        with pytest.raises(ConfigError, match=words.format(ck=tmp_path / "ck")):
+            with checkpoint_lock(tmp_path / second):
+                pass
+        assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob(".lock")] == [f"{first}/.lock"]
+    with checkpoint_lock(tmp_path / second), checkpoint_lock(tmp_path / "elsewhere" / "run-01"):
+        pass  # free again; and a run's lock holds nothing beside it
+
+
+def test_runs_side_by_side_in_one_directory_are_not_nested(tmp_path):
+    with checkpoint_lock(tmp_path / "ck" / "run-01"), checkpoint_lock(tmp_path / "ck" / "run-02"):
+        pass
+
+
+@pytest.mark.parametrize("link", ["victim", "nothing"])
+def test_a_lock_that_is_a_link_is_refused_and_not_followed(tmp_path, link):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "victim").write_text("keep")
+    (tmp_path / "ck" / ".lock").symlink_to(tmp_path / link)
+    with pytest.raises(ConfigError, match="ck/.lock is a symbolic link; a lock file is never followed"):
+        with checkpoint_lock(tmp_path / "ck"):
+            pass
+    assert (tmp_path / "victim").read_text() == "keep" and not (tmp_path / "nothing").exists()
+
+
+def test_a_job_of_several_runs_holds_their_directories(ds, tmp_path, capsys):
+    """While a `--runs 2 --checkpoint-dir ck` job trains, a job for ck/run-01 is refused (it would overwrite run 1)."""
+    from gnnsys.trainers.minibatch import train
+
+    ck, second = tmp_path / "ck", []
+
+    def during(record):
+        if not second:
+            second.append(run(["train", ds, "--epochs", "1", "--checkpoint-dir", ck / "run-01", *FAST], capsys))
+
+    result = train(ds, runs=2, epochs=1, checkpoint_dir=ck, on_epoch_end=during, **FAST_API)
+    status, _, lines = second[0]
+    assert status == 2
+    one_line(lines, f"{ck / 'run-01'} is inside {ck}, which another gnnsys run writes checkpoints into")
+    assert len(result.runs) == 2 and sorted(p.name for p in ck.iterdir()) == ["run-01", "run-02"]
 
 
 def test_a_missing_torchrun_peer_is_one_error_after_the_timeout(monkeypatch):

@@ -22,7 +22,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOP = "gnnsys"  # the package itself: its __init__, the top rank (not its submodules)
 LAYERS = [  # (rank, modules); each name covers the module and its submodules; the first match counts
-    (0, ("gnnsys.errors", "gnnsys._capabilities", "gnnsys.ids", "gnnsys.atomic", "gnnsys.host_memory")),
+    (
+        0,
+        (
+            "gnnsys.errors",
+            "gnnsys._capabilities",
+            "gnnsys.ids",
+            "gnnsys.atomic",
+            "gnnsys.host_memory",
+            "gnnsys.progress",
+        ),
+    ),
     (1, ("gnnsys.storage",)),
     (2, ("gnnsys.datasets",)),
     (3, ("gnnsys.samplers",)),

@@ -52,11 +52,13 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
 
 
 def run(args) -> int:
+    from gnnsys.atomic import restore_replaced
     from gnnsys.datasets.features_file import DTYPES
     from gnnsys.datasets.inspect import format_summary, placement_table, summarize, verify
     from gnnsys.errors import ConfigError
     from gnnsys.storage.advice import format_advice, placement_advice
 
+    restore_replaced(args.path)  # a dataset an interrupted prepare --overwrite left aside
     problems = verify(args.path) if args.verify else []
     if problems:  # the summary would stop at the first of them
         for p in problems:

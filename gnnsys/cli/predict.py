@@ -82,6 +82,9 @@ def run(args) -> int:
         device=args.device,
         progress=args.progress,
     )
+    if not out.is_file():  # streamed to a pipe or a FIFO: its reader has the array
+        print(f"wrote {args.output} to {out}")
+        return 0
     shape = np.load(out, mmap_mode="r").shape
     print(f"wrote {args.output} {'x'.join(map(str, shape))} to {out}")
     return 0

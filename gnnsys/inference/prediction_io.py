@@ -109,15 +109,19 @@ def check_nodes(nodes, num_nodes: int) -> torch.Tensor:
 @contextlib.contextmanager
 def atomic_npy(path, shape: tuple, dtype):
     """Yield a writable memory-mapped .npy array of `shape` and `dtype` in a
-    temporary sibling of `path` (its space reserved up front), renamed to
-    `path` once the block completes; removed if it fails."""
+    temporary file (its space reserved up front) that becomes `path` once
+    the block completes: renamed to it (made beside it), or, for a pipe or
+    a FIFO, streamed to it (made in the temporary directory); removed if
+    the block fails. ConfigError("out") for a path no output may take
+    (check_output_file)."""
     path = Path(path)
     if path.suffix != ".npy":
         raise ConfigError("out", f"must be a .npy file, got {path}")
-    check_output_file(path, "out")
+    target = check_output_file(path, "out")
+    folder = Path(tempfile.gettempdir()) if target.streamed else target.path.parent
     with naming(path, "write"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".npy", dir=path.parent)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".npy", dir=folder)
         os.close(fd)
     try:
         with naming(path, "write"):
@@ -127,10 +131,13 @@ def atomic_npy(path, shape: tuple, dtype):
         with naming(path, "write"):
             array.flush()
             del array
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.chmod(tmp, new_file_mode())
-            os.replace(tmp, path)
+            if target.streamed:
+                target.write_file(tmp)
+            else:
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.chmod(tmp, new_file_mode())
+                os.replace(tmp, target.path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

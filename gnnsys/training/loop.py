@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from tqdm.auto import tqdm
+from gnnsys.progress import Bar
 
 BREAKDOWN = ("sample_s", "gather_s", "transfer_s", "compute_s", "wait_s")
 
@@ -81,18 +81,18 @@ def run_epochs(
 def progress_bar(total: int, desc: str, unit: str, enabled: bool, line_per_step: bool = False, done: int = 0):
     """A progress bar over `total` steps of `unit`, `done` of them already,
     with `update()`, `set_postfix(values)` and `close()` (also a context
-    manager): tqdm's live bar on a terminal or in a notebook; otherwise (a
+    manager): a live Bar (tqdm's) on a terminal or in a notebook; otherwise (a
     log file, a pipe) a `LineProgress` writing one compact line to stderr when
     it closes, or after every step when `line_per_step` (a bar over epochs);
     silent unless `enabled`."""
     if enabled and _live():
-        return tqdm(total=total, initial=done, desc=desc, unit=unit, leave=False)
+        return Bar(total=total, initial=done, desc=desc, unit=unit, leave=False)
     return LineProgress(total, desc, unit, line_per_step, sys.stderr if enabled else None, done)
 
 
 def _live() -> bool:
     """Whether a bar can redraw in place: stderr is a terminal, or tqdm.auto chose notebook widgets."""
-    notebook = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)
+    notebook = any(c.__module__ == "tqdm.notebook" for c in Bar.__mro__)
     return notebook or (sys.stderr is not None and sys.stderr.isatty())
 
 

@@ -2,10 +2,13 @@
 
 import io
 import json
+import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -214,3 +217,20 @@ def test_progress_on_a_terminal_is_a_live_bar(make_dataset, monkeypatch):
     drawn = sys.stderr.getvalue()
     assert "\r" in drawn and "epoch 2/2:" in drawn and "4/4" in drawn
     assert "\n" not in drawn  # redrawn in place, and not left behind
+
+
+def test_json_to_stdout_or_a_fifo_is_streamed(make_dataset, tmp_path, capfd):
+    ds, _ = make_dataset()
+    assert main(["train", str(ds.path), "--epochs", "1", "--json", "/dev/stdout", *FAST]) == 0
+    out = capfd.readouterr().out
+    table, _, rest = out.partition("{\n")  # the table first, then the JSON
+    assert "epoch" in table and rest.rstrip().endswith("written to /dev/stdout")
+    assert len(json.loads("{\n" + rest.rpartition("}")[0] + "}")["epochs"]) == 1
+    fifo = tmp_path / "result.json"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert main(["train", str(ds.path), "--epochs", "1", "--json", str(fifo), *FAST]) == 0
+    reader.join(30)
+    assert len(json.loads(got[0])["epochs"]) == 1 and stat.S_ISFIFO(os.lstat(fifo).st_mode)

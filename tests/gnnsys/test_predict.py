@@ -1,6 +1,11 @@
 """`gnnsys.predict` and `gnnsys predict`: scores, labels and embeddings from a
-checkpoint, written atomically; checkpoints of another dataset or model are
-refused in one line."""
+checkpoint, written atomically (or streamed to a FIFO, never inside a
+dataset); checkpoints of another dataset or model are refused in one line."""
+
+import io
+import os
+import stat
+import threading
 
 import numpy as np
 import pytest
@@ -150,3 +155,32 @@ def test_output_is_atomic(trained, tmp_path, monkeypatch):
         gnnsys.predict(ds, ckpt, out)
     assert np.array_equal(np.load(out), np.arange(3))  # the old file, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ds1", "scores.npy"]  # no temporary left
+
+
+def _read_fifo(path, into: list):
+    with open(path, "rb") as f:
+        into.append(f.read())
+
+
+def test_a_fifo_out_is_streamed_to(trained, tmp_path, capsys):
+    ds, ckpt, _ = trained
+    fifo = tmp_path / "scores.npy"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=_read_fifo, args=(fifo, got), daemon=True)
+    reader.start()
+    assert main(["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(fifo), "--no-progress"]) == 0
+    reader.join(30)
+    assert f"wrote scores to {fifo}" in capsys.readouterr().out
+    scores = np.load(io.BytesIO(got[0]))
+    np.testing.assert_allclose(scores, gnnsys.predict(ds, ckpt), rtol=1e-6)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the FIFO, not a file in its place
+
+
+def test_out_inside_the_dataset_is_refused(trained, capsys):
+    ds, ckpt, _ = trained
+    before = {p.name: p.read_bytes() for p in ds.path.iterdir()}
+    for name in ("labels.npy", "extra.npy"):
+        err = _error(["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(ds.path / name)], capsys)
+        assert f"out: {ds.path / name}: is inside the gnnsys dataset {ds.path}" in err
+    assert {p.name: p.read_bytes() for p in ds.path.iterdir()} == before
