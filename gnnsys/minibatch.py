@@ -15,6 +15,7 @@ run ends with exactly the result of an uninterrupted one.
 from __future__ import annotations
 
 import functools
+import math
 import time
 
 import torch
@@ -40,7 +41,7 @@ from gnnsys.training.data_parallel import (
     write_rank_result,
 )
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
-from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
+from gnnsys.training.loop import BREAKDOWN, epoch_record, first_nonfinite, progress_bar, run_epochs
 from gnnsys.training.optimizer import make_optimizer
 from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.result import TrainResult, make_result
@@ -305,6 +306,10 @@ class MinibatchTrainer:
         (the ranks' shares are equal)."""
         record = self._epoch(loader, epoch)
         record["loss"] = self.ranks.mean(record["loss"])
+        if self.ranks.multi and not math.isfinite(record["loss"]):  # every rank is here: the first bad batch of any
+            mine = record.get("nonfinite_batch")
+            first = self.ranks.all_reduce([math.inf if mine is None else mine], "min")[0]
+            record["nonfinite_batch"] = None if math.isinf(first) else int(first)
         return record
 
     def _loader(self, split="train", shuffle: bool = True, rank: int | None = None, world_size: int | None = None):
@@ -348,6 +353,7 @@ class MinibatchTrainer:
         times = dict.fromkeys(BREAKDOWN, 0.0)
         # summed on the device in float64 (what a host float sum gives): read at bar refreshes, not every step
         total_loss, seen = torch.zeros((), dtype=torch.float64, device=self.device), 0
+        losses = torch.zeros(len(loader), dtype=torch.float32, device=self.device)  # to name a non-finite one
         began = shown = time.perf_counter()
         bar = progress_bar(len(loader), f"epoch {epoch + 1}/{self.options.epochs}", "batch", self.options.progress)
 
@@ -360,7 +366,7 @@ class MinibatchTrainer:
             )
 
         with bar:
-            for mb in loader:
+            for i, mb in enumerate(loader):
                 for k in BREAKDOWN:
                     times[k] += mb.timings.get(k, 0.0)
                 t = time.perf_counter()  # the loader hands batches out on self.device
@@ -368,6 +374,7 @@ class MinibatchTrainer:
                 times["compute_s"] += time.perf_counter() - t  # on a GPU: the time to queue the step
                 n = mb.seeds.shape[0]
                 total_loss += loss.detach().double() * n
+                losses[i] = loss.detach()
                 seen += n
                 bar.update()
                 if self.options.progress and time.perf_counter() - shown >= POSTFIX_EVERY_S:
@@ -377,7 +384,10 @@ class MinibatchTrainer:
                 show_postfix()  # the epoch's final figures on its line
         elapsed = time.perf_counter() - began
         mean_loss = total_loss.item() / max(seen, 1)
-        return epoch_record(epoch, mean_loss, elapsed, times, **self._tier_record())
+        record = epoch_record(epoch, mean_loss, elapsed, times, **self._tier_record())
+        if not math.isfinite(mean_loss):  # read back only then: no per-batch sync
+            record.update(nonfinite_batch=first_nonfinite(losses), batches=len(loader))
+        return record
 
     def _step(self, mb) -> torch.Tensor:
         """One optimizer step on `mb`; its mean loss, left on the device."""

@@ -29,10 +29,10 @@ import os
 import torch
 
 from gnnsys.errors import ConfigError
+from gnnsys.numbers import FLOAT_MAX
 
 INT_MAX = 2**31 - 1
 SEED_MAX = 2**64 - 1
-FLOAT_MAX = 1e12
 FINITE = (("lr", 0, True), ("weight_decay", 0, False), ("timeout_s", 0, True), ("fresh_grad_scale", 0, False))
 PROCESS_BYTES = 270 * 10**6
 GB = 10**9
