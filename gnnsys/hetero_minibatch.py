@@ -147,25 +147,8 @@ class HeteroTrainer(MinibatchTrainer):
         )
 
     def _inputs(self, mb) -> tuple:
-        """(the R-GCN's x_dict of `mb`, its blocks); the first batch's rows of
-        every featured type are checked finite."""
-        if not self.checked_finite:
-            for t, x in mb.x.items():
-                if not bool(torch.isfinite(x).all()):
-                    raise DatasetError(
-                        self._features_file(t),
-                        "the features training read first hold NaN or inf; fix the values or prepare the dataset again",
-                    )
-            self.checked_finite = True
+        """(the R-GCN's x_dict of `mb`, its blocks)."""
         return self.model.inputs(mb), mb.blocks
-
-    def _features_file(self, node_type: str):
-        """Where `node_type`'s features come from, for messages: its file when loaded."""
-        from gnnsys.datasets.hetero_meta import array_files
-
-        return array_files(self.dataset.meta, self.dataset.path).get(
-            f"{node_type}.features", f"HeteroDataset.features[{node_type!r}]"
-        )
 
     def _reset_tiers(self):
         from gnnsys.hetero_features import reset_type_tiers

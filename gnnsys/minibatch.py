@@ -21,8 +21,8 @@ import time
 import torch
 
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.datasets.hetero_dataset import HeteroDataset
-from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.errors import ConfigError
 from gnnsys.feature_stack import GB
 from gnnsys.precision import make_precision
@@ -185,6 +185,7 @@ class MinibatchTrainer:
         from gnnsys.samplers.block import gcn_degree
 
         self.dataset, self.options, self.on_epoch_end = dataset, options, on_epoch_end
+        check_finite_features(dataset)  # once per dataset: a NaN row would make every loss after it NaN
         o = options
         self.device = torch.device(o.device)
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
@@ -198,7 +199,6 @@ class MinibatchTrainer:
         self.control = EpochControl(o, self.model, self.optimizer)
         self.history: list[dict] = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
-        self.checked_finite = False
 
     # What the heterogeneous trainer (gnnsys.hetero_minibatch) redefines besides its
     # feature tiers and loader: its model, what a step feeds it, how its tiers are counted.
@@ -209,10 +209,7 @@ class MinibatchTrainer:
 
     def _inputs(self, mb) -> tuple:
         """The model's arguments for `mb`: (features, blocks), the blocks given the
-        whole graph's degrees for a GCN; the first batch's features are checked finite."""
-        if not self.checked_finite:  # the first batch only: a NaN feature would make every loss NaN
-            check_finite_rows(mb.x, self.dataset)
-            self.checked_finite = True
+        whole graph's degrees for a GCN."""
         if self.degree is not None:
             mb.attach_degree(self.degree)
         return mb.x, mb.blocks

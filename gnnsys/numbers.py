@@ -6,7 +6,6 @@ a finite number at most FLOAT_MAX in magnitude; each option's own range
 from __future__ import annotations
 
 import argparse
-import math
 
 FLOAT_MAX = 1e12  # the largest float option: GB options become byte counts, scales multiply node counts
 
@@ -17,14 +16,17 @@ def number(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and abs(value) <= FLOAT_MAX):
+    if not abs(value) <= FLOAT_MAX:  # nan too
         raise argparse.ArgumentTypeError(f"must be a finite number at most {FLOAT_MAX:g} in magnitude, got {text!r}")
     return value
 
 
 def gigabytes(text: str) -> float:
-    """argparse type for a memory size in GB (10^9 bytes): a `number` > 0."""
-    value = number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of GB > 0, got {text!r}")
+    """argparse type for a memory size in GB (10^9 bytes): a number > 0 and at most FLOAT_MAX."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= FLOAT_MAX:
+        raise argparse.ArgumentTypeError(f"must be a number of GB > 0 and at most {FLOAT_MAX:g}, got {text!r}")
     return value
