@@ -185,7 +185,8 @@ def build_feature_stack(dataset, **options):
     from gnnsys.storage.cache import out_degree
 
     degree = lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)  # noqa: E731
-    return build_table_stack(dataset.features, ssd=dataset.path, degree=degree, **options)
+    ssd = dataset.features if dataset.path is not None else None  # the file the load mapped (and its identity)
+    return build_table_stack(dataset.features, ssd=ssd, degree=degree, **options)
 
 
 def build_table_stack(

@@ -26,6 +26,7 @@ import torch
 
 from gnnsys.datasets.feature_table import RowTable
 from gnnsys.datasets.features_file import DTYPES
+from gnnsys.datasets.file_identity import check_identity
 from gnnsys.datasets.meta import read_meta
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.feature_source import FeatureSource
@@ -149,6 +150,7 @@ class SSDFeatures(FeatureSource):
         budget = DEFAULT_STAGING if host_mem_budget is None else int(host_mem_budget)
         file = open_rows_file(self.path, direct)
         try:
+            check_identity(self.path, getattr(path, "identity", None), file.fd)  # the file its table's load mapped
             if file.size != self.shape[0] * self.stride:
                 raise DatasetError(self.path, f"size {file.size} bytes, expected {self.shape[0]} rows x {self.stride}")
             if io_model is None and file.direct and "auto" in (engine, max_gap):

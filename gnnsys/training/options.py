@@ -482,11 +482,13 @@ class FullGraphOptions(TrainOptions):
 
 def _verify(dataset):
     """DatasetError unless every checksum and invariant of the prepared dataset holds."""
+    from gnnsys.datasets.file_identity import check_unchanged
     from gnnsys.datasets.inspect import verify
 
     if dataset.path is None:
         raise ConfigError("verify", "needs a prepared dataset directory, got an in-memory dataset")
     problems = verify(dataset.path)
+    check_unchanged(dataset)  # verify read the files at the path: they must be those the run loaded
     if problems:
         more = f" (and {len(problems) - 1} more; see gnnsys info --verify)" if len(problems) > 1 else ""
         raise DatasetError(dataset.path, f"--verify failed: {problems[0]}{more}")
