@@ -1,10 +1,13 @@
 """Typed options: defaults, checks when built, dataset completion, resume keys."""
 
 import dataclasses
+import math
 
 import pytest
 
-from gnnsys.errors import ConfigError
+from gnnsys.datasets import PrepareOptions
+from gnnsys.datasets.synthetic import read_synthetic
+from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.training.options import FullGraphOptions, MinibatchOptions
 
 
@@ -145,3 +148,17 @@ def test_every_float_option_of_every_command_takes_finite_numbers_only():
     for text in ("inf", "nan", "-inf", "1e300"):
         with pytest.raises(argparse.ArgumentTypeError):
             number(text)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PrepareOptions(mem_limit=1e308).check(),
+        lambda: read_synthetic("arxiv", degree_exponent=math.inf),
+        lambda: read_synthetic("arxiv", max_degree_factor=math.inf),
+        lambda: read_synthetic("arxiv", scale=1e300),
+    ],
+)
+def test_the_python_api_of_prepare_refuses_non_finite_and_huge_floats(make):
+    with pytest.raises(DatasetError, match="must be a"):
+        make()
