@@ -86,8 +86,8 @@ def child(args) -> dict:
         progress=False,
         features="ssd",
         cache_rows=int(args.cache_frac * ds.num_nodes),
-        cache_policy=args.policy,
-        lookahead=args.lookahead,
+        cache_policy=args.policy if args.cache_frac else None,  # None: not given (a cache's options need a cache)
+        lookahead=args.lookahead if args.cache_frac else None,
         host_mem_budget=args.host_mem_budget,
         sampling=args.child,
         checkpoint_dir=args.checkpoint,

@@ -107,8 +107,8 @@ def child(args) -> dict:
         dict(
             features="ssd",
             cache_rows=int(float(mode.split("-")[1]) * ds.num_nodes),
-            cache_policy=args.policy,
-            lookahead=args.lookahead,
+            cache_policy=args.policy if float(mode.split("-")[1]) else None,  # None: not given (needs a cache)
+            lookahead=args.lookahead if float(mode.split("-")[1]) else None,
             host_mem_budget=args.host_mem_budget,
         )
         if mode.startswith("ssd")

@@ -8,6 +8,7 @@ import torch
 
 from gnnsys.storage.table import RowTable
 
+from .file_identity import LoadedDataset, LoadRecord
 from .hetero_load import load_hetero_dataset
 from .invariants import check_dataset
 from .meta import HETERO, SPLITS, read_any_meta
@@ -57,6 +58,7 @@ class Dataset:
         self.path = path
         self.order = order
         self.edge_features = edge_features
+        self.files = {}  # file name -> FileIdentity of what load_dataset opened (datasets/file_identity.py)
         check_dataset(self)
 
     @property
@@ -124,23 +126,26 @@ class Dataset:
         )
 
 
-def open_features(path, meta, section: str = "features"):
+def open_features(path, meta, section: str = "features", record=None):
     """The memory-mapped rows of a prepared dataset's features (or, with
     `section` "edge_features", its edge features) as a RowTable; DatasetError
     unless the file is a regular file of num_nodes (num_edges) x row_stride
     bytes that can be read."""
     count = meta["num_nodes"] if section == "features" else meta["num_edges"]
-    return open_row_table(path, meta[section], count)
+    return open_row_table(path, meta[section], count, record)
 
 
 def as_dataset(dataset):
-    """`dataset` itself if it is a Dataset or HeteroDataset, else the dataset prepared at that path."""
+    """`dataset` itself if it is a Dataset or HeteroDataset, else the dataset prepared at that path
+    (for a LoadedDataset, the files its loader opened, or DatasetError naming one that was replaced)."""
     from .hetero_dataset import HeteroDataset
 
+    if isinstance(dataset, LoadedDataset):
+        return load_dataset(dataset.path, expect=dataset.files)
     return dataset if isinstance(dataset, (Dataset, HeteroDataset)) else load_dataset(dataset)
 
 
-def load_dataset(path):
+def load_dataset(path, expect: dict | None = None):
     """Open a prepared dataset directory: a Dataset, or a HeteroDataset when
     meta.json's kind is "hetero" (datasets/hetero_load.py). Features stay memory-mapped from
     features.bin (`dataset.features[ids]` reads just those rows), and so do
@@ -149,22 +154,30 @@ def load_dataset(path):
     into memory. meta.json is checked against its
     schema and the arrays against their invariants (one vectorised pass, no
     checksums: that is `gnnsys info --verify`); a failure is a DatasetError
-    naming the file."""
+    naming the file. The identity of every file opened is kept in `files`
+    (datasets/file_identity.py); `expect` (a worker's: the identities its
+    parent loaded) refuses files that are not those."""
     path = Path(path)
     meta = read_any_meta(path)
+    record = LoadRecord(path)
+    record.before("meta.json")
     if meta.get("kind") == HETERO:
-        return load_hetero_dataset(path, meta)
-    tensor = lambda name, mmap=False: torch.from_numpy(load_int_array(path, name, mmap))  # noqa: E731
-    return Dataset(
+        ds = load_hetero_dataset(path, meta, record)
+        ds.files = record.confirm(expect)
+        return ds
+    tensor = lambda name, mmap=False: torch.from_numpy(load_int_array(path, name, mmap, record))  # noqa: E731
+    ds = Dataset(
         name=meta["name"],
         indptr=tensor(meta["graph"]["indptr"], True),
         indices=tensor(meta["graph"]["indices"], True),
-        features=open_features(path, meta),
+        features=open_features(path, meta, record=record),
         labels=tensor(meta["labels"]["file"]),
         splits={name: tensor(meta["splits"][name]) for name in SPLITS},
         order=tensor(meta["order"]) if meta.get("order") else None,
-        edge_features=open_features(path, meta, "edge_features") if "edge_features" in meta else None,
+        edge_features=open_features(path, meta, "edge_features", record) if "edge_features" in meta else None,
         num_classes=meta["labels"]["num_classes"],
         meta=meta,
         path=path,
     )
+    ds.files = record.confirm(expect)
+    return ds

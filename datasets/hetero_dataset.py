@@ -59,6 +59,7 @@ class HeteroDataset:
         self.num_classes = int(num_classes)
         self.meta = meta or {}
         self.path = path
+        self.files = {}  # file name -> FileIdentity of what load_dataset opened (datasets/file_identity.py)
         self.node_years = dict(node_years or {})
         self._check()
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from .class_balance import class_balance
 from .file_checks import loaded_problems, padding_problem
+from .finite_rows import nonfinite_problem
 from .hetero_dataset import HeteroDataset
 from .hetero_meta import data_files
 from .meta import HETERO, SPLITS
@@ -92,4 +93,8 @@ def verify_hetero(path: Path, meta: dict) -> list[str]:
         padding = padding_problem(path, section["features"], section["num_nodes"]) if section["features"] else None
         if padding:
             problems.append(padding)
+    for t, table in ds.features.items():
+        nonfinite = nonfinite_problem(table, path / meta["node_types"][t]["features"]["file"])
+        if nonfinite:
+            problems.append(nonfinite)
     return problems

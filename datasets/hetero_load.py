@@ -13,14 +13,15 @@ from .meta import SPLITS
 from .open_arrays import load_int_array, open_row_table
 
 
-def load_hetero_dataset(path, meta: dict) -> HeteroDataset:
+def load_hetero_dataset(path, meta: dict, record=None) -> HeteroDataset:
     """The dataset at `path` whose checked meta.json is `meta`: every
     relation's indptr and indices and every feature table memory-mapped
     (features as RowTables), labels, splits and node years read into memory;
     the HeteroDataset invariants checked (DatasetError naming the file), and
-    each relation's edge count against meta.json."""
+    each relation's edge count against meta.json. `record` (a
+    file_identity.LoadRecord) records every file's identity."""
     path = Path(path)
-    tensor = lambda name, mmap=False: torch.from_numpy(load_int_array(path, name, mmap))  # noqa: E731
+    tensor = lambda name, mmap=False: torch.from_numpy(load_int_array(path, name, mmap, record))  # noqa: E731
     relations = {}
     for section in meta["relations"]:
         relation = (section["src"], section["rel"], section["dst"])
@@ -35,7 +36,9 @@ def load_hetero_dataset(path, meta: dict) -> HeteroDataset:
         name=meta["name"],
         node_types={t: s["num_nodes"] for t, s in types.items()},
         relations=relations,
-        features={t: open_row_table(path, s["features"], s["num_nodes"]) for t, s in types.items() if s["features"]},
+        features={
+            t: open_row_table(path, s["features"], s["num_nodes"], record) for t, s in types.items() if s["features"]
+        },
         target=meta["target"],
         labels=tensor(meta["labels"]["file"]),
         splits={name: tensor(meta["splits"][name]) for name in SPLITS},

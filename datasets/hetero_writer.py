@@ -187,13 +187,14 @@ def _write_node_type(src: HeteroSource, node_type: str, count: int, tmp: Path, o
     feats = src.features.get(node_type)
     if feats is not None:
         name = features_file(node_type)
-        stride, checksums[name] = write_features(feats, tmp / name, opts)
+        stride, checksums[name], finite = write_features(feats, tmp / name, opts)
         section["features"] = {
             "file": name,
             "dtype": opts.dtype,
             "dim": int(feats.feature_dim),
             "row_stride": int(stride),
             "align": int(opts.align),
+            **finite,
         }
     if node_type in src.node_years:
         name = node_year_file(node_type)

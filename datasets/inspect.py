@@ -11,6 +11,7 @@ from gnnsys.errors import DatasetError
 from .class_balance import class_balance
 from .dataset import load_dataset
 from .file_checks import loaded_problems, padding_problem
+from .finite_rows import nonfinite_problem
 from .hetero_dataset import HeteroDataset
 from .hetero_inspect import format_hetero_summary, summarize_hetero, verify_hetero
 from .meta import HETERO, HOMOGENEOUS, SPLITS, read_any_meta
@@ -131,6 +132,9 @@ def verify(path) -> list[str]:
         padding = padding_problem(path, meta[section], count) if section in meta else None
         if padding:
             problems.append(padding)
+    nonfinite = nonfinite_problem(ds.features, path / meta["features"]["file"])
+    if nonfinite:
+        problems.append(nonfinite)
     if ds.order is not None and not np.array_equal(np.sort(ds.order.numpy()), np.arange(ds.num_nodes)):
         problems.append(f"{path / meta['order']}: not a permutation of the node ids")
     return problems

@@ -132,15 +132,3 @@ def check_labels(ds, n: int, file):
     if labels.shape[0] != n:
         raise DatasetError(file, f"holds {labels.shape[0]} labels for {n} nodes")
     _in_range(labels, -1, ds.num_classes, file, "label")
-
-
-def check_finite_rows(x: torch.Tensor, ds) -> None:
-    """DatasetError naming `ds`'s features (its file when loaded) when `x`,
-    rows gathered from them, holds NaN or inf: one cheap check (training
-    runs it on its first batch) instead of a loss that is NaN from then on."""
-    if not bool(torch.isfinite(x).all()):
-        raise DatasetError(
-            files_of(ds.meta, ds.path)["features"],
-            "the features training read first hold NaN or "
-            "inf; prepare the dataset again with --nan-to-zero (or fix the values)",
-        )

@@ -54,6 +54,7 @@ SCHEMA = (
     ("features.dim", "a non-negative integer", is_count),
     ("features.align", "a positive power of two", lambda v: is_count(v) and v > 0 and v & (v - 1) == 0),
     ("features.row_stride", "a non-negative integer", is_count),
+    *((f"features.{key}", *rest) for key, *rest in ROWS_SCHEMA if key.endswith("?")),
     ("labels", *_OBJECT),
     ("labels.file", *FILE_FIELD),
     ("labels.num_classes", "a non-negative integer", is_count),

@@ -39,6 +39,16 @@ ROWS_SCHEMA = (
     ("dim", "a positive integer", lambda v: is_count(v) and v > 0),
     ("align", "a positive power of two", lambda v: is_count(v) and v > 0 and v & (v - 1) == 0),
     ("row_stride", "a non-negative integer", is_count),
+    *(
+        # the finite-rows check prepare ran (datasets/finite_rows.py); absent in datasets prepared before it
+        ("nonfinite_rows?", "a non-negative integer", is_count),
+        ("first_nonfinite_row?", "null or a non-negative integer", lambda v: v is None or is_count(v)),
+        (
+            "checked?",
+            "an object {size, mtime_ns} of non-negative integers",
+            lambda v: isinstance(v, dict) and all(is_count(v.get(k)) for k in ("size", "mtime_ns")),
+        ),
+    ),
 )
 
 

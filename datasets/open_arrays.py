@@ -15,13 +15,15 @@ from .features_file import DTYPES, open_rows
 from .meta import regular_file_size
 
 
-def load_int_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
+def load_int_array(path: Path, name: str, mmap: bool = False, record=None) -> np.ndarray:
     """The signed-integer .npy array `name` of the dataset at `path`, in
     native byte order; DatasetError if it cannot be read or holds anything
     else. With `mmap` it is memory-mapped copy-on-write: pages are read from
     the file on first use and stay in the page cache, not in the process's
-    anonymous memory."""
+    anonymous memory. `record` (a file_identity.LoadRecord) records the file's identity."""
     regular_file_size(path / name)
+    if record is not None:
+        record.before(name)
     try:
         arr = np.load(path / name, mmap_mode="c" if mmap else None)
     except OSError as e:
@@ -36,15 +38,22 @@ def load_int_array(path: Path, name: str, mmap: bool = False) -> np.ndarray:
     return arr.astype(arr.dtype.newbyteorder("="), copy=False)
 
 
-def open_row_table(path, f: dict, count: int) -> RowTable:
+def open_row_table(path, f: dict, count: int, record=None) -> RowTable:
     """The memory-mapped table of `count` rows that meta.json's section `f`
-    (file, dim, dtype, row_stride) describes, in the dataset at `path`."""
+    (file, dim, dtype, row_stride) describes, in the dataset at `path`; with
+    `record` (a file_identity.LoadRecord) the table's `file` and `identity`
+    are the file's, for readers that open it again."""
     file = Path(path) / f["file"]
     size = regular_file_size(file)
+    if record is not None:
+        record.before(f["file"])
     if size != count * f["row_stride"]:
         raise DatasetError(file, f"size {size} bytes, expected {count} rows x {f['row_stride']}")
     if count == 0:
         return RowTable(np.zeros((0, f["row_stride"]), np.uint8), f["dim"], DTYPES[f["dtype"]])
     with naming(file, "read"):
         rows = open_rows(file, count, f["row_stride"])
-    return RowTable(rows, f["dim"], DTYPES[f["dtype"]])
+    table = RowTable(rows, f["dim"], DTYPES[f["dtype"]])
+    if record is not None:
+        table.file, table.identity = file, record.files[f["file"]]
+    return table

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gnnsys.errors import DatasetError
 from gnnsys.host_memory import available_host_bytes
+from gnnsys.numbers import FLOAT_MAX
 
 from .features_file import DTYPES, row_stride
 
@@ -48,8 +48,10 @@ class PrepareOptions:
         if self.dtype not in DTYPES:
             raise DatasetError("--dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         row_stride(1, self.dtype, self.align)
-        if self.mem_limit is not None and not (math.isfinite(self.mem_limit) and self.mem_limit > 0):
-            raise DatasetError("--mem-limit", f"must be a number of GB > 0, got {self.mem_limit}")
+        if self.mem_limit is not None and not 0 < self.mem_limit <= FLOAT_MAX:
+            raise DatasetError(
+                "--mem-limit", f"must be a number of GB > 0 and at most {FLOAT_MAX:g}, got {self.mem_limit}"
+            )
 
     def mem_limit_bytes(self) -> int:
         """The memory limit in bytes: mem_limit GB, else the default

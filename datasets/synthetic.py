@@ -33,7 +33,10 @@ the generator parameters land in `GraphSource.extra["synthetic"]`.
 
 from __future__ import annotations
 
+import math
+
 from gnnsys.errors import DatasetError
+from gnnsys.numbers import FLOAT_MAX, number
 
 from .hetero_source import add_reverse_arguments, apply_reverse_choice, check_reverse_choice
 from .source import GraphSource
@@ -55,6 +58,13 @@ DEFAULTS = {"feature_signal": 2.0, "label_noise": 0.1, "degree_exponent": 2.5, "
 def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor):
     if like not in SHAPES and like not in OTHERS:
         raise DatasetError("--like", f"must be one of {', '.join([*SHAPES, *OTHERS, *ALIASES])}, got {like!r}")
+    floats = dict(scale=scale, homophily=homophily, feature_signal=feature_signal, label_noise=label_noise)
+    floats.update(degree_exponent=degree_exponent, max_degree_factor=max_degree_factor)
+    for name, value in floats.items():
+        if value is not None and not (math.isfinite(value) and abs(value) <= FLOAT_MAX):
+            raise DatasetError(
+                f"--{name.replace('_', '-')}", f"must be a finite number at most {FLOAT_MAX:g}, got {value}"
+            )
     if not scale > 0:
         raise DatasetError("--scale", f"must be positive, got {scale}")
     if seed < 0:
@@ -182,35 +192,35 @@ def add_arguments(parser):
         help="the OGB graph to imitate (ogbn-proteins: multi-label, edge features, no node features; "
         "prepare it with --node-features-from-edges; ogbn-mag: heterogeneous, four node types and relations)",
     )
-    parser.add_argument("--scale", type=float, default=1.0, help="node and edge count multiplier (default 1.0)")
+    parser.add_argument("--scale", type=number, default=1.0, help="node and edge count multiplier (default 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
         "--homophily",
-        type=float,
+        type=number,
         default=None,
         help="expected share of same-class edges (default: the shape's, about the real graph's)",
     )
     parser.add_argument(
         "--feature-signal",
-        type=float,
+        type=number,
         default=DEFAULTS["feature_signal"],
         help="distance of a class's feature mean from the origin, in noise std units",
     )
     parser.add_argument(
         "--label-noise",
-        type=float,
+        type=number,
         default=DEFAULTS["label_noise"],
         help="probability that a label is replaced by a uniform random class",
     )
     parser.add_argument(
         "--degree-exponent",
-        type=float,
+        type=number,
         default=DEFAULTS["degree_exponent"],
         help="power-law tail exponent of in-degree and source popularity (> 2)",
     )
     parser.add_argument(
         "--max-degree-factor",
-        type=float,
+        type=number,
         default=DEFAULTS["max_degree_factor"],
         help="truncate the power law at about this many times the mean degree",
     )

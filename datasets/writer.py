@@ -103,7 +103,7 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
                 nodes, feature_order = derived_nodes(src, edge_pass, opts.node_features_from_edges), None
             else:
                 edge_pass.run()
-        stride, checksums["features.bin"] = write_features(nodes, tmp / "features.bin", opts, feature_order)
+        stride, checksums["features.bin"], finite = write_features(nodes, tmp / "features.bin", opts, feature_order)
         del indptr
         if edge_dim:
             checksums["edge_features.bin"] = edge_pass.digest
@@ -128,6 +128,7 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
                 "dim": int(nodes.feature_dim),
                 "row_stride": int(stride),
                 "align": int(opts.align),
+                **finite,
             },
             "labels": {
                 "file": "labels.npy",

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.identity import check_identity
 from gnnsys.ids import check_ids, gather_output
 from gnnsys.storage.source import FeatureSource, GatherHandle
 from gnnsys.storage.table import RowTable
@@ -144,6 +145,7 @@ class SSDFeatures(FeatureSource):
         budget = DEFAULT_STAGING if host_mem_budget is None else int(host_mem_budget)
         file = open_rows_file(self.path, direct)
         try:
+            check_identity(self.path, table.identity, file.fd)  # the file its table's load mapped
             if file.size != self.shape[0] * self.stride:
                 raise DatasetError(self.path, f"size {file.size} bytes, expected {self.shape[0]} rows x {self.stride}")
             if io_model is None and file.direct and "auto" in (engine, max_gap):

@@ -36,6 +36,7 @@ class RowTable(FeatureSource):
         if self.row_bytes > table.shape[1]:
             raise ValueError(f"rows of {table.shape[1]} bytes cannot hold {dim} x {dtype}")
         self._words = word_view(self.table, self.row_bytes)
+        self.file = self.identity = None  # a mapped file's path and FileIdentity, when a load recorded them
 
     @classmethod
     def from_tensor(cls, x: torch.Tensor) -> RowTable:

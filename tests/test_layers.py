@@ -31,6 +31,8 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules; t
             "gnnsys.atomic",
             "gnnsys.host_memory",
             "gnnsys.progress",
+            "gnnsys.numbers",
+            "gnnsys.identity",
         ),
     ),
     (1, ("gnnsys.storage",)),

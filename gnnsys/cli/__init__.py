@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import re
 import signal
 import sys
 import threading
 import warnings
+
+from gnnsys.numbers import gigabytes, number  # noqa: F401 -- the float types of every command
 
 SUBCOMMANDS = ("prepare", "info", "train", "predict")
 
@@ -125,19 +126,6 @@ def _open_closed_std_streams():
                 os.dup2(null, fd)
                 os.close(null)
             setattr(sys, name, open(fd, mode, closefd=False))
-
-
-def gigabytes(text: str) -> float:
-    """argparse type for a memory size in GB (10^9 bytes): a number > 0 and at most FLOAT_MAX."""
-    from gnnsys.training.limits import FLOAT_MAX
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= FLOAT_MAX:
-        raise argparse.ArgumentTypeError(f"must be a number of GB > 0 and at most {FLOAT_MAX:g}, got {text!r}")
-    return value
 
 
 _NEGATIVE_LIST = re.compile(r"-\d+(,-?\d+)+")

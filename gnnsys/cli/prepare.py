@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from gnnsys.datasets.features_file import DTYPES
+from gnnsys.numbers import gigabytes
 
 READERS = {
     "ogb": ("gnnsys.datasets.ogb", "an OGB node-property raw directory (CSV or npz layout)"),
@@ -67,7 +68,7 @@ def add_common(p):
     )
     p.add_argument(
         "--mem-limit",
-        type=float,
+        type=gigabytes,
         default=None,
         metavar="GB",
         help="anonymous memory the process may use (default: half of the available memory, at most 8 GB); "

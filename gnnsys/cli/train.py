@@ -15,6 +15,7 @@ import dataclasses
 
 from gnnsys.cli import error
 from gnnsys.errors import ConfigError, PathError
+from gnnsys.numbers import number
 from gnnsys.storage.cache import RUN_POLICIES
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import (
@@ -75,8 +76,8 @@ def add_model_arguments(p):
     g.add_argument("--model", choices=["sage", "gcn", "gat"], help="conv layer")
     g.add_argument("--hidden", type=int, help="hidden size")
     g.add_argument("--layers", type=int, help="number of layers (default: one per fanout)")
-    g.add_argument("--dropout", type=float, help="dropout after hidden layers")
-    g.add_argument("--input-dropout", type=float, help="dropout on input features")
+    g.add_argument("--dropout", type=number, help="dropout after hidden layers")
+    g.add_argument("--input-dropout", type=number, help="dropout on input features")
     g.add_argument("--norm", choices=["batch", "layer"], help="normalisation after hidden layers")
     g.add_argument("--residual", action="store_true", help="residual connections in hidden layers")
     g.add_argument("--heads", type=int, help="GAT attention heads")
@@ -134,7 +135,7 @@ def add_sampling_arguments(p):
 def add_tier_arguments(p):
     g = p.add_argument_group("feature tiers (--mode minibatch)")
     g.add_argument("--cache-rows", type=int, help="software cache of this many hot feature rows (0: none)")
-    g.add_argument("--cache-gb", type=float, help="software cache of this many GB of feature rows")
+    g.add_argument("--cache-gb", type=number, help="software cache of this many GB of feature rows")
     g.add_argument(
         "--cache-policy",
         choices=list(RUN_POLICIES),
@@ -154,13 +155,13 @@ def add_tier_arguments(p):
     )
     g.add_argument(
         "--host-mem-budget",
-        type=float,
+        type=number,
         metavar="GB",
         help="host memory the SSD tier's cache, victim buffer and staging may use",
     )
     g.add_argument(
         "--replicate-frac",
-        type=float,
+        type=number,
         help="with --workers: the hottest fraction of the shared cache held by every worker",
     )
 
@@ -192,8 +193,8 @@ def add_fullgraph_arguments(p):
 def add_optimizer_arguments(p):
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=int, help="epochs")
-    g.add_argument("--lr", type=float, help="Adam learning rate")
-    g.add_argument("--weight-decay", type=float, help="Adam weight decay")
+    g.add_argument("--lr", type=number, help="Adam learning rate")
+    g.add_argument("--weight-decay", type=number, help="Adam weight decay")
     g.add_argument("--seed", type=int, help="random seed (run i of --runs: seed + i)")
     g.add_argument(
         "--runs",
@@ -214,13 +215,18 @@ def add_optimizer_arguments(p):
         "plateau: lr times --lr-gamma when validation has not improved for --lr-patience evaluations",
     )
     g.add_argument("--lr-step-size", type=int, metavar="N", help="epochs between the decays of --lr-schedule step")
-    g.add_argument("--lr-gamma", type=float, help="the factor of each decay (--lr-schedule step or plateau)")
-    g.add_argument("--lr-min", type=float, help="the last learning rate of --lr-schedule cosine")
+    g.add_argument("--lr-gamma", type=number, help="the factor of each decay (--lr-schedule step or plateau)")
+    g.add_argument("--lr-min", type=number, help="the last learning rate of --lr-schedule cosine")
     g.add_argument(
         "--lr-patience",
         type=int,
         metavar="N",
         help="evaluations without improvement before --lr-schedule plateau decays",
+    )
+    g.add_argument(
+        "--allow-nonfinite-loss",
+        action="store_true",
+        help="train on when an epoch's loss is NaN or inf (by default the run stops, naming the epoch and batch)",
     )
 
 
@@ -299,7 +305,7 @@ def options_from_args(args, hetero: bool = False):
     if hetero and mode != "minibatch":
         raise ConfigError("--mode", f"{mode}: a heterogeneous dataset trains in minibatch mode")
     cls = HeteroOptions if hetero else cls
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if f.name != "_given"}
     given = {k: v for k, v in vars(args).items() if k not in NOT_OPTIONS}
     for name in given:
         if name not in names:

@@ -20,6 +20,7 @@ import numpy as np
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.errors import ConfigError
 from gnnsys.inference.layerwise import check_streaming, stream_inference
@@ -79,6 +80,7 @@ def predict(
     check_streaming(batch_size, host_mem_budget, dtype)
     device = normalize_device(device)
     dataset = as_dataset(dataset)
+    check_finite_features(dataset)
     if isinstance(dataset, HeteroDataset):
         from gnnsys.inference.hetero_prediction import predict_hetero
 

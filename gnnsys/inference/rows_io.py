@@ -21,6 +21,7 @@ import torch
 
 from gnnsys.datasets.features_file import DTYPES, decode_rows, encode_rows
 from gnnsys.errors import ConfigError, GnnsysError
+from gnnsys.identity import check_identity
 from gnnsys.storage.direct_io import BLOCKS, aligned, open_rows_file, short_read
 
 OUTPUT_DTYPES = tuple(DTYPES)  # how a hidden layer's output is stored in its scratch file
@@ -41,12 +42,18 @@ class ScratchSpaceError(GnnsysError, OSError):
 class FileRows:
     """Rows [num_rows, stride] of a file read as float32 row ranges with
     block-aligned reads (O_DIRECT where the file system allows it);
-    `bytes_read` counts the bytes the reads returned. `read_async` reads the
+    `bytes_read` counts the bytes the reads returned. `identity` (a
+    datasets FileIdentity): the file opened must be that one (DatasetError). `read_async` reads the
     next range on a background thread while the caller computes."""
 
-    def __init__(self, path, num_rows: int, stride: int, dim: int, dtype: torch.dtype):
+    def __init__(self, path, num_rows: int, stride: int, dim: int, dtype: torch.dtype, identity=None):
         self.path, self.num_rows, self.stride, self.dim, self.dtype = Path(path), num_rows, stride, dim, dtype
         self.file = open_rows_file(path, direct=None)
+        try:
+            check_identity(path, identity, self.file.fd)  # the file the run loaded, or one line
+        except BaseException:
+            os.close(self.file.fd)
+            raise
         self.align_rows = BLOCKS[-1] // math.gcd(stride, BLOCKS[-1])  # ranges on this grid start on any block
         self.bytes_read = 0
         self._buffers, self._next = [], 0
@@ -217,9 +224,8 @@ def input_rows(dataset, features=None):
     on_file = isinstance(source, SSDFeatures) or (source is dataset.features and dataset.features.mapped)
     if on_file and dataset.path is not None:
         f = dataset.meta["features"]
-        return FileRows(
-            Path(dataset.path) / f["file"], dataset.num_nodes, f["row_stride"], f["dim"], DTYPES[f["dtype"]]
-        )
+        file, identity = Path(dataset.path) / f["file"], dataset.features.identity
+        return FileRows(file, dataset.num_nodes, f["row_stride"], f["dim"], DTYPES[f["dtype"]], identity)
     return SourceRows(source)
 
 

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from gnnsys.atomic import atomic_write_bytes
+from gnnsys.datasets.file_identity import dataset_handle
 from gnnsys.errors import ConfigError
 from gnnsys.inference.layerwise import DEFAULT_BUDGET, check_streaming, stream_layer, streaming
 from gnnsys.inference.rows_io import ArraySink, ScratchRows
@@ -76,7 +77,9 @@ def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
     on every rank: W spawned processes (each with 1/W of this process's torch
     threads), or this process as one rank under torchrun. Returns what rank 0
     left at result_path (`read_rank_result`); None in the other torchrun ranks.
-    Spawned workers get the dataset's path (a Dataset without one is pickled);
+    Spawned workers get the dataset's path and the identities of the files
+    this process loaded, and refuse files that are not those (a Dataset
+    without a path is pickled);
     under torchrun every rank opens the dataset itself."""
     from gnnsys.parallel.distributed import launch, run_from_env
 
@@ -87,7 +90,7 @@ def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
             run_from_env(worker, dataset, options, str(out), torch.get_num_threads(), on_epoch_end, device=device)
         else:
             threads = max(1, torch.get_num_threads() // options.workers)
-            data = dataset if dataset.path is None else str(dataset.path)
+            data = dataset_handle(dataset)  # a worker opens the files this process loaded, or stops
             launch(worker, options.workers, (data, options, str(out), threads, on_epoch_end), device=device)
         return read_rank_result(out) if out.exists() else None
 

@@ -14,7 +14,7 @@ import time
 import torch
 
 from gnnsys.datasets import as_dataset
-from gnnsys.datasets.invariants import check_finite_rows
+from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.models.units import full_forward, units_for
 from gnnsys.runtime.precision import make_precision
 from gnnsys.samplers import Block
@@ -55,6 +55,7 @@ def train_fullgraph(
     options = FullGraphOptions.build(options, keywords)
     dataset = as_dataset(dataset)
     options = options.for_dataset(dataset)
+    check_finite_features(dataset)
     with run_lock(options):
         if not options.pipelined:
             return train_runs(options, lambda run: ReferenceTrainer(dataset, run, on_epoch_end).run())
@@ -71,8 +72,8 @@ class ReferenceTrainer:
         self.options, self.on_epoch_end = options, on_epoch_end
         self.device = torch.device(options.device)
         self.precision = make_precision(options.precision, self.device)
+        check_finite_features(dataset)
         x = dataset.features[torch.arange(dataset.num_nodes)]
-        check_finite_rows(x, dataset)
         self.x = x.to(self.device, self.precision.input_dtype(x.dtype))
         self.labels = dataset.labels.long()
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}

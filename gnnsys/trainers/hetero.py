@@ -18,7 +18,7 @@ import torch
 
 from gnnsys.datasets import as_dataset
 from gnnsys.datasets.hetero_dataset import HeteroDataset
-from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.errors import ConfigError
 from gnnsys.runtime.allocator import retain_memory
 from gnnsys.trainers.minibatch import MinibatchTrainer
 from gnnsys.training.checkpoints import run_lock
@@ -86,22 +86,5 @@ class HeteroTrainer(MinibatchTrainer):
         return self.options.sampler_fanouts(self.dataset.edge_types)
 
     def _inputs(self, mb) -> tuple:
-        """(the R-GCN's x_dict of `mb`, its blocks); the first batch's rows of
-        every featured type are checked finite."""
-        if not self.checked_finite:
-            for t, x in mb.x.items():
-                if not bool(torch.isfinite(x).all()):
-                    raise DatasetError(
-                        self._features_file(t),
-                        "the features training read first hold NaN or inf; fix the values or prepare the dataset again",
-                    )
-            self.checked_finite = True
+        """(the R-GCN's x_dict of `mb`, its blocks)."""
         return self.model.inputs(mb), mb.blocks
-
-    def _features_file(self, node_type: str):
-        """Where `node_type`'s features come from, for messages: its file when loaded."""
-        from gnnsys.datasets.hetero_meta import array_files
-
-        return array_files(self.dataset.meta, self.dataset.path).get(
-            f"{node_type}.features", f"HeteroDataset.features[{node_type!r}]"
-        )

@@ -15,13 +15,14 @@ run ends with exactly the result of an uninterrupted one.
 from __future__ import annotations
 
 import functools
+import math
 import time
 
 import torch
 
 from gnnsys.datasets import as_dataset
+from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.datasets.hetero_dataset import HeteroDataset
-from gnnsys.datasets.invariants import check_finite_rows
 from gnnsys.errors import ConfigError
 from gnnsys.loading.feature_store import open_feature_store
 from gnnsys.parallel.data_parallel import (
@@ -43,7 +44,7 @@ from gnnsys.training.checkpoints import resume_training, run_lock, training_stat
 from gnnsys.training.checkpoints import save_checkpoint as write_checkpoint
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
-from gnnsys.training.loop import BREAKDOWN, epoch_record, progress_bar, run_epochs
+from gnnsys.training.loop import BREAKDOWN, epoch_record, first_nonfinite, progress_bar, run_epochs
 from gnnsys.training.model import build_model
 from gnnsys.training.optimizer import make_optimizer
 from gnnsys.training.options import MinibatchOptions
@@ -154,6 +155,7 @@ class MinibatchTrainer:
         from gnnsys.samplers.block import gcn_degree
 
         self.dataset, self.options, self.on_epoch_end = dataset, options, on_epoch_end
+        check_finite_features(dataset)  # once per dataset: a NaN row would make every loss after it NaN
         o = options
         self.device = torch.device(o.device)
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
@@ -169,7 +171,6 @@ class MinibatchTrainer:
         self.control = EpochControl(o, self.model, self.optimizer)
         self.history: list[dict] = []
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
-        self.checked_finite = False
 
     # What the heterogeneous trainer (gnnsys.trainers.hetero) redefines besides its loader
     # (_open_loader) and exact evaluation (_layerwise_logits): its model and what a step feeds it.
@@ -180,10 +181,7 @@ class MinibatchTrainer:
 
     def _inputs(self, mb) -> tuple:
         """The model's arguments for `mb`: (features, blocks), the blocks given the
-        whole graph's degrees for a GCN; the first batch's features are checked finite."""
-        if not self.checked_finite:  # the first batch only: a NaN feature would make every loss NaN
-            check_finite_rows(mb.x, self.dataset)
-            self.checked_finite = True
+        whole graph's degrees for a GCN."""
         if self.degree is not None:
             mb.attach_degree(self.degree)
         return mb.x, mb.blocks
@@ -275,6 +273,7 @@ class MinibatchTrainer:
         times = dict.fromkeys(BREAKDOWN, 0.0)
         # summed on the device in float64 (what a host float sum gives): read at bar refreshes, not every step
         total_loss, seen = torch.zeros((), dtype=torch.float64, device=self.device), 0
+        losses = torch.zeros(len(loader), dtype=torch.float32, device=self.device)  # to name a non-finite one
         began = shown = time.perf_counter()
         bar = progress_bar(len(loader), f"epoch {epoch + 1}/{self.options.epochs}", "batch", self.options.progress)
 
@@ -287,7 +286,7 @@ class MinibatchTrainer:
             )
 
         with bar:
-            for mb in loader:
+            for i, mb in enumerate(loader):
                 for k in BREAKDOWN:
                     times[k] += mb.timings.get(k, 0.0)
                 t = time.perf_counter()  # the loader hands batches out on self.device
@@ -295,6 +294,7 @@ class MinibatchTrainer:
                 times["compute_s"] += time.perf_counter() - t  # on a GPU: the time to queue the step
                 n = mb.seeds.shape[0]
                 total_loss += loss.detach().double() * n
+                losses[i] = loss.detach()
                 seen += n
                 bar.update()
                 if self.options.progress and time.perf_counter() - shown >= POSTFIX_EVERY_S:
@@ -303,8 +303,15 @@ class MinibatchTrainer:
             if self.options.progress:
                 show_postfix()  # the epoch's final figures on its line
         elapsed = time.perf_counter() - began
-        record = epoch_record(epoch, total_loss.item() / max(seen, 1), elapsed, times, **self.store.record())
+        mean_loss = total_loss.item() / max(seen, 1)
+        record = epoch_record(epoch, mean_loss, elapsed, times, **self.store.record())
+        if not math.isfinite(mean_loss):  # read back only then: no per-batch sync
+            record.update(nonfinite_batch=first_nonfinite(losses), batches=len(loader))
         record["loss"] = self.ranks.mean(record["loss"])  # the ranks' shares are equal
+        if self.ranks.multi and not math.isfinite(record["loss"]):  # every rank is here: the first bad batch of any
+            mine = record.get("nonfinite_batch")
+            first = self.ranks.all_reduce([math.inf if mine is None else mine], "min")[0]
+            record["nonfinite_batch"] = None if math.isinf(first) else int(first)
         return record
 
     def _step(self, mb) -> torch.Tensor:

@@ -152,6 +152,12 @@ def _check_shape(state, path) -> dict:
             )
     if state["epoch"] < 0:
         raise DatasetError(path, f"is not a gnnsys checkpoint: epoch {state['epoch']} is negative")
+    for entry in ("model", "best_model"):
+        for name, value in (state.get(entry) or {}).items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise DatasetError(
+                    path, f"its weights are not finite ({entry} {name} holds NaN or inf): refused; train again"
+                )
     return state
 
 
@@ -197,6 +203,8 @@ def restore_training_state(
             saved.setdefault(name, getattr(type(options), name))
     if "sampling" in ours:  # minibatch checkpoints from before the option sampled uniformly
         saved.setdefault("sampling", "uniform")
+    for name in options.inapplicable & saved.keys():  # checkpoints from before these were written as None
+        saved[name] = None
     if saved["precision"] != ours["precision"]:
         raise DatasetError(
             file,

@@ -60,7 +60,8 @@ class EpochControl:
         when the validation metric has not improved for `patience` epochs."""
         record = history[-1]
         evaluated = record["valid"] is not None
-        if evaluated and best_record(history)["epoch"] == record["epoch"]:
+        best = best_record(history)
+        if evaluated and best is not None and best["epoch"] == record["epoch"]:
             self.best_epoch = record["epoch"]
             self.best_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -69,7 +70,8 @@ class EpochControl:
         elif self.scheduler is not None:
             self.scheduler.step()
         patience = self.options.patience
-        if evaluated and patience is not None and record["epoch"] - self.best_epoch >= patience:
+        since = -1 if self.best_epoch is None else self.best_epoch  # no best yet (NaN metrics): since the start
+        if evaluated and patience is not None and record["epoch"] - since >= patience:
             self.stopped = True
 
     def finish(self):

@@ -68,7 +68,7 @@ class HeteroOptions(MinibatchOptions):
                 f"a heterogeneous dataset trains an R-GCN of SAGE convs (gnnsys.models.rgcn); got {self.model!r}, "
                 "use 'sage'",
             )
-        self._refuse_changed(REFUSED, "shapes the homogeneous models; the R-GCN of a heterogeneous dataset has none")
+        self._refuse_given(REFUSED, "shapes the homogeneous models; the R-GCN of a heterogeneous dataset has none")
         if self.sampler != "cpu":
             raise ConfigError("sampler", f"a heterogeneous graph is sampled by the 'cpu' sampler; got {self.sampler!r}")
         if self.workers > 1:
@@ -93,7 +93,7 @@ class HeteroOptions(MinibatchOptions):
                 )
 
     def _check_eval(self):
-        self._refuse_changed(
+        self._refuse_given(
             STREAMING,
             "applies to streaming inference of a homogeneous graph; a heterogeneous graph's layer-wise evaluation "
             "holds its layers in memory",

@@ -29,11 +29,11 @@ import os
 import torch
 
 from gnnsys.errors import ConfigError
+from gnnsys.numbers import FLOAT_MAX
 from gnnsys.storage.memory_plan import GB
 
 INT_MAX = 2**31 - 1
 SEED_MAX = 2**64 - 1
-FLOAT_MAX = 1e12
 FINITE = (("lr", 0, True), ("weight_decay", 0, False), ("timeout_s", 0, True), ("fresh_grad_scale", 0, False))
 PROCESS_BYTES = 270 * 10**6
 

@@ -4,13 +4,39 @@ compact line per epoch in a log)."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
 
+import torch
+
+from gnnsys.errors import GnnsysError
 from gnnsys.progress import Bar
 
 BREAKDOWN = ("sample_s", "gather_s", "transfer_s", "compute_s", "wait_s")
+
+
+class NonFiniteLossError(GnnsysError):
+    """The training loss became NaN or inf: names the epoch and, where the
+    trainer knows it, the first batch whose loss was not finite."""
+
+    def __init__(self, loss: float, epoch: int, batch: int | None = None, batches: int | None = None):
+        self.loss, self.epoch, self.batch = loss, epoch, batch
+        where = f"epoch {epoch + 1}" + (
+            "" if batch is None else f", batch {batch + 1}" + (f" of {batches}" if batches else "")
+        )
+        super().__init__(
+            f"{where}: the training loss is {loss}; training stopped (lower --lr, check the features with "
+            "gnnsys info --verify, or pass --allow-nonfinite-loss to train on)"
+        )
+
+
+def first_nonfinite(losses: torch.Tensor) -> int | None:
+    """The index of the first NaN or inf in `losses` (each batch's loss, on
+    its device; read only when an epoch's loss is not finite), None if none."""
+    bad = torch.nonzero(~torch.isfinite(losses))
+    return int(bad[0, 0]) if bad.shape[0] else None
 
 
 def epoch_record(epoch: int, loss: float, time_s: float, breakdown: dict | None = None, **extra) -> dict:
@@ -49,7 +75,9 @@ def run_epochs(
     record joins `history`, `control.after_epoch(history)` (an EpochControl:
     best weights, LR schedule, early stopping), `save(epochs_done)`
     checkpoints when options.checkpoint_dir is set, then
-    `on_epoch_end(record)`. The epochs end early when the control stops
+    `on_epoch_end(record)`. An epoch whose loss is not finite stops the
+    run with NonFiniteLossError (naming the record's "nonfinite_batch",
+    where the trainer set it) unless options.allow_nonfinite_loss. The epochs end early when the control stops
     them; then `control.finish()` loads the best epoch's weights. `bar` names
     a progress bar over the epochs (`progress_bar`, one line per epoch off a
     terminal; shown when `show_bar`, default options.progress). Returns `history`."""
@@ -60,6 +88,10 @@ def run_epochs(
                 break
             lr = None if control is None else control.lr
             record = train_epoch(epoch)
+            batch = record.pop("nonfinite_batch", None)
+            if not math.isfinite(record["loss"]) and not options.allow_nonfinite_loss:
+                raise NonFiniteLossError(record["loss"], epoch, batch, record.pop("batches", None))
+            record.pop("batches", None)
             if lr is not None:
                 record["lr"] = lr
             if (epoch + 1) % options.eval_every == 0 or epoch + 1 == options.epochs:

@@ -28,6 +28,7 @@ from gnnsys.runtime.precision import PRECISIONS, resolve_precision  # noqa: F401
 from gnnsys.samplers.factory import SAMPLERS, SAMPLINGS
 from gnnsys.storage.cache import run_policy
 from gnnsys.storage.placement import PLACEMENTS
+from gnnsys.training.given import GivenOptions, _runtime_types
 from gnnsys.training.limits import SEED_MAX, check_machine, check_ranges
 from gnnsys.training.tasks import METRICS as TASK_METRICS
 from gnnsys.training.tasks import task_metric
@@ -47,7 +48,7 @@ EVAL_MODES = ("auto", "sampled", "layerwise")
 
 
 @dataclass(frozen=True)
-class TrainOptions:
+class TrainOptions(GivenOptions):
     """Options every trainer shares.
 
     model: "sage", "gcn" or "gat"; hidden: hidden width; layers: GNN layers;
@@ -76,6 +77,8 @@ class TrainOptions:
     over `epochs`, which a resume may then not change); "plateau" (lr times
     lr_gamma when the validation metric has not improved for lr_patience
     evaluations). A schedule's parameter given for another schedule is refused.
+    allow_nonfinite_loss: train on when an epoch's loss is NaN or inf (else the run stops,
+    naming the epoch and its first such batch: PyTorch Lightning's terminate_on_nan).
     model may also name a user module ("module:" + its class; set by
     `gnnsys.train(model=<nn.Module>)`), whose shape options (hidden,
     dropout, input_dropout, norm, residual, heads) are then refused.
@@ -109,12 +112,18 @@ class TrainOptions:
     lr_gamma: float = 0.1
     lr_min: float = 0.0
     lr_patience: int = 10
+    allow_nonfinite_loss: bool = False
+    # the options the caller gave (a value other than None), kept through dataclasses.replace: an option
+    # that does not apply to the run is refused when given, whatever its value
+    _given: frozenset | None = dataclasses.field(default=None, repr=False, compare=False)
 
     # options a resumed run may change; every other one must match the checkpoint
     RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "verify", "runs")
+    RESUMABLE += ("allow_nonfinite_loss",)
     POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads", "runs")
 
     def __post_init__(self):
+        self._record_given()
         self._set("device", str(self.device) if isinstance(self.device, torch.device) else self.device)
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, str):
             self._set("checkpoint_dir", str(self.checkpoint_dir))
@@ -162,13 +171,7 @@ class TrainOptions:
         self._check_runs()
         self._check_schedule()
         if is_user_model(self.model):
-            self._refuse_changed(MODEL_SHAPE, f"shapes the built-in models; the user model {self.model} has its own")
-
-    def _refuse_changed(self, names, why: str):
-        """ConfigError naming the first of `names` given another value than its default, saying `why`."""
-        given = [n for n in names if getattr(self, n) != getattr(type(self), n)]
-        if given:
-            raise ConfigError(given[0], why)
+            self._refuse_given(MODEL_SHAPE, f"shapes the built-in models; the user model {self.model} has its own")
 
     def _check_runs(self):
         """runs within MAX_RUNS and its seeds within SEED_MAX; patience None or >= 1."""
@@ -184,9 +187,9 @@ class TrainOptions:
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError("lr_schedule", f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         for name in SCHEDULE_PARAMETERS:
-            if name not in LR_SCHEDULES[self.lr_schedule] and getattr(self, name) != getattr(type(self), name):
+            if name not in LR_SCHEDULES[self.lr_schedule]:
                 users = " or ".join(s for s, params in LR_SCHEDULES.items() if name in params)
-                raise ConfigError(name, f"applies to lr_schedule {users}, this run's is {self.lr_schedule!r}")
+                self._refuse_given((name,), f"applies to lr_schedule {users}, this run's is {self.lr_schedule!r}")
         if self.lr_step_size < 1:
             raise ConfigError("lr_step_size", f"must be >= 1 epochs, got {self.lr_step_size}")
         if not 0 < self.lr_gamma < 1:
@@ -208,8 +211,13 @@ class TrainOptions:
         return dataclasses.replace(self, metric=metric, dataset=name)
 
     def to_dict(self) -> dict:
-        """Plain JSON-ready values (tuples as lists)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Plain JSON-ready values (tuples as lists); None for an option that does not apply to the run,
+        so `type(o)(**o.to_dict()) == o`."""
+        return {
+            f.name: None if f.name in self._inapplicable else _plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "_given"
+        }
 
     def resume_key(self) -> dict:
         """The options a checkpoint must share with the run that resumes it
@@ -233,7 +241,7 @@ class TrainOptions:
             if not isinstance(options, cls):
                 raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
             return options
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls) if f.name != "_given"}
         unknown = sorted(set(keywords) - names)
         if unknown:
             raise ConfigError(unknown[0], f"is not an option of {cls.__name__} (options: {', '.join(sorted(names))})")
@@ -348,10 +356,9 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError(
                 "inference_dtype", f"must be one of {', '.join(OUTPUT_DTYPES)}, got {self.inference_dtype!r}"
             )
-        given = [n for n in ("scratch_dir", "inference_dtype") if getattr(self, n) != getattr(MinibatchOptions, n)]
-        if given and self.eval_mode == "sampled":
-            raise ConfigError(
-                given[0],
+        if self.eval_mode == "sampled":
+            self._refuse_given(
+                ("scratch_dir", "inference_dtype"),
                 "applies to layer-wise evaluation, but this run evaluates sampled "
                 f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'",
             )
@@ -369,20 +376,15 @@ class MinibatchOptions(TrainOptions):
             raise ConfigError("cache_rows", f"must be >= 0, got {self.cache_rows}")
         if self.cache_gb is not None and not (math.isfinite(self.cache_gb) and self.cache_gb > 0):
             raise ConfigError("cache_gb", f"must be a number of GB > 0, got {self.cache_gb}")
-        if self.cache_rows and self.cache_gb is not None:
+        if self.given("cache_rows") and self.given("cache_gb"):
             raise ConfigError("cache_gb", "give the cache size as cache_rows or cache_gb, not both")
         run_policy(self.cache_policy)
         if self.lookahead < 0:
             raise ConfigError("lookahead", f"must be >= 0, got {self.lookahead}")
-        given = [
-            n
-            for n in ("lookahead", "victim_rows", "replicate_frac")
-            if getattr(self, n) != getattr(MinibatchOptions, n)
-        ]
-        if self.cache_policy != "static" and not self.cached:
-            given.append("cache_policy")
-        if given and not self.cached:
-            raise ConfigError(given[0], "needs a cache (cache_rows or cache_gb)")
+        if not self.cached:
+            self._refuse_given(
+                ("lookahead", "victim_rows", "replicate_frac", "cache_policy"), "needs a cache (cache_rows or cache_gb)"
+            )
         if self.victim_rows is not None and (self.victim_rows < 0 or not self.lookahead):
             raise ConfigError("victim_rows", f"must be >= 0 and needs lookahead > 0, got {self.victim_rows}")
         if self.host_mem_budget is not None:
@@ -392,10 +394,10 @@ class MinibatchOptions(TrainOptions):
                 raise ConfigError("host_mem_budget", f"must be a number of GB > 0, got {self.host_mem_budget}")
         if not 0 <= self.replicate_frac <= 1:
             raise ConfigError("replicate_frac", f"must be in [0, 1], got {self.replicate_frac}")
-        if self.victim_rows and self.workers > 1:
-            raise ConfigError("victim_rows", "the shared cache of data-parallel workers has no victim buffer")
-        if self.replicate_frac and self.workers == 1:
-            raise ConfigError("replicate_frac", "replicates the shared cache across workers; needs workers > 1")
+        if self.workers > 1:
+            self._refuse_given(("victim_rows",), "the shared cache of data-parallel workers has no victim buffer")
+        else:
+            self._refuse_given(("replicate_frac",), "replicates the shared cache across workers; needs workers > 1")
 
 
 @dataclass(frozen=True)
@@ -452,7 +454,7 @@ class FullGraphOptions(TrainOptions):
         if is_user_model(self.model):
             raise ConfigError("model", f"full-graph training builds one of {', '.join(CONVS)}; got {self.model}")
         if self.pipelined:
-            self._refuse_changed(
+            self._refuse_given(
                 ("runs", "patience", "lr_schedule"),
                 "is not supported by GNNPipe (workers or chunks > 1); train with workers=1 and chunks=1",
             )
@@ -478,19 +480,16 @@ class FullGraphOptions(TrainOptions):
 
 def _verify(dataset):
     """DatasetError unless every checksum and invariant of the prepared dataset holds."""
+    from gnnsys.datasets.file_identity import check_unchanged
     from gnnsys.datasets.inspect import verify
 
     if dataset.path is None:
         raise ConfigError("verify", "needs a prepared dataset directory, got an in-memory dataset")
     problems = verify(dataset.path)
+    check_unchanged(dataset)  # verify read the files at the path: they must be those the run loaded
     if problems:
         more = f" (and {len(problems) - 1} more; see gnnsys info --verify)" if len(problems) > 1 else ""
         raise DatasetError(dataset.path, f"--verify failed: {problems[0]}{more}")
-
-
-def _runtime_types(hint) -> tuple:
-    """The classes isinstance accepts for a type hint (int | None -> (int, NoneType))."""
-    return tuple(typing.get_origin(a) or a for a in (typing.get_args(hint) or (hint,)))
 
 
 def _plain(value):

@@ -72,8 +72,9 @@ LOGGER_METRICS = ("highest_train", "highest_valid", "final_train", "final_test")
 
 def best_record(history: list) -> dict | None:
     """The earliest evaluated epoch record of `history` with the highest
-    validation metric (None when none was evaluated)."""
-    return max((r for r in history if r["valid"] is not None), key=lambda r: r["valid"], default=None)
+    validation metric (None when none was evaluated); a NaN metric is never best."""
+    scored = (r for r in history if r["valid"] is not None and not math.isnan(r["valid"]))
+    return max(scored, key=lambda r: r["valid"], default=None)
 
 
 def make_result(options, history: list, model=None, **run_facts) -> TrainResult:

@@ -1,10 +1,13 @@
 """Typed options: defaults, checks when built, dataset completion, resume keys."""
 
 import dataclasses
+import math
 
 import pytest
 
-from gnnsys.errors import ConfigError
+from gnnsys.datasets import PrepareOptions
+from gnnsys.datasets.synthetic import read_synthetic
+from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.training.options import FullGraphOptions, MinibatchOptions
 
 
@@ -37,7 +40,6 @@ def test_fullgraph_deep_defaults(layers, deep):
         (FullGraphOptions, {"balance": "guess"}, "balance"),
         (FullGraphOptions, {"timeout_s": 0}, "timeout_s"),
         (FullGraphOptions, {"history_momentum": 1.0}, "history_momentum"),
-        (FullGraphOptions, {"layers": None}, "layers"),
         (FullGraphOptions, {"fanouts": [2]}, "fanouts"),
         (MinibatchOptions, {"lr": -0.01}, "lr"),
         (MinibatchOptions, {"lr": float("nan")}, "lr"),
@@ -83,3 +85,80 @@ def test_checkpoint_dir_naming_a_file_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="^checkpoint_dir: .* exists and is not a directory"):
         MinibatchOptions(checkpoint_dir=tmp_path / "f")
     assert MinibatchOptions(checkpoint_dir=tmp_path).checkpoint_dir == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "keywords, option",
+    [
+        (dict(lr_schedule="cosine", lr_gamma=0.1), "lr_gamma"),  # the default value, where it does not apply
+        (dict(lr_min=0.0), "lr_min"),
+        (dict(lr_schedule="step", lr_patience=10), "lr_patience"),
+        (dict(lr_step_size=10), "lr_step_size"),
+        (dict(lookahead=0), "lookahead"),
+        (dict(cache_policy="static"), "cache_policy"),
+        (dict(replicate_frac=0.0, cache_rows=10), "replicate_frac"),
+        (dict(eval="sampled", inference_dtype="float32"), "inference_dtype"),
+        (dict(cache_rows=0, cache_gb=1.0), "cache_gb"),
+    ],
+)
+def test_an_option_that_does_not_apply_is_refused_whatever_its_value(keywords, option):
+    with pytest.raises(ConfigError, match=f"^{option}: "):
+        MinibatchOptions(**keywords)
+
+
+def test_a_user_model_refuses_the_shape_options_at_their_default_values():
+    with pytest.raises(ConfigError, match="^hidden: "):
+        MinibatchOptions(model="module:Net", hidden=256)
+    with pytest.raises(ConfigError, match="^runs: "):
+        FullGraphOptions(workers=2, runs=1)
+
+
+def test_none_is_an_option_not_given():
+    o = MinibatchOptions(lr_schedule="cosine", lr_gamma=None, lookahead=None, hidden=None)
+    assert (o.lr_gamma, o.lookahead, o.hidden) == (0.1, 0, 256)
+    assert not o.given("lr_gamma") and o.given("lr_schedule")
+
+
+def test_given_options_survive_replace_and_a_dict_round_trip():
+    o = MinibatchOptions(lr_schedule="cosine")
+    assert o.to_dict()["lr_gamma"] is None and o.to_dict()["lookahead"] is None  # they do not apply
+    assert dataclasses.replace(o, seed=3).seed == 3  # the defaults replace keeps are not "given"
+    assert MinibatchOptions(**o.to_dict()) == o
+    with pytest.raises(ConfigError, match="^lr_gamma: "):
+        dataclasses.replace(o, lr_gamma=0.5)
+
+
+def test_every_float_option_of_every_command_takes_finite_numbers_only():
+    import argparse
+
+    from gnnsys.cli import build_parser
+    from gnnsys.numbers import gigabytes, number
+
+    def actions(parser):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in a.choices.values():
+                    yield from actions(sub)
+            else:
+                yield a
+
+    floats = [a for a in actions(build_parser()) if a.type in (float, number, gigabytes)]
+    assert [a.dest for a in floats if a.type is float] == []
+    assert {"lr", "scale", "degree_exponent", "max_degree_factor", "mem_limit"} <= {a.dest for a in floats}
+    for text in ("inf", "nan", "-inf", "1e300"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            number(text)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PrepareOptions(mem_limit=1e308).check(),
+        lambda: read_synthetic("arxiv", degree_exponent=math.inf),
+        lambda: read_synthetic("arxiv", max_degree_factor=math.inf),
+        lambda: read_synthetic("arxiv", scale=1e300),
+    ],
+)
+def test_the_python_api_of_prepare_refuses_non_finite_and_huge_floats(make):
+    with pytest.raises(DatasetError, match="must be a"):
+        make()

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from gnnsys import atomic
 from gnnsys.atomic import atomic_directory, atomic_write_bytes, output_target, restore_replaced
-from gnnsys.datasets import PrepareOptions, atomic, write_dataset
+from gnnsys.datasets import PrepareOptions, write_dataset
 from gnnsys.errors import DatasetError
 from tests.conftest import random_source
 from tests.datasets.conftest import run_cli
