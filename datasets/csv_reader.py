@@ -132,6 +132,15 @@ def _numeric(frame, path: Path, first_row: int, dtype) -> np.ndarray:
                     f"column {c + 1} holds {float(values[bad[0]]):g}, expected an integer",
                     row=first_row + int(bad[0]),
                 )
+        if integer and values.dtype.kind in "iu" and values.size:
+            limits = np.iinfo(dtype)
+            bad = np.flatnonzero((values < limits.min) | (values > limits.max))
+            if bad.size:
+                raise DatasetError(
+                    path,
+                    f"column {c + 1} holds {int(values[bad[0]])}, beyond {dtype} ({limits.min}..{limits.max})",
+                    row=first_row + int(bad[0]),
+                )
     return frame.to_numpy(dtype=dtype)
 
 

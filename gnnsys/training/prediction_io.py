@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnsys.datasets.node_ids import node_ids
 from gnnsys.errors import ConfigError, DatasetError, naming
 from gnnsys.model_names import is_user_model
 
@@ -92,19 +93,17 @@ def check_layer(layer, num_layers: int, output: str) -> int:
 
 
 def check_nodes(nodes, num_nodes: int) -> torch.Tensor:
-    """`nodes` as int64 ids (default every node); ConfigError when empty, out of range or not 1-D integers."""
+    """`nodes` as int64 ids (default every node); ConfigError when empty, out
+    of range or not 1-D integers (gnnsys.datasets.node_ids checks them)."""
     if nodes is None:
         return torch.arange(num_nodes)
-    ids = torch.as_tensor(np.asarray(nodes))
-    if ids.ndim == 1 and not ids.numel():
+    try:
+        ids = node_ids(nodes, "nodes", num_nodes)
+    except DatasetError as e:
+        raise ConfigError("nodes", e.problem) from None
+    if not ids.size:
         raise ConfigError("nodes", "is empty: give at least one node id")
-    if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
-        raise ConfigError("nodes", f"must be a 1-D array of node ids, got {ids.ndim}-D {ids.dtype}")
-    ids = ids.long()
-    if int(ids.min()) < 0 or int(ids.max()) >= num_nodes:
-        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise ConfigError("nodes", f"id {bad} out of range [0, {num_nodes})")
-    return ids
+    return torch.from_numpy(ids)
 
 
 @contextlib.contextmanager

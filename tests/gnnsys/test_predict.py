@@ -117,9 +117,11 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
     base = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o.npy")]
     np.save(tmp_path / "far.npy", np.array([90]))
     np.save(tmp_path / "float.npy", np.array([1.0]))
-    assert "nodes: id 90 out of range [0, 90)" in _error([*base, "--nodes", str(tmp_path / "far.npy")], capsys)
-    assert "nodes: must be a 1-D array of node ids" in _error([*base, "--nodes", str(tmp_path / "float.npy")], capsys)
-    assert "cannot read node ids" in _error([*base, "--nodes", str(tmp_path / "none.npy")], capsys)
+    assert "nodes: node id 90 out of range [0, 90)" in _error([*base, "--nodes", str(tmp_path / "far.npy")], capsys)
+    assert "float.npy: node ids must be integers, got floats" in _error(
+        [*base, "--nodes", str(tmp_path / "float.npy")], capsys
+    )
+    assert "none.npy: file not found" in _error([*base, "--nodes", str(tmp_path / "none.npy")], capsys)
     assert "layer: must be in 1..2" in _error([*base, "--output", "embeddings", "--layer", "3"], capsys)
     assert "use output 'embeddings'" in _error([*base, "--layer", "1"], capsys)
     assert "must be a .npy file" in _error([*base[:-1], str(tmp_path / "o.txt")], capsys)
@@ -150,3 +152,33 @@ def test_output_is_atomic(trained, tmp_path, monkeypatch):
         gnnsys.predict(ds, ckpt, out)
     assert np.array_equal(np.load(out), np.arange(3))  # the old file, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ds1", "scores.npy"]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "ids, problem",
+    [
+        (np.array(["1", "2"]), "got strings"),
+        (np.array([b"1"]), "got bytes"),
+        (np.zeros(2, "i4,f8"), "got records"),
+        (np.array(["2020-01-01"], "M8[D]"), "got datetimes"),
+        (np.array([1, None], dtype=object), "holds Python objects"),
+        (np.array([3, 2**64 - 1], np.uint64), "ids.npy: row 1: node id 18446744073709551615 out of range"),
+        (np.array([3, 90], ">i8"), "node id 90 out of range [0, 90)"),
+    ],
+)
+def test_node_files_of_any_dtype_are_one_line(trained, tmp_path, capsys, ids, problem):
+    ds, ckpt, _ = trained
+    np.save(tmp_path / "ids.npy", ids)
+    argv = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o.npy")]
+    assert problem in _error([*argv, "--nodes", str(tmp_path / "ids.npy")], capsys)
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_node_files_in_big_endian_or_text_are_read(trained, tmp_path):
+    ds, ckpt, _ = trained
+    np.save(tmp_path / "ids.npy", np.array([5, 2], ">u4"))
+    (tmp_path / "ids.txt").write_text("5\n2\n")
+    argv = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--no-progress", "--output", "labels"]
+    assert main([*argv, "--out", str(tmp_path / "a.npy"), "--nodes", str(tmp_path / "ids.npy")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "b.npy"), "--nodes", str(tmp_path / "ids.txt")]) == 0
+    assert np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
