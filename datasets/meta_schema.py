@@ -70,15 +70,17 @@ def check_rows(f: dict, section: str, file):
 
 def check_fields(section, schema, prefix: str, file):
     """DatasetError naming the first field of the object `section` (called
-    `prefix` in messages) that is missing or breaks `schema` ((key, what it
-    must be, test) triples; a key ending in "?" may be missing)."""
+    `prefix` in messages; "" for a file's top level) that is missing or breaks
+    `schema` ((key, what it must be, test) triples; a key ending in "?" may be missing)."""
     if not isinstance(section, dict):
-        raise DatasetError(file, f"field {prefix!r} must be an object, got {short_json(section)}")
+        where = f"field {prefix!r}" if prefix else "the whole file"
+        raise DatasetError(file, f"{where} must be an object, got {short_json(section)}")
     for key, what, ok in schema:
         optional, key = key.endswith("?"), key.rstrip("?")
+        name = f"{prefix}.{key}" if prefix else key
         if key not in section:
             if optional:
                 continue
-            raise DatasetError(file, f"field '{prefix}.{key}' is missing")
+            raise DatasetError(file, f"field {name!r} is missing")
         if not ok(section[key]):
-            raise DatasetError(file, f"field '{prefix}.{key}' must be {what}, got {short_json(section[key])}")
+            raise DatasetError(file, f"field {name!r} must be {what}, got {short_json(section[key])}")
