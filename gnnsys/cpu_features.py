@@ -23,14 +23,13 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import torch
 
+from gnnsys import environment
 from gnnsys.datasets.meta_schema import check_fields
-from gnnsys.errors import ConfigError
 from gnnsys.storage.machine_cache import cache_dir, read_cache, write_cache
 
 FLAGS = ("avx2", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
@@ -174,11 +173,9 @@ def _cpuinfo() -> str | None:
 def detect() -> CPUFeatures:
     """This machine's CPUFeatures as this process sees it (once per process and
     set of ISA variables; a benchmark's outcome is also cached on disk)."""
-    env = {k: os.environ.get(k, "") for k in ISA_ENV}
-    forced = os.environ.get(FORCE_ENV, "")
+    env = {k: environment.value(k) or "" for k in ISA_ENV}
+    forced = environment.value(FORCE_ENV) or ""
     key = (*env.values(), forced)
-    if forced not in ("", "0", "1"):
-        raise ConfigError(FORCE_ENV, f"must be 0 or 1, got {forced!r}")
     if key not in _detected and forced:
         model, flags = read_cpuinfo(_cpuinfo())
         _detected[key] = CPUFeatures(

@@ -12,11 +12,11 @@ name too long) leaves the measurement used uncached, with one warning line.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from gnnsys import environment
 from gnnsys.datasets.atomic import atomic_write_bytes
 from gnnsys.errors import DatasetError, os_reason
 
@@ -25,7 +25,7 @@ ENV = "GNNSYS_CACHE_DIR"
 
 def cache_dir() -> Path:
     """Where gnnsys keeps per-machine measurements: $GNNSYS_CACHE_DIR, else ~/.cache/gnnsys."""
-    return Path(os.environ.get(ENV) or Path.home() / ".cache" / "gnnsys")
+    return Path(environment.value(ENV) or Path.home() / ".cache" / "gnnsys")
 
 
 def read_cache(path: Path, check: Callable[[object, Path], None]):
@@ -52,7 +52,9 @@ def write_cache(path: Path, value) -> bool:
     try:
         atomic_write_bytes(path, json.dumps(value, indent=1).encode())
     except OSError as e:
-        _warn(f"{path}: cannot write this cache ({os_reason(e)}); using the measurement without caching it")
+        parent = Path(path).parent
+        reason = f"{parent} is not a directory" if isinstance(e, FileExistsError) else os_reason(e)
+        _warn(f"{path}: cannot write this cache ({reason}); using the measurement without caching it")
         return False
     return True
 

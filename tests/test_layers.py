@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOP = "gnnsys"  # the package itself: its __init__, rank 6 (not its submodules)
 LAYERS = [  # (rank, modules); each name covers the module and its submodules
-    (0, ("gnnsys.errors", "gnnsys._capabilities", "gnnsys.ids", "gnnsys.feature_source")),
+    (0, ("gnnsys.errors", "gnnsys.environment", "gnnsys._capabilities", "gnnsys.ids", "gnnsys.feature_source")),
     (1, ("gnnsys.datasets",)),
     (2, ("gnnsys.samplers", "gnnsys.storage")),
     (
