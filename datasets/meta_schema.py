@@ -5,6 +5,7 @@ heterogeneous)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from gnnsys.errors import DatasetError
@@ -39,6 +40,17 @@ ROWS_SCHEMA = (
     ("align", "a positive power of two", lambda v: is_count(v) and v > 0 and v & (v - 1) == 0),
     ("row_stride", "a non-negative integer", is_count),
 )
+
+
+def identity(meta: dict) -> str | None:
+    """The identity of a prepared dataset's data: a hash of the sha256 of
+    every file meta.json lists in "checksums" (the same data prepared again,
+    moved or copied keeps it; any other data has another); None without
+    checksums (a Dataset made in memory)."""
+    checksums = meta.get("checksums") if isinstance(meta, dict) else None
+    if not checksums:
+        return None
+    return hashlib.sha256(json.dumps(checksums, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def short_json(value) -> str:

@@ -20,6 +20,7 @@ from typing import ClassVar
 import torch
 
 from gnnsys._capabilities import normalize_device
+from gnnsys.datasets.meta_schema import identity
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.model_names import CONVS, NORMS, is_user_model
@@ -64,8 +65,9 @@ class TrainOptions:
     (gnnsys.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
     epoch, and continuing from it; progress: progress bars; verify: re-check the
     prepared dataset's checksums and invariants before training (as `gnnsys
-    info --verify`; reads every file once). dataset: set by
-    `for_dataset` (the dataset's path or name), recorded with the result.
+    info --verify`; reads every file once). dataset, dataset_id: set by
+    `for_dataset` (the dataset's path or name, and the identity of its data:
+    datasets.meta_schema.identity), recorded with the result and checkpoints.
 
     runs: train this many runs with seeds seed, seed + 1, ... (at most
     MAX_RUNS) and report each run's and the mean and standard deviation of
@@ -103,6 +105,7 @@ class TrainOptions:
     progress: bool = True
     verify: bool = False
     dataset: str | None = None
+    dataset_id: str | None = None
     runs: int = 1
     patience: int | None = None
     lr_schedule: str = "none"
@@ -205,8 +208,7 @@ class TrainOptions:
             _verify(dataset)
         check_machine(self, dataset)
         metric = task_metric(self, dataset)
-        name = str(dataset.path) if dataset.path is not None else dataset.name
-        return dataclasses.replace(self, metric=metric, dataset=name)
+        return dataclasses.replace(self, metric=metric, **recorded(dataset))
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values (tuples as lists)."""
@@ -476,6 +478,14 @@ class FullGraphOptions(TrainOptions):
         if self.chunks > dataset.num_nodes:
             raise ConfigError("chunks", f"{self.chunks} chunks for {dataset.num_nodes} nodes")
         return super().for_dataset(dataset)
+
+
+def recorded(dataset) -> dict:
+    """The options that record `dataset`: its path (or name) and the identity of its data."""
+    return {
+        "dataset": str(dataset.path) if dataset.path is not None else dataset.name,
+        "dataset_id": identity(dataset.meta),
+    }
 
 
 def _verify(dataset):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnsys.datasets.meta_schema import identity
 from gnnsys.datasets.node_ids import node_ids
 from gnnsys.errors import ConfigError, DatasetError, naming
 from gnnsys.model_names import is_user_model
@@ -25,10 +26,13 @@ from .outputs import check_output_file, new_file_mode
 OUTPUTS = ("scores", "labels", "embeddings")
 
 
-def read_checkpoint(checkpoint) -> tuple[dict, Path]:
+def read_checkpoint(checkpoint, dataset) -> tuple[dict, Path]:
     """(the training state, its file) of `checkpoint` (a checkpoint directory
-    or its checkpoint.pt); DatasetError naming it when it is neither, holds
-    no state, is not a minibatch checkpoint or holds a user module."""
+    or its checkpoint.pt) to run on `dataset`; DatasetError naming it when it
+    is neither, holds no state, is not a minibatch checkpoint, holds a user
+    module, or was trained on other data than `dataset`'s (both identities
+    known: a checkpoint from before they were recorded, or of a dataset made
+    in memory, is judged by its weights' shapes alone)."""
     path = Path(checkpoint)
     if path.is_file() and path.name == FILE:
         path = path.parent
@@ -41,6 +45,13 @@ def read_checkpoint(checkpoint) -> tuple[dict, Path]:
     saved = state.get("options", {})
     if "fanouts" not in saved:
         raise DatasetError(file, "is not a checkpoint of minibatch training (gnnsys train --mode minibatch)")
+    theirs, ours = saved.get("dataset_id"), identity(dataset.meta)
+    if theirs and ours and theirs != ours:
+        raise DatasetError(
+            file,
+            f"was trained on other data ({saved.get('dataset')}, identity {theirs}) than dataset "
+            f"{dataset.name!r} (identity {ours}); predict on the dataset it was trained on",
+        )
     if is_user_model(saved.get("model", "")):
         raise DatasetError(
             file, f"holds the weights of a user module ({saved['model']}): load its 'best_model' into that module"

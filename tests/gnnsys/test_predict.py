@@ -2,6 +2,8 @@
 checkpoint, written atomically; checkpoints of another dataset or model are
 refused in one line."""
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -95,10 +97,15 @@ def test_checkpoints_of_another_dataset_or_model_are_refused(trained, make_datas
     other, _ = make_dataset(num_nodes=90, num_edges=600, dim=5, num_classes=4)
     out = tmp_path / "o.npy"
     err = _error(["predict", str(other.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
-    assert str(ckpt / FILE) in err and "5 features, 4 classes" in err
-    fewer, _ = make_dataset(num_nodes=90, num_edges=600, dim=6, num_classes=3)
-    assert "3 classes" in _error(["predict", str(fewer.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert str(ckpt / FILE) in err and "was trained on other data" in err
     state = load_checkpoint(ckpt)
+    del state["options"]["dataset_id"]  # without the data's identity, the weights' shapes tell
+    save_checkpoint(tmp_path / "anonymous", state)
+    err = _error(["predict", str(other.path), "--checkpoint", str(tmp_path / "anonymous"), "--out", str(out)], capsys)
+    assert "5 features, 4 classes" in err
+    fewer, _ = make_dataset(num_nodes=90, num_edges=600, dim=6, num_classes=3)
+    argv = ["predict", str(fewer.path), "--checkpoint", str(tmp_path / "anonymous"), "--out", str(out)]
+    assert "3 classes" in _error(argv, capsys)
     state["options"]["model"] = "sage"  # GAT weights under a SAGE model's options
     save_checkpoint(tmp_path / "liar", state)
     err = _error(["predict", str(ds.path), "--checkpoint", str(tmp_path / "liar"), "--out", str(out)], capsys)
@@ -182,3 +189,21 @@ def test_node_files_in_big_endian_or_text_are_read(trained, tmp_path):
     assert main([*argv, "--out", str(tmp_path / "a.npy"), "--nodes", str(tmp_path / "ids.npy")]) == 0
     assert main([*argv, "--out", str(tmp_path / "b.npy"), "--nodes", str(tmp_path / "ids.txt")]) == 0
     assert np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+
+
+def test_a_checkpoint_of_other_data_with_the_same_dimensions_is_refused(trained, make_dataset, tmp_path, capsys):
+    ds, ckpt, _ = trained
+    other, _ = make_dataset(num_nodes=90, num_edges=600, dim=6, num_classes=4, seed=7)  # same shape, other data
+    out = tmp_path / "o.npy"
+    err = _error(["predict", str(other.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert str(ckpt / FILE) in err and f"was trained on other data ({ds.path}, identity" in err
+    assert not out.exists()
+    copy = tmp_path / "copy"
+    shutil.copytree(ds.path, copy)  # the same data elsewhere: accepted
+    assert main(["predict", str(copy), "--checkpoint", str(ckpt), "--out", str(out), "--no-progress"]) == 0
+    state = load_checkpoint(ckpt)
+    del state["options"]["dataset_id"]  # a checkpoint from before identities were recorded: judged by shapes
+    save_checkpoint(tmp_path / "old", state)
+    assert gnnsys.predict(other, tmp_path / "old").shape == (90, 4)
+    with pytest.raises(DatasetError, match="was written for other data .* cannot resume"):
+        train(other, checkpoint_dir=ckpt, resume=True, model="gat", heads=2, norm="layer", residual=True, **FAST)
