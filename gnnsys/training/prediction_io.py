@@ -20,7 +20,7 @@ from gnnsys.errors import ConfigError, DatasetError, naming
 from gnnsys.model_names import is_user_model
 
 from .checkpoints import FILE, load_training_state
-from .inference_io import reserve_space
+from .inference_io import NoSpaceError, reserve_space
 from .outputs import check_output_file, new_file_mode
 
 OUTPUTS = ("scores", "labels", "embeddings")
@@ -117,6 +117,12 @@ def check_nodes(nodes, num_nodes: int) -> torch.Tensor:
     return torch.from_numpy(ids)
 
 
+def _no_room(path: Path, needed: int, free: int) -> NoSpaceError:
+    return NoSpaceError(
+        path, needed, free, "space for the output on its disk", "free some, or write it to another disk"
+    )
+
+
 @contextlib.contextmanager
 def atomic_npy(path, shape: tuple, dtype):
     """Yield a writable memory-mapped .npy array of `shape` and `dtype` in a
@@ -133,7 +139,7 @@ def atomic_npy(path, shape: tuple, dtype):
     try:
         with naming(path, "write"):
             array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-            reserve_space(tmp, os.path.getsize(tmp))
+            reserve_space(tmp, os.path.getsize(tmp), lambda _, needed, free: _no_room(path, needed, free))
         yield array
         with naming(path, "write"):
             array.flush()

@@ -2,6 +2,8 @@
 checkpoint, written atomically; checkpoints of another dataset or model are
 refused in one line."""
 
+import errno
+import os
 import shutil
 
 import numpy as np
@@ -15,6 +17,7 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.fullgraph import train_fullgraph
 from gnnsys.minibatch import train
 from gnnsys.samplers import Block
+from gnnsys.training import inference_io
 from gnnsys.training.checkpoints import FILE, load_checkpoint, save_checkpoint
 from gnnsys.training.inference import layerwise_inference
 
@@ -207,3 +210,17 @@ def test_a_checkpoint_of_other_data_with_the_same_dimensions_is_refused(trained,
     assert gnnsys.predict(other, tmp_path / "old").shape == (90, 4)
     with pytest.raises(DatasetError, match="was written for other data .* cannot resume"):
         train(other, checkpoint_dir=ckpt, resume=True, model="gat", heads=2, norm="layer", residual=True, **FAST)
+
+
+def test_a_full_disk_under_out_names_the_output(trained, tmp_path, monkeypatch, capsys):
+    ds, ckpt, _ = trained
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(inference_io.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(inference_io.shutil, "disk_usage", lambda path: type("U", (), {"free": 100})())
+    out = tmp_path / "out" / "scores.npy"
+    err = _error(["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert f"{out}: not enough space for the output on its disk: needs" in err and "scratch" not in err
+    assert list(out.parent.iterdir()) == []
