@@ -197,6 +197,8 @@ def cached_model(path, read_size: int, max_age: float = MAX_AGE_S) -> IOModel | 
     if value is None:
         return None
     model = IOModel.from_json(value)
+    if "uring" not in model.rates and uring_available()[0]:
+        return None  # probed where io_uring did not work: stale here, where the tier may read with it
     return model if time.time() - model.measured["at"] <= max_age else None
 
 

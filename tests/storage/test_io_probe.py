@@ -186,7 +186,7 @@ def fake_probe(monkeypatch, tmp_path):
 
     def fake(path, read_size):
         calls.append(path)
-        return model(threads={1: 1000.0, 8: 4000.0}, read_size=read_size)
+        return model(threads={1: 1000.0, 8: 4000.0}, uring={1: 900.0, 8: 3000.0}, read_size=read_size)
 
     monkeypatch.setattr(io_probe, "probe", fake)
     path = tmp_path / "features.bin"
@@ -302,5 +302,19 @@ def test_an_unwritable_cache_leaves_the_probe_uncached_with_one_warning(
     monkeypatch.setenv("GNNSYS_CACHE_DIR", str(directory))
     with pytest.warns(RuntimeWarning, match=f"cannot write this cache .*{reason}.*without caching it") as caught:
         found = io_model(path, 512)
-    assert found.rates == {"threads": {1: 1000.0, 8: 4000.0}} and len(caught) == 1 and len(calls) == 1
+    assert found.rates["threads"] == {1: 1000.0, 8: 4000.0} and len(caught) == 1 and len(calls) == 1
     assert "\n" not in str(caught[0].message) and blocker.read_text() == ""
+
+
+def test_train_on_the_ssd_tier_runs_with_an_unwritable_cache(make_dataset, fake_probe, monkeypatch, tmp_path):
+    ds, _ = make_dataset(num_nodes=200, dim=100)
+    direct_file(tmp_path)  # skips where tmp_path has no O_DIRECT (then the SSD tier probes nothing)
+    _, calls = fake_probe
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(blocker))
+    argv = ["train", str(ds.path), "--features", "ssd", "--epochs", "1", "--fanouts", "3", "--no-progress"]
+    with pytest.warns(RuntimeWarning, match=f"{blocker}/io-probe-.*cannot write this cache") as caught:
+        assert main(argv) == 0
+    assert len(calls) == 1 and blocker.read_text() == ""
+    assert sum("cannot write this cache" in str(w.message) for w in caught) == 1
