@@ -318,3 +318,15 @@ def test_train_on_the_ssd_tier_runs_with_an_unwritable_cache(make_dataset, fake_
         assert main(argv) == 0
     assert len(calls) == 1 and blocker.read_text() == ""
     assert sum("cannot write this cache" in str(w.message) for w in caught) == 1
+
+
+def test_info_probe_io_says_when_the_probe_is_not_cached(make_dataset, fake_probe, monkeypatch, tmp_path, capsys):
+    ds, _ = make_dataset(num_nodes=200, dim=100)
+    direct_file(tmp_path)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(blocker))
+    with pytest.warns(RuntimeWarning, match="cannot write this cache"):
+        assert main(["info", str(ds.path), "--probe-io"]) == 0
+    out = capsys.readouterr().out
+    assert "I/O probe of device" in out and "  not cached" in out and "cached in" not in out
