@@ -55,11 +55,10 @@ def node_ids(values, label, num_nodes: int | None = None) -> np.ndarray:
         return np.empty(0, np.int64)  # no ids, of whatever dtype (np.asarray([]) is float64): callers judge
     _check_layout(ids.dtype, ids.ndim, label)
     high = np.iinfo(np.int64).max if num_nodes is None else num_nodes - 1
-    if ids.size:
-        if int(ids.min()) < 0 or int(ids.max()) > high:
-            row = int(np.flatnonzero((ids < 0) | (ids > high))[0])
-            where = f"[0, {num_nodes})" if num_nodes is not None else "[0, 2^63)"
-            raise DatasetError(label, f"node id {int(ids[row])} out of range {where}", row=row)
+    if int(ids.min()) < 0 or int(ids.max()) > high:
+        row = int(np.flatnonzero((ids < 0) | (ids > high))[0])
+        where = f"[0, {num_nodes})" if num_nodes is not None else "[0, 2^63)"
+        raise DatasetError(label, f"node id {int(ids[row])} out of range {where}", row=row)
     return ids.astype(np.int64)
 
 
