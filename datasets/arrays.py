@@ -16,8 +16,9 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
-from .csv_reader import csv_chunks, has_header, read_csv
+from .csv_reader import csv_chunks, has_header
 from .meta import SPLITS
+from .node_ids import read_node_ids
 from .npy import NpyArray, integer_labels, mask_ids, npz_keys, pair_layout
 from .random_split import parse_fractions, split_randomly
 from .source import GraphSource, array_edge_chunks, array_feature_chunks
@@ -74,11 +75,7 @@ def _ids(value, name: str):
     """Node ids from an array, a .npy or a text file of one id a line."""
     if _is_array(value):
         return np.asarray(value), name
-    path = Path(value)
-    if path.suffix == ".npy":
-        arr = NpyArray(path)
-        return arr.read(), arr.label
-    return read_csv(path), str(path)
+    return read_node_ids(value), str(value)
 
 
 def _masks(masks, num_nodes: int):

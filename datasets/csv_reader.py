@@ -67,13 +67,16 @@ def _reader(path: Path, header: bool, chunk_rows: int, nrows=None, dtype=None):
     )
 
 
-def _guarded(path: Path, header: bool, chunk_rows: int, nrows=None, dtype=None) -> Iterator:
+def _guarded(path: Path, header: bool, chunk_rows: int, nrows=None, dtype=None, allow_empty: bool = False) -> Iterator:
     """pandas DataFrame chunks of `path`, every parser and I/O failure turned
-    into a DatasetError (rows counted from 0 after the header)."""
+    into a DatasetError (rows counted from 0 after the header); an empty
+    file is one unless `allow_empty` (then it yields nothing)."""
     ParserError, EmptyDataError = _pandas_errors()
     try:
         yield from _reader(path, header, chunk_rows, nrows, dtype)
     except EmptyDataError:
+        if allow_empty:
+            return
         raise DatasetError(path, "empty file") from None
     except ParserError as e:
         m = _LINE.search(str(e))
@@ -132,28 +135,38 @@ def _numeric(frame, path: Path, first_row: int, dtype) -> np.ndarray:
                     f"column {c + 1} holds {float(values[bad[0]]):g}, expected an integer",
                     row=first_row + int(bad[0]),
                 )
+        if integer and values.dtype.kind in "iu" and values.size:
+            limits = np.iinfo(dtype)
+            bad = np.flatnonzero((values < limits.min) | (values > limits.max))
+            if bad.size:
+                raise DatasetError(
+                    path,
+                    f"column {c + 1} holds {int(values[bad[0]])}, beyond {dtype} ({limits.min}..{limits.max})",
+                    row=first_row + int(bad[0]),
+                )
     return frame.to_numpy(dtype=dtype)
 
 
 def csv_chunks(
-    path, *, columns: int, dtype, header: bool = False, chunk_rows: int | None = None
+    path, *, columns: int, dtype, header: bool = False, chunk_rows: int | None = None, allow_empty: bool = False
 ) -> Iterator[np.ndarray]:
     """Yield [rows, columns] arrays of `dtype` covering `path` in order.
 
     `header` skips the first line; `chunk_rows` defaults to a chunk of about
     CHUNK_BYTES of parsed values. A row with another number of fields than
-    `columns` is an error, as is any field that is empty or not a number.
+    `columns` is an error, as is any field that is empty or not a number,
+    and a file without rows unless `allow_empty` (a relation with no edges).
     """
     path = Path(path)
     dtype = np.dtype(dtype)
     chunk_rows = chunk_rows or max(1, CHUNK_BYTES // (8 * columns))
     row = 0
-    for frame in _guarded(path, header, chunk_rows):
+    for frame in _guarded(path, header, chunk_rows, allow_empty=allow_empty):
         if frame.shape[1] != columns:
             raise DatasetError(path, f"{frame.shape[1]} fields, expected {columns}", row=row)
         yield _numeric(frame, path, row, dtype)
         row += frame.shape[0]
-    if row == 0:
+    if row == 0 and not allow_empty:
         raise DatasetError(path, "no data rows")
 
 

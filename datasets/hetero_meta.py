@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 
 from gnnsys.errors import DatasetError
+from gnnsys.json_fields import check_fields, short_json
 
 from .meta_schema import (
     FILE_FIELD,
@@ -43,11 +44,9 @@ from .meta_schema import (
     ROWS_SCHEMA,
     SPLITS,
     VERSION,
-    check_fields,
     check_rows,
     is_count,
     is_file_name,
-    short_json,
 )
 from .relations import relation_name
 

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from gnnsys.errors import DatasetError, PathError
+from gnnsys.json_fields import check_fields, short_json
 
 from .features_file import DTYPES
 from .hetero_meta import check_hetero_meta
@@ -25,11 +26,9 @@ from .meta_schema import (
     ROWS_SCHEMA,
     SPLITS,
     VERSION,
-    check_fields,
     check_rows,
     is_count,
     is_file_name,
-    short_json,
 )
 
 TASKS = ("multiclass", "multilabel")

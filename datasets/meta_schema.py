@@ -5,6 +5,7 @@ heterogeneous)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from gnnsys.atomic import DATASET_FORMAT
@@ -52,10 +53,15 @@ ROWS_SCHEMA = (
 )
 
 
-def short_json(value) -> str:
-    """`value` as JSON, cut to 40 characters (for messages)."""
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+def identity(meta: dict) -> str | None:
+    """The identity of a prepared dataset's data: a hash of the sha256 of
+    every file meta.json lists in "checksums" (the same data prepared again,
+    moved or copied keeps it; any other data has another); None without
+    checksums (a Dataset made in memory)."""
+    checksums = meta.get("checksums") if isinstance(meta, dict) else None
+    if not checksums:
+        return None
+    return hashlib.sha256(json.dumps(checksums, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def check_rows(f: dict, section: str, file):
@@ -77,19 +83,3 @@ def check_rows(f: dict, section: str, file):
             f"{f['dtype']} ({body} bytes) aligned to {f['align']} take "
             f"{' or '.join(map(str, strides))}: the dtype, dim, align or row_stride is wrong",
         )
-
-
-def check_fields(section, schema, prefix: str, file):
-    """DatasetError naming the first field of the object `section` (called
-    `prefix` in messages) that is missing or breaks `schema` ((key, what it
-    must be, test) triples; a key ending in "?" may be missing)."""
-    if not isinstance(section, dict):
-        raise DatasetError(file, f"field {prefix!r} must be an object, got {short_json(section)}")
-    for key, what, ok in schema:
-        optional, key = key.endswith("?"), key.rstrip("?")
-        if key not in section:
-            if optional:
-                continue
-            raise DatasetError(file, f"field '{prefix}.{key}' is missing")
-        if not ok(section[key]):
-            raise DatasetError(file, f"field '{prefix}.{key}' must be {what}, got {short_json(section[key])}")

@@ -114,7 +114,10 @@ def _relations(raw: Path, triplets: list, node_types: dict, inputs: list) -> dic
             raise DatasetError(sub, "missing: triplet-type-list lists this relation")
         edge_file, count_file = csv_file(sub, "edge"), csv_file(sub, "num-edge-list")
         count = read_count(count_file)
-        pairs = lambda f=edge_file: ((c[:, 0], c[:, 1]) for c in csv_chunks(f, columns=2, dtype=np.int64))  # noqa: E731
+
+        def pairs(f=edge_file):  # a relation may have no edges: its count file says how many
+            return ((c[:, 0], c[:, 1]) for c in csv_chunks(f, columns=2, dtype=np.int64, allow_empty=True))
+
         chunks = edge_chunks(
             pairs, str(edge_file), node_types[dst_type], False, count, str(count_file), num_src=node_types[src_type]
         )

@@ -8,6 +8,7 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .meta import SPLITS
+from .node_ids import node_ids
 from .source import GraphSource
 
 
@@ -102,15 +103,9 @@ def check_splits(src: GraphSource, labels: np.ndarray) -> dict:
         file = src.split_files.get(name, f"split {name}")
         if name not in src.splits:
             raise DatasetError(file, f"split {name!r} is missing")
-        ids = np.asarray(src.splits[name])
-        if ids.ndim != 1 or ids.size == 0:
+        ids = node_ids(src.splits[name], file, src.num_nodes)
+        if ids.size == 0:
             raise DatasetError(file, f"split {name!r} is empty")
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise DatasetError(file, f"split ids must be integers, got {ids.dtype}")
-        ids = ids.astype(np.int64)
-        bad = np.flatnonzero((ids < 0) | (ids >= src.num_nodes))
-        if bad.size:
-            raise DatasetError(file, f"node id {ids[bad[0]]} out of range [0, {src.num_nodes})", row=int(bad[0]))
         taken = seen[ids]
         if (taken >= 0).any():
             j = int(np.flatnonzero(taken >= 0)[0])

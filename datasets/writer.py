@@ -51,6 +51,8 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
     edge_stride = row_stride(edge_dim, opts.dtype, opts.align) if edge_dim else 0
     mem_limit = opts.mem_limit_bytes()
     with atomic_directory(out_dir, overwrite=opts.overwrite) as tmp:
+        check_space = _space_check(out_dir, tmp, src.num_nodes, stride, opts, edge_stride)
+        check_space(0, _known_indices_bytes(src, opts), at_least=True)  # before any pass over the input
         edge_rows = stage_edge_features(src, tmp / RAW_EDGE_FEATURES, opts.nan_to_zero) if edge_dim else None
         edges = csc.EdgeStream(
             src.edge_chunks,
@@ -70,7 +72,7 @@ def write_dataset(src: GraphSource, out_dir, opts: PrepareOptions | None = None)
                 dedup=opts.dedup,
                 reorder=opts.reorder == "degree",
                 mem_limit=mem_limit,
-                check_space=_space_check(out_dir, tmp, src.num_nodes, stride, opts, edge_stride),
+                check_space=check_space,
                 bar=phases,
             )
         finally:
@@ -184,16 +186,26 @@ def _space_check(out_dir: Path, tmp: Path, num_nodes: int, stride: int, opts: Pr
     node_arrays = 8 * (num_nodes + 1) + 8 * num_nodes * (2 if opts.reorder == "degree" else 1) + (1 << 20)
     itemsize = np.dtype(csc.index_dtype(num_nodes)).itemsize
 
-    def check(scratch_bytes: int, indices_bytes: int):
+    def check(scratch_bytes: int, indices_bytes: int, at_least: bool = False):
         edge_features = (indices_bytes // itemsize) * (edge_stride + 8) if edge_stride else 0
         final = indices_bytes + features + node_arrays + edge_features
         need = max(scratch_bytes + indices_bytes, final + (features if opts.reorder == "degree" else 0))
         free = shutil.disk_usage(tmp).free
         if need > free:
+            bound = "at least " if at_least else ""
             raise DatasetError(
                 out_dir,
-                f"needs {need / 1e9:.2f} GB of free space while it is written "
-                f"({final / 1e9:.2f} GB when done), and {free / 1e9:.2f} GB are free",
+                f"needs {bound}{need / 1e9:.2f} GB of free space while it is written "
+                f"({bound}{final / 1e9:.2f} GB when done), and {free / 1e9:.2f} GB are free",
             )
 
     return check
+
+
+def _known_indices_bytes(src: GraphSource, opts: PrepareOptions) -> int:
+    """A lower bound on the bytes of indices.npy known before the edges are
+    read: the edge count the input states (its header, count file or
+    generator parameters) when nothing may remove edges, else none."""
+    if src.expected_num_edges is None or opts.dedup or opts.self_loops == "drop":
+        return 0
+    return src.expected_num_edges * np.dtype(csc.index_dtype(src.num_nodes)).itemsize

@@ -30,7 +30,7 @@ _API = {  # public name -> the module that defines it
     "BatchOptions": "gnnsys.loading.options",
     "PipelineOptions": "gnnsys.loading.options",
     "SamplingOptions": "gnnsys.loading.options",
-    "FullGraphOptions": "gnnsys.training.options",
+    "FullGraphOptions": "gnnsys.training.fullgraph_options",
     "MinibatchOptions": "gnnsys.training.options",
     "TrainResult": "gnnsys.training.result",
     "train": "gnnsys.api",

@@ -12,15 +12,18 @@ only when a kernel is about to run.
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
+from gnnsys import environment
 from gnnsys.errors import ConfigError, GPUUnavailableError
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
-TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as set when gnnsys was imported
+try:  # as set when gnnsys was imported
+    TRITON_INTERPRET = environment.value("TRITON_INTERPRET") == "1"
+except ConfigError:  # not 0 or 1: every command refuses it first (environment.check_environment)
+    TRITON_INTERPRET = False
 
 
 def triton_interpreting() -> bool:

@@ -17,8 +17,8 @@ not its media).
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import ConfigError
+from gnnsys.json_fields import check_fields
 
 from .direct_io import ReadPool, aligned, open_rows_file
+from .machine_cache import cache_dir, read_cache, write_cache
 from .uring_io import UringReader, uring_available
 
 PROBE_DEPTHS = (1, 8, 32, 128)
@@ -183,11 +184,6 @@ def probe(path, read_size: int, *, depths=PROBE_DEPTHS, seconds: float = PROBE_S
     return IOModel(read_size, rates, random_bandwidth, seq_bandwidth, measured)
 
 
-def cache_dir() -> Path:
-    """Where probes are cached: $GNNSYS_CACHE_DIR, else ~/.cache/gnnsys."""
-    return Path(os.environ.get("GNNSYS_CACHE_DIR") or Path.home() / ".cache" / "gnnsys")
-
-
 def cache_path(path, read_size: int) -> Path:
     """The cache file of the device holding `path`, for reads of `read_size` bytes."""
     dev = os.stat(path).st_dev
@@ -196,17 +192,20 @@ def cache_path(path, read_size: int) -> Path:
 
 def cached_model(path, read_size: int, max_age: float = MAX_AGE_S) -> IOModel | None:
     """The cached model of `path`'s device and read size, None if there is none
-    younger than `max_age` seconds (or it is unreadable)."""
-    try:
-        model = IOModel.from_json(json.loads(cache_path(path, read_size).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+    younger than `max_age` seconds (an invalid one is absent, with a warning)."""
+    value = read_cache(cache_path(path, read_size), check_cache)
+    if value is None:
         return None
+    model = IOModel.from_json(value)
+    if "uring" not in model.rates and uring_available()[0]:
+        return None  # probed where io_uring did not work: stale here, where the tier may read with it
     return model if time.time() - model.measured["at"] <= max_age else None
 
 
 def io_model(path, read_size: int, *, refresh: bool = False, max_age: float = MAX_AGE_S) -> IOModel | None:
     """The model of `path`'s device for reads of `read_size` bytes: cached, or
-    probed now and cached (`refresh`: always probed); None where a probe is not
+    probed now and cached (`refresh`: always probed; a cache that cannot be
+    written leaves it uncached, with a warning); None where a probe is not
     possible (no O_DIRECT) or `path` is smaller than MIN_PROBE_BYTES."""
     if os.stat(path).st_size < MIN_PROBE_BYTES:
         return None
@@ -219,14 +218,64 @@ def io_model(path, read_size: int, *, refresh: bool = False, max_age: float = MA
                 raise
             return None
         cached = cache_path(path, read_size)
-        atomic_write_bytes(cached, json.dumps(model.to_json(), indent=1).encode())
-        log.info(
-            "probed the reads of device %s in %.1f s (cached in %s)",
-            model.measured["device"],
-            model.measured["seconds"],
-            cached,
-        )
+        if write_cache(cached, model.to_json()):
+            log.info(
+                "probed the reads of device %s in %.1f s (cached in %s)",
+                model.measured["device"],
+                model.measured["seconds"],
+                cached,
+            )
     return model
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _positive(v) -> bool:
+    return _number(v) and v > 0
+
+
+def _size(v) -> bool:
+    return type(v) is int and v > 0
+
+
+def _rates(v) -> bool:
+    """{engine: {depth as a decimal string: reads/s > 0}}, the thread pool's among them, none empty."""
+    return (
+        isinstance(v, dict)
+        and "threads" in v
+        and all(
+            e in ENGINES
+            and isinstance(r, dict)
+            and r
+            and all(isinstance(d, str) and d.isdigit() and int(d) > 0 and _positive(x) for d, x in r.items())
+            for e, r in v.items()
+        )
+    )
+
+
+CACHE_SCHEMA = (
+    ("read_size", "a positive integer", _size),
+    ("rates", "reads/s per engine (threads among them) and depth", _rates),
+    ("random_bytes_per_s", "a positive number", _positive),
+    ("seq_bytes_per_s", "a positive number", _positive),
+)
+MEASURED_SCHEMA = (
+    ("file", "a string", lambda v: isinstance(v, str)),
+    ("device", "a string", lambda v: isinstance(v, str)),
+    *((key, "a positive integer", _size) for key in ("block", "large_read", "large_depth", "seq_read", "seq_depth")),
+    ("at", "a time in seconds", _number),
+    ("seconds", "a number of seconds", lambda v: _number(v) and v >= 0),
+    ("loadavg", "3 load averages", lambda v: isinstance(v, list) and len(v) == 3 and all(map(_number, v))),
+)
+
+
+def check_cache(value, path) -> None:
+    """DatasetError naming the first field of an I/O probe's cached JSON that
+    is missing or not what IOModel.to_json writes."""
+    check_fields(value, CACHE_SCHEMA, "", path)
+    check_fields(value["measured"] if "measured" in value else None, MEASURED_SCHEMA, "measured", path)
 
 
 def format_model(model: IOModel) -> list[str]:

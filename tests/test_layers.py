@@ -33,6 +33,8 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules; t
             "gnnsys.progress",
             "gnnsys.numbers",
             "gnnsys.identity",
+            "gnnsys.environment",
+            "gnnsys.json_fields",
         ),
     ),
     (1, ("gnnsys.storage",)),

@@ -52,12 +52,14 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
+    from gnnsys.environment import check_environment
     from gnnsys.errors import GnnsysError
 
     args = build_parser().parse_args(glue_negative_lists(sys.argv[1:] if argv is None else list(argv)))
     warnings.formatwarning = _one_line_warning(args.command)
     previous = _raise_on_sigterm()  # from here: before, nothing is written and the default action is right
     try:
+        check_environment()
         return args.run(args)
     except GnnsysError as e:
         return error(args.command, e)

@@ -34,7 +34,7 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
     """(lines to print, the model as JSON or None) of a fresh I/O probe of `file` (a features.bin)."""
     from gnnsys.errors import ConfigError
     from gnnsys.storage.direct_io import open_rows_file, row_blocks
-    from gnnsys.storage.io_probe import MIN_PROBE_BYTES, cache_path, format_model, io_model
+    from gnnsys.storage.io_probe import MIN_PROBE_BYTES, cache_path, cached_model, format_model, io_model
 
     try:
         rows = open_rows_file(file, True)
@@ -48,7 +48,9 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
         ], None
     read_size = row_blocks(row_bytes, stride, rows.block) * rows.block
     model = io_model(file, read_size, refresh=True)
-    return [*format_model(model), f"  cached in {cache_path(file, read_size)}"], model.to_json()
+    cached = cached_model(file, read_size) == model  # not where the cache cannot be written (a warning said so)
+    where = f"cached in {cache_path(file, read_size)}" if cached else "not cached"
+    return [*format_model(model), f"  {where}"], model.to_json()
 
 
 def run(args) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnnsys.cli import gigabytes
-from gnnsys.errors import DatasetError
+from gnnsys.datasets.node_ids import read_node_ids
 from gnnsys.inference.prediction_io import OUTPUTS
 from gnnsys.inference.rows_io import OUTPUT_DTYPES
 from gnnsys.storage.memory_plan import GB
@@ -23,7 +23,11 @@ def add_parser(sub):
         help="checkpoint directory of gnnsys train --checkpoint-dir (or its checkpoint.pt)",
     )
     p.add_argument("--out", required=True, metavar="FILE.npy", help="output .npy file (written atomically)")
-    p.add_argument("--nodes", metavar="IDS.npy", help="1-D .npy array of node ids (default: every node)")
+    p.add_argument(
+        "--nodes",
+        metavar="IDS",
+        help="node ids: a 1-D .npy array of integers, or text with one id a line (default: every node)",
+    )
     p.add_argument(
         "--output",
         choices=list(OUTPUTS),
@@ -56,17 +60,10 @@ def add_parser(sub):
     return p
 
 
-def _load_nodes(path):
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise DatasetError(path, f"cannot read node ids ({e})") from None
-
-
 def run(args) -> int:
     from gnnsys.inference.prediction import predict  # imports PyG: not needed to build the parser
 
-    nodes = None if args.nodes is None else _load_nodes(args.nodes)
+    nodes = None if args.nodes is None else read_node_ids(args.nodes)
     budget = None if args.host_mem_budget is None else int(args.host_mem_budget * GB)
     out = predict(
         args.path,

@@ -17,6 +17,7 @@ from gnnsys.cli import error
 from gnnsys.errors import ConfigError, PathError
 from gnnsys.numbers import number
 from gnnsys.storage.cache import RUN_POLICIES
+from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import (
     EVAL_MODES,
@@ -26,7 +27,6 @@ from gnnsys.training.options import (
     OUTPUT_DTYPES,
     PRECISIONS,
     SAMPLINGS,
-    FullGraphOptions,
     MinibatchOptions,
 )
 from gnnsys.training.outputs import check_output_file

@@ -55,7 +55,7 @@ def load_hetero_model(checkpoint, dataset: HeteroDataset, device="cpu"):
     checkpoint.pt of training on a heterogeneous dataset) built for
     `dataset` on `device` with the weights of its epoch of best validation;
     DatasetError naming the checkpoint when they do not fit."""
-    state, file = read_checkpoint(checkpoint)
+    state, file = read_checkpoint(checkpoint, dataset)
     saved = state["options"]
     options = HeteroOptions(**{k: saved[k] for k in HETERO_MODEL_OPTIONS if k in saved})
     model = build_hetero_model(dataset, options)

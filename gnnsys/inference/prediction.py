@@ -5,10 +5,13 @@ predicted labels or a layer's embeddings, from a `gnnsys train
 memory; written atomically to a .npy file or returned as an array.
 
 A checkpoint is refused (DatasetError naming it, one line) when it is not a
-minibatch training checkpoint, or when its weights do not fit the model its
-options describe on this dataset: the feature and class counts are what
-identify the data a model can run on (the dataset's recorded path is not
-compared, so a moved or copied dataset directory still works).
+minibatch training checkpoint, when it was trained on other data (the
+identity of a prepared dataset's data, a hash of its files' checksums, is
+recorded in the checkpoint's options; the path is not compared, so a moved
+or copied dataset directory still works), or when its weights do not fit
+the model its options describe on this dataset. A checkpoint from before
+identities were recorded, or of a dataset made in memory, is judged by its
+weights' shapes alone (the feature and class counts).
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ def load_model(checkpoint, dataset, device="cpu") -> GNN:
     before they were kept); DatasetError naming the checkpoint when it is
     not a minibatch checkpoint of a built-in model or its weights do not
     fit (another dataset's feature or class count, or another model)."""
-    state, file = read_checkpoint(checkpoint)
+    state, file = read_checkpoint(checkpoint, dataset)
     saved = state["options"]
     options = MinibatchOptions(**{k: saved[k] for k in MODEL_OPTIONS if k in saved})
     model = cast(GNN, build_model(dataset, options))  # a built-in model: user modules were refused

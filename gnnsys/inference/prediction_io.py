@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnsys.datasets.meta_schema import identity
+from gnnsys.datasets.node_ids import node_ids
 from gnnsys.errors import ConfigError, DatasetError, naming
-from gnnsys.inference.rows_io import reserve_space
+from gnnsys.inference.rows_io import NoSpaceError, reserve_space
 from gnnsys.models.names import is_user_model
 from gnnsys.training.checkpoints import FILE, load_training_state
 from gnnsys.training.outputs import check_output_file, new_file_mode
@@ -23,10 +25,13 @@ from gnnsys.training.outputs import check_output_file, new_file_mode
 OUTPUTS = ("scores", "labels", "embeddings")
 
 
-def read_checkpoint(checkpoint) -> tuple[dict, Path]:
+def read_checkpoint(checkpoint, dataset) -> tuple[dict, Path]:
     """(the training state, its file) of `checkpoint` (a checkpoint directory
-    or its checkpoint.pt); DatasetError naming it when it is neither, holds
-    no state, is not a minibatch checkpoint or holds a user module."""
+    or its checkpoint.pt) to run on `dataset`; DatasetError naming it when it
+    is neither, holds no state, is not a minibatch checkpoint, holds a user
+    module, or was trained on other data than `dataset`'s (both identities
+    known: a checkpoint from before they were recorded, or of a dataset made
+    in memory, is judged by its weights' shapes alone)."""
     path = Path(checkpoint)
     if path.is_file() and path.name == FILE:
         path = path.parent
@@ -39,6 +44,13 @@ def read_checkpoint(checkpoint) -> tuple[dict, Path]:
     saved = state.get("options", {})
     if "fanouts" not in saved:
         raise DatasetError(file, "is not a checkpoint of minibatch training (gnnsys train --mode minibatch)")
+    theirs, ours = saved.get("dataset_id"), identity(dataset.meta)
+    if theirs and ours and theirs != ours:
+        raise DatasetError(
+            file,
+            f"was trained on other data ({saved.get('dataset')}, identity {theirs}) than dataset "
+            f"{dataset.name!r} (identity {ours}); predict on the dataset it was trained on",
+        )
     if is_user_model(saved.get("model", "")):
         raise DatasetError(
             file, f"holds the weights of a user module ({saved['model']}): load its 'best_model' into that module"
@@ -91,19 +103,23 @@ def check_layer(layer, num_layers: int, output: str) -> int:
 
 
 def check_nodes(nodes, num_nodes: int) -> torch.Tensor:
-    """`nodes` as int64 ids (default every node); ConfigError when empty, out of range or not 1-D integers."""
+    """`nodes` as int64 ids (default every node); ConfigError when empty, out
+    of range or not 1-D integers (gnnsys.datasets.node_ids checks them)."""
     if nodes is None:
         return torch.arange(num_nodes)
-    ids = torch.as_tensor(np.asarray(nodes))
-    if ids.ndim == 1 and not ids.numel():
+    try:
+        ids = node_ids(nodes, "nodes", num_nodes)
+    except DatasetError as e:
+        raise ConfigError("nodes", e.problem) from None
+    if not ids.size:
         raise ConfigError("nodes", "is empty: give at least one node id")
-    if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
-        raise ConfigError("nodes", f"must be a 1-D array of node ids, got {ids.ndim}-D {ids.dtype}")
-    ids = ids.long()
-    if int(ids.min()) < 0 or int(ids.max()) >= num_nodes:
-        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise ConfigError("nodes", f"id {bad} out of range [0, {num_nodes})")
-    return ids
+    return torch.from_numpy(ids)
+
+
+def _no_room(path: Path, needed: int, free: int) -> NoSpaceError:
+    return NoSpaceError(
+        path, needed, free, "space for the output on its disk", "free some, or write it to another disk"
+    )
 
 
 @contextlib.contextmanager
@@ -126,7 +142,7 @@ def atomic_npy(path, shape: tuple, dtype):
     try:
         with naming(path, "write"):
             array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-            reserve_space(tmp, os.path.getsize(tmp))
+            reserve_space(tmp, os.path.getsize(tmp), lambda _, needed, free: _no_room(path, needed, free))
         yield array
         with naming(path, "write"):
             array.flush()

@@ -27,15 +27,21 @@ from gnnsys.storage.direct_io import BLOCKS, aligned, open_rows_file, short_read
 OUTPUT_DTYPES = tuple(DTYPES)  # how a hidden layer's output is stored in its scratch file
 
 
-class ScratchSpaceError(GnnsysError, OSError):
-    """The scratch directory cannot hold a layer's output: names the file,
-    the bytes needed and the bytes free."""
+class NoSpaceError(GnnsysError, OSError):
+    """A disk cannot hold a file about to be written: names the file, what
+    it is for, the bytes needed and free, and the remedy."""
+
+    def __init__(self, path, needed: int, free: int, what: str, remedy: str):
+        self.path, self.needed, self.free = str(path), needed, free
+        super().__init__(f"{self.path}: not enough {what}: needs {needed:,} bytes, {free:,} free ({remedy})")
+
+
+class ScratchSpaceError(NoSpaceError):
+    """The scratch directory cannot hold a layer's output."""
 
     def __init__(self, path, needed: int, free: int):
-        self.path, self.needed, self.free = str(path), needed, free
         super().__init__(
-            f"{self.path}: not enough scratch space for a layer's output: needs {needed:,} bytes, "
-            f"{free:,} free (choose another scratch_dir, or a 16-bit dtype)"
+            path, needed, free, "scratch space for a layer's output", "choose another scratch_dir, or a 16-bit dtype"
         )
 
 
@@ -132,11 +138,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return next(k for k, v in DTYPES.items() if v == dtype)
 
 
-def reserve_space(path, nbytes: int):
+def reserve_space(path, nbytes: int, refuse=ScratchSpaceError):
     """Give the existing file `path` `nbytes` of allocated space
     (posix_fallocate, or a free-space check where the file system cannot
     preallocate), so writing its memory map cannot fail half way (a sparse
-    map on a full disk is a SIGBUS). ScratchSpaceError when the space is not there."""
+    map on a full disk is a SIGBUS). refuse(path, needed, free) is raised
+    when the space is not there (default: ScratchSpaceError)."""
     fd = os.open(path, os.O_RDWR)
     try:
         try:
@@ -144,11 +151,11 @@ def reserve_space(path, nbytes: int):
         except OSError as e:
             free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
             if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-                raise ScratchSpaceError(path, nbytes, free) from None
+                raise refuse(path, nbytes, free) from None
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             if free < nbytes:
-                raise ScratchSpaceError(path, nbytes, free) from None
+                raise refuse(path, nbytes, free) from None
             os.ftruncate(fd, nbytes)
     finally:
         os.close(fd)

@@ -50,6 +50,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from gnnsys import environment
 from gnnsys.errors import ConfigError, GnnsysError
 from gnnsys.parallel.ranks import Ranks, backend_for, rank_device
 
@@ -300,35 +301,29 @@ def torchrun_env() -> TorchrunEnv | None:
     rendezvous; None when torchrun did not start it (no TORCHELASTIC_RUN_ID).
     ConfigError naming the variable that is missing, not an integer, or out
     of range (RANK and LOCAL_RANK in [0, WORLD_SIZE), MASTER_PORT in 1..65535)."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:
+    if environment.value(environment.TORCHRUN) is None:
         return None
-    world = _env_int("WORLD_SIZE", 1)
-    rank = _env_int("RANK", 0, world - 1, context=f" (below WORLD_SIZE {world})")
-    local = _env_int("LOCAL_RANK", 0, world - 1, default=rank, context=f" (below WORLD_SIZE {world})")
-    port = _env_int("MASTER_PORT", 1, 65535)
-    addr = os.environ.get("MASTER_ADDR", "")
-    if not addr:
-        raise ConfigError("MASTER_ADDR", "is not set; start the workers with torchrun, which sets it")
-    return TorchrunEnv(rank, world, local, addr, port)
+    world = _required("WORLD_SIZE")
+    rank = _below_world("RANK", _required("RANK"), world)
+    local = environment.value("LOCAL_RANK")
+    local = rank if local is None else _below_world("LOCAL_RANK", local, world)
+    return TorchrunEnv(rank, world, local, _required("MASTER_ADDR"), _required("MASTER_PORT"))
 
 
-def _env_int(name: str, low: int, high: int | None = None, default: int | None = None, context: str = "") -> int:
-    """The environment variable `name` as an integer in [low, high] (`default` when it is not set)."""
-    text = os.environ.get(name)
-    if text is None:
-        if default is not None:
-            return default
+def _required(name: str):
+    """environment.value(name), which torchrun always sets."""
+    found = environment.value(name)
+    if found is None:
         raise ConfigError(
-            name, "is not set, but TORCHELASTIC_RUN_ID is: start the workers with torchrun, which sets both"
+            name, f"is not set, but {environment.TORCHRUN} is: start the workers with torchrun, which sets both"
         )
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < low or (high is not None and value > high):
-        where = f"in {low}..{high}" if high is not None else f">= {low}"
-        raise ConfigError(name, f"must be an integer {where}{context}, got {text!r}")
-    return value
+    return found
+
+
+def _below_world(name: str, number: int, world: int) -> int:
+    if number >= world:
+        raise ConfigError(name, f"must be an integer in 0..{world - 1} (below WORLD_SIZE {world}), got '{number}'")
+    return number
 
 
 def run_from_env(fn, *args, device: str = "cpu", timeout_s: float = 120.0, poll_s: float = 0.2) -> None:

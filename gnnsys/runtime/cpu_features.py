@@ -22,14 +22,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
+import math
 import time
 from pathlib import Path
 
 import torch
 
-from gnnsys.atomic import atomic_write_bytes
-from gnnsys.errors import ConfigError
+from gnnsys import environment
+from gnnsys.json_fields import check_fields
+from gnnsys.storage.machine_cache import cache_dir, read_cache, write_cache
 
 FLAGS = ("avx2", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # bf16 dot products in hardware
@@ -135,29 +136,28 @@ def probe(
         return CPUFeatures(model, flags, capability, isa_env, any(f in flags for f in BF16_FLAGS), "flags")
     key = hashlib.sha256(json.dumps([model, flags, capability, isa_env, onednn, torch.__version__]).encode())
     key = key.hexdigest()[:16]
-    known = _read_cache(cache)
+    known = (read_cache(cache, check_cache) if cache is not None else None) or {}
     rates = known.get(key)
-    if not (isinstance(rates, dict) and {"fp32", "bf16"} <= set(rates)):
+    if rates is None:
         rates = benchmark()
         if cache is not None:
-            try:
-                atomic_write_bytes(cache, json.dumps({**known, key: rates}, indent=1).encode())
-            except OSError:
-                pass  # an unwritable cache only means measuring again next time
+            write_cache(cache, {**known, key: rates})
     return CPUFeatures(model, flags, capability, isa_env, rates["bf16"] >= FAST * rates["fp32"], "benchmark", rates)
 
 
-def _read_cache(path: Path | None) -> dict:
-    try:
-        known = json.loads(path.read_text()) if path is not None else {}
-    except (OSError, ValueError):
-        return {}
-    return known if isinstance(known, dict) else {}
+def _rate(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and v > 0
 
 
-def cache_dir() -> Path:
-    """Where gnnsys keeps per-machine measurements: $GNNSYS_CACHE_DIR, else ~/.cache/gnnsys."""
-    return Path(os.environ.get("GNNSYS_CACHE_DIR") or Path.home() / ".cache" / "gnnsys")
+RATES_SCHEMA = tuple((name, "GFLOP/s, a positive number", _rate) for name in ("fp32", "bf16"))
+
+
+def check_cache(value, path) -> None:
+    """DatasetError naming the first entry of the benchmark cache (JSON {key:
+    {"fp32": GFLOP/s, "bf16": GFLOP/s}}) that is not what `probe` writes."""
+    check_fields(value, (), "", path)
+    for key, rates in value.items():
+        check_fields(rates, RATES_SCHEMA, key, path)
 
 
 _detected: dict = {}
@@ -173,11 +173,9 @@ def _cpuinfo() -> str | None:
 def detect() -> CPUFeatures:
     """This machine's CPUFeatures as this process sees it (once per process and
     set of ISA variables; a benchmark's outcome is also cached on disk)."""
-    env = {k: os.environ.get(k, "") for k in ISA_ENV}
-    forced = os.environ.get(FORCE_ENV, "")
+    env = {k: environment.value(k) or "" for k in ISA_ENV}
+    forced = environment.value(FORCE_ENV) or ""
     key = (*env.values(), forced)
-    if forced not in ("", "0", "1"):
-        raise ConfigError(FORCE_ENV, f"must be 0 or 1, got {forced!r}")
     if key not in _detected and forced:
         model, flags = read_cpuinfo(_cpuinfo())
         _detected[key] = CPUFeatures(

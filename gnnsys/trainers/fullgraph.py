@@ -21,8 +21,8 @@ from gnnsys.samplers import Block
 from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import eval_nodes, split_scores
+from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.loop import epoch_record, run_epochs
-from gnnsys.training.options import FullGraphOptions
 from gnnsys.training.result import TrainResult, make_result
 from gnnsys.training.runs import train_runs
 from gnnsys.training.tasks import task_loss

@@ -12,7 +12,8 @@ The minibatch trainer (gnnsys.trainers.minibatch), the full-graph reference
 (gnnsys.trainers.fullgraph) and GNNPipe (gnnsys.trainers.gnnpipe) each add only their epoch.
 """
 
-from gnnsys.training.options import FullGraphOptions, MinibatchOptions, TrainOptions
+from gnnsys.training.fullgraph_options import FullGraphOptions
+from gnnsys.training.options import MinibatchOptions, TrainOptions
 from gnnsys.training.result import TrainResult
 
 __all__ = ["FullGraphOptions", "MinibatchOptions", "TrainOptions", "TrainResult"]

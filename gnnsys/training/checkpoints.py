@@ -205,6 +205,15 @@ def restore_training_state(
         saved.setdefault("sampling", "uniform")
     for name in options.inapplicable & saved.keys():  # checkpoints from before these were written as None
         saved[name] = None
+    if "dataset_id" in ours:  # checkpoints from before the option did not record their data
+        saved.setdefault("dataset_id", ours["dataset_id"])
+        if saved["dataset_id"] != ours["dataset_id"] and None not in (saved["dataset_id"], ours["dataset_id"]):
+            raise DatasetError(
+                file,
+                f"was written for other data ({state['options'].get('dataset')}, identity {saved['dataset_id']}) "
+                f"than this run's (identity {ours['dataset_id']}); cannot resume",
+            )
+        saved["dataset_id"] = ours["dataset_id"]
     if saved["precision"] != ours["precision"]:
         raise DatasetError(
             file,

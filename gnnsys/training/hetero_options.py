@@ -28,7 +28,7 @@ import torch
 from gnnsys.datasets.hetero_dataset import relation_name
 from gnnsys.errors import ConfigError
 from gnnsys.training.limits import GB, INT_MAX
-from gnnsys.training.options import MinibatchOptions, _verify
+from gnnsys.training.options import MinibatchOptions, _verify, recorded
 from gnnsys.training.tasks import task_metric
 
 REFUSED = ("heads", "norm", "residual")  # options of the homogeneous models
@@ -127,8 +127,7 @@ class HeteroOptions(MinibatchOptions):
                 "sparse_embeddings", f"every node type of {dataset.name} has features: it has no embeddings"
             )
         check_parameters_fit(self, dataset)
-        name = str(dataset.path) if dataset.path is not None else dataset.name
-        return dataclasses.replace(self, metric=task_metric(self, dataset), dataset=name)
+        return dataclasses.replace(self, metric=task_metric(self, dataset), **recorded(dataset))
 
     @classmethod
     def build(cls, options=None, keywords: dict | None = None):

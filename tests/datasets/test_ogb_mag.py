@@ -299,3 +299,37 @@ def test_a_reverse_name_already_taken_is_refused(tmp_path, capsys):
     assert_fails(result, "--reverse-names", "paper__to__author", "pyg", folder=tmp_path, allowed=["ogbn_mag"])
     prepare(capsys, root, tmp_path / "out", "--reverse-names", "pyg")
     assert ("paper", "rev_writes", "author") in load_dataset(tmp_path / "out").relations
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_a_relation_with_no_edges_is_prepared_verified_and_trained_on(tmp_path, capsys, gz):
+    a = mag_arrays()
+    none = np.empty(0, np.int64)
+    a["edges"][("author", "affiliated_with", "institution")] = (none, none)
+    root = write_mag(tmp_path / "ogbn_mag", a, gz=gz)  # an empty edge file, and a count of 0
+    stdout = prepare(capsys, root, tmp_path / "out")
+    assert "author__affiliated_with__institution: 0 edges" in stdout
+    ds = load_dataset(tmp_path / "out")
+    indptr, indices = ds.relations[("author", "affiliated_with", "institution")]
+    assert indptr.tolist() == [0] * (COUNTS["institution"] + 1) and indices.numel() == 0
+    assert edge_pairs(ds, ("institution", "to", "author")) == [] and verify(tmp_path / "out") == []
+    if not gz:
+        return
+    argv = ["--fanouts", "3,3", "--hidden", "8", "--batch-size", "4", "--no-progress", "--epochs", "1"]
+    status, stdout, err = run_cli(capsys, "train", tmp_path / "out", *argv, "--checkpoint-dir", tmp_path / "ck")
+    assert status == 0, err
+    status, _, err = run_cli(
+        capsys, "predict", tmp_path / "out", "--checkpoint", tmp_path / "ck", "--out", tmp_path / "p.npy"
+    )
+    assert status == 0, err
+    assert np.load(tmp_path / "p.npy").shape == (COUNTS["paper"], 4)
+
+
+def test_an_empty_edge_file_with_a_nonzero_count_is_refused(tmp_path, capsys):
+    a = mag_arrays()
+    root = write_mag(tmp_path / "ogbn_mag", a)
+    folder = root / "raw" / "relations" / "author___affiliated_with___institution"
+    (folder / "edge.csv.gz").write_bytes(gzip.compress(b""))
+    status, _, err = run_cli(capsys, "prepare", "ogb", root, "--out", tmp_path / "out", "--no-progress")
+    assert status == 2 and "says 15 edges, but" in err and "edge.csv.gz holds 0" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -1,6 +1,7 @@
 """gnnsys.runtime.cpu_features: flags decide where they tell, a cached GEMM benchmark elsewhere."""
 
 import json
+import re
 
 import pytest
 
@@ -121,3 +122,27 @@ def test_detect_is_this_machine_once_per_process_and_in_the_machine_record(monke
     assert cpu_features.cache_dir() == tmp_path
     assert cpu_features.detect() is cpu_features.detect()
     assert machine_info("cpu")["cpu"] == cpu_features.detect().to_dict()
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"KEY": {"fp32": "37", "bf16": "1.1"}}', "field 'KEY.fp32' must be GFLOP/s, a positive number"),
+        ('{"KEY": {"fp32": 37.0}}', "field 'KEY.bf16' is missing"),
+        ('{"KEY": [1, 2]}', "field 'KEY' must be an object"),
+        ('{"KEY": {"fp32": 37.0, "bf16": -1}}', "field 'KEY.bf16' must be GFLOP/s"),
+        ("[1, 2]", "the whole file must be an object"),
+        ("not json", "not valid JSON"),
+    ],
+)
+def test_an_invalid_cache_is_measured_again_with_one_warning(tmp_path, content, problem):
+    cache = tmp_path / "cpu_features.json"
+    probe(None, "AVX2", {}, True, benchmark=lambda: EMULATED_RATES, cache=cache)
+    (key,) = json.loads(cache.read_text())
+    cache.write_text(content.replace("KEY", key))
+    message = f"{cache}: {re.escape(problem.replace('KEY', key))}.*measuring again"
+    with pytest.warns(RuntimeWarning, match=message) as caught:
+        cpu = probe(None, "AVX2", {}, True, benchmark=lambda: NATIVE_RATES, cache=cache)
+    assert cpu.bf16_gemm and len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert json.loads(cache.read_text()) == {key: NATIVE_RATES}
+    cpu.describe()

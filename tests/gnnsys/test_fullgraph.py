@@ -13,7 +13,7 @@ from gnnsys.parallel.ranks import Ranks
 from gnnsys.samplers import Block
 from gnnsys.trainers.fullgraph import train_fullgraph
 from gnnsys.trainers.gnnpipe import PipelineStage, build_chunk_plans, plan_stages
-from gnnsys.training.options import FullGraphOptions
+from gnnsys.training.fullgraph_options import FullGraphOptions
 
 FAST = dict(hidden=8, epochs=3, dropout=0.0, progress=False, seed=3, lr=0.02)
 

@@ -8,7 +8,8 @@ import pytest
 from gnnsys.datasets import PrepareOptions
 from gnnsys.datasets.synthetic import read_synthetic
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.training.options import FullGraphOptions, MinibatchOptions
+from gnnsys.training.fullgraph_options import FullGraphOptions
+from gnnsys.training.options import MinibatchOptions
 
 
 def test_options_are_frozen_and_round_trip_through_a_dict():

@@ -20,7 +20,7 @@ from gnnsys.runtime.precision import Precision, make_precision, resolve_precisio
 from gnnsys.samplers import Block
 from gnnsys.trainers.fullgraph import train_fullgraph
 from gnnsys.training.checkpoints import restore_training_state, training_state
-from gnnsys.training.options import FullGraphOptions
+from gnnsys.training.fullgraph_options import FullGraphOptions
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_fullgraph import FAST, tiny_dataset  # noqa: E402

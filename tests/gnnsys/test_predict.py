@@ -2,8 +2,10 @@
 checkpoint, written atomically (or streamed to a FIFO, never inside a
 dataset); checkpoints of another dataset or model are refused in one line."""
 
+import errno
 import io
 import os
+import shutil
 import stat
 import threading
 
@@ -14,7 +16,7 @@ import torch
 import gnnsys
 from gnnsys.cli import main
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.inference import prediction
+from gnnsys.inference import prediction, rows_io
 from gnnsys.inference.layerwise import layerwise_inference
 from gnnsys.samplers import Block
 from gnnsys.trainers.fullgraph import train_fullgraph
@@ -100,10 +102,15 @@ def test_checkpoints_of_another_dataset_or_model_are_refused(trained, make_datas
     other, _ = make_dataset(num_nodes=90, num_edges=600, dim=5, num_classes=4)
     out = tmp_path / "o.npy"
     err = _error(["predict", str(other.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
-    assert str(ckpt / FILE) in err and "5 features, 4 classes" in err
-    fewer, _ = make_dataset(num_nodes=90, num_edges=600, dim=6, num_classes=3)
-    assert "3 classes" in _error(["predict", str(fewer.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert str(ckpt / FILE) in err and "was trained on other data" in err
     state = load_checkpoint(ckpt)
+    del state["options"]["dataset_id"]  # without the data's identity, the weights' shapes tell
+    save_checkpoint(tmp_path / "anonymous", state)
+    err = _error(["predict", str(other.path), "--checkpoint", str(tmp_path / "anonymous"), "--out", str(out)], capsys)
+    assert "5 features, 4 classes" in err
+    fewer, _ = make_dataset(num_nodes=90, num_edges=600, dim=6, num_classes=3)
+    argv = ["predict", str(fewer.path), "--checkpoint", str(tmp_path / "anonymous"), "--out", str(out)]
+    assert "3 classes" in _error(argv, capsys)
     state["options"]["model"] = "sage"  # GAT weights under a SAGE model's options
     save_checkpoint(tmp_path / "liar", state)
     err = _error(["predict", str(ds.path), "--checkpoint", str(tmp_path / "liar"), "--out", str(out)], capsys)
@@ -122,9 +129,11 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
     base = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o.npy")]
     np.save(tmp_path / "far.npy", np.array([90]))
     np.save(tmp_path / "float.npy", np.array([1.0]))
-    assert "nodes: id 90 out of range [0, 90)" in _error([*base, "--nodes", str(tmp_path / "far.npy")], capsys)
-    assert "nodes: must be a 1-D array of node ids" in _error([*base, "--nodes", str(tmp_path / "float.npy")], capsys)
-    assert "cannot read node ids" in _error([*base, "--nodes", str(tmp_path / "none.npy")], capsys)
+    assert "nodes: node id 90 out of range [0, 90)" in _error([*base, "--nodes", str(tmp_path / "far.npy")], capsys)
+    assert "float.npy: node ids must be integers, got floats" in _error(
+        [*base, "--nodes", str(tmp_path / "float.npy")], capsys
+    )
+    assert "none.npy: file not found" in _error([*base, "--nodes", str(tmp_path / "none.npy")], capsys)
     assert "layer: must be in 1..2" in _error([*base, "--output", "embeddings", "--layer", "3"], capsys)
     assert "use output 'embeddings'" in _error([*base, "--layer", "1"], capsys)
     assert "must be a .npy file" in _error([*base[:-1], str(tmp_path / "o.txt")], capsys)
@@ -184,3 +193,65 @@ def test_out_inside_the_dataset_is_refused(trained, capsys):
         err = _error(["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(ds.path / name)], capsys)
         assert f"out: {ds.path / name}: is inside the gnnsys dataset {ds.path}" in err
     assert {p.name: p.read_bytes() for p in ds.path.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "ids, problem",
+    [
+        (np.array(["1", "2"]), "got strings"),
+        (np.array([b"1"]), "got bytes"),
+        (np.zeros(2, "i4,f8"), "got records"),
+        (np.array(["2020-01-01"], "M8[D]"), "got datetimes"),
+        (np.array([1, None], dtype=object), "holds Python objects"),
+        (np.array([3, 2**64 - 1], np.uint64), "ids.npy: row 1: node id 18446744073709551615 out of range"),
+        (np.array([3, 90], ">i8"), "node id 90 out of range [0, 90)"),
+    ],
+)
+def test_node_files_of_any_dtype_are_one_line(trained, tmp_path, capsys, ids, problem):
+    ds, ckpt, _ = trained
+    np.save(tmp_path / "ids.npy", ids)
+    argv = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o.npy")]
+    assert problem in _error([*argv, "--nodes", str(tmp_path / "ids.npy")], capsys)
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_node_files_in_big_endian_or_text_are_read(trained, tmp_path):
+    ds, ckpt, _ = trained
+    np.save(tmp_path / "ids.npy", np.array([5, 2], ">u4"))
+    (tmp_path / "ids.txt").write_text("5\n2\n")
+    argv = ["predict", str(ds.path), "--checkpoint", str(ckpt), "--no-progress", "--output", "labels"]
+    assert main([*argv, "--out", str(tmp_path / "a.npy"), "--nodes", str(tmp_path / "ids.npy")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "b.npy"), "--nodes", str(tmp_path / "ids.txt")]) == 0
+    assert np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+
+
+def test_a_checkpoint_of_other_data_with_the_same_dimensions_is_refused(trained, make_dataset, tmp_path, capsys):
+    ds, ckpt, _ = trained
+    other, _ = make_dataset(num_nodes=90, num_edges=600, dim=6, num_classes=4, seed=7)  # same shape, other data
+    out = tmp_path / "o.npy"
+    err = _error(["predict", str(other.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert str(ckpt / FILE) in err and f"was trained on other data ({ds.path}, identity" in err
+    assert not out.exists()
+    copy = tmp_path / "copy"
+    shutil.copytree(ds.path, copy)  # the same data elsewhere: accepted
+    assert main(["predict", str(copy), "--checkpoint", str(ckpt), "--out", str(out), "--no-progress"]) == 0
+    state = load_checkpoint(ckpt)
+    del state["options"]["dataset_id"]  # a checkpoint from before identities were recorded: judged by shapes
+    save_checkpoint(tmp_path / "old", state)
+    assert gnnsys.predict(other, tmp_path / "old").shape == (90, 4)
+    with pytest.raises(DatasetError, match="was written for other data .* cannot resume"):
+        train(other, checkpoint_dir=ckpt, resume=True, model="gat", heads=2, norm="layer", residual=True, **FAST)
+
+
+def test_a_full_disk_under_out_names_the_output(trained, tmp_path, monkeypatch, capsys):
+    ds, ckpt, _ = trained
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(rows_io.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(rows_io.shutil, "disk_usage", lambda path: type("U", (), {"free": 100})())
+    out = tmp_path / "out" / "scores.npy"
+    err = _error(["predict", str(ds.path), "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert f"{out}: not enough space for the output on its disk: needs" in err and "scratch" not in err
+    assert list(out.parent.iterdir()) == []

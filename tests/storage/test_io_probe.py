@@ -3,21 +3,26 @@ per-device cache, and `gnnsys info --probe-io`. Nothing here depends on how
 fast the disk is: models are built by hand, and probes are only checked for
 what they recorded."""
 
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions, write_dataset
 from gnnsys.errors import ConfigError
-from gnnsys.storage import io_probe
+from gnnsys.storage import io_probe, machine_cache
 from gnnsys.storage.direct_io import open_rows_file
-from gnnsys.storage.io_probe import IOModel, cache_path, io_model, probe
+from gnnsys.storage.io_probe import IOModel, cache_path, format_model, io_model, probe
 from gnnsys.storage.uring_io import uring_available
 from tests.conftest import random_source
 
@@ -171,3 +176,157 @@ def test_info_probe_io_says_why_a_small_file_is_not_probed(make_dataset, capsys)
     assert main(["info", str(ds.path), "--probe-io"]) == 0
     out = capsys.readouterr().out
     assert "I/O probe: not run" in out
+
+
+@pytest.fixture
+def fake_probe(monkeypatch, tmp_path):
+    """io_model over a 1 KiB file whose probe returns model(...) at once (no I/O); counts the probes."""
+    monkeypatch.setattr(io_probe, "MIN_PROBE_BYTES", 0)
+    calls = []
+
+    def fake(path, read_size):
+        calls.append(path)
+        return model(threads={1: 1000.0, 8: 4000.0}, uring={1: 900.0, 8: 3000.0}, read_size=read_size)
+
+    monkeypatch.setattr(io_probe, "probe", fake)
+    path = tmp_path / "features.bin"
+    path.write_bytes(bytes(1024))
+    return path, calls
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _mutations(valid: dict):
+    """Strategies of JSON made from `valid` by replacing or removing one field (at depth 1 or 2), or anything."""
+    paths = [(k,) for k in valid] + [(k, j) for k, v in valid.items() if isinstance(v, dict) for j in v]
+
+    def mutate(path, value, remove):
+        d = json.loads(json.dumps(valid))
+        parent = d if len(path) == 1 else d[path[0]]
+        if remove:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = value
+        return d
+
+    return st.one_of(st.builds(mutate, st.sampled_from(paths), JSON, st.booleans()), JSON)
+
+
+VALID = model(threads={1: 1000.0, 8: 4000.0}, uring={1: 900.0}).to_json()
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=_mutations(VALID), raw=st.one_of(st.none(), st.binary(max_size=20)))
+def test_any_cached_json_is_used_or_probed_again(fake_probe, monkeypatch, tmp_path, value, raw):
+    path, calls = fake_probe
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(tmp_path / "cache"))
+    calls.clear()
+    cached = cache_path(path, 512)
+    cached.parent.mkdir(exist_ok=True)
+    cached.write_bytes(json.dumps(value).encode() if raw is None else raw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = io_model(path, 512)
+    assert [str(w.message).count("\n") for w in caught] == [0] * len(caught) and len(caught) <= 1
+    format_model(found)
+    found.cost("threads", 4, [3], [1536])
+    if calls:  # probed again: the cache now holds the new model
+        assert IOModel.from_json(json.loads(cached.read_text())) == found
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda d: d["measured"].update(at="yesterday"), "field 'measured.at' must be a time in seconds"),
+        (lambda d: d.pop("read_size"), "field 'read_size' is missing"),
+        (lambda d: d.update(rates={}), "field 'rates' must be reads/s per engine"),
+        (lambda d: d["rates"].update(threads={}), "field 'rates' must be reads/s per engine"),
+        (lambda d: d.update(measured=None), "field 'measured' must be an object"),
+        (lambda d: d.clear() or d.update(x=[1]), "field 'read_size' is missing"),
+    ],
+)
+def test_an_invalid_cache_is_absent_with_one_warning(fake_probe, monkeypatch, tmp_path, damage, problem):
+    path, calls = fake_probe
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(tmp_path / "cache"))
+    value = json.loads(json.dumps(VALID))
+    damage(value)
+    cached = cache_path(path, 512)
+    cached.parent.mkdir()
+    cached.write_text(json.dumps(value))
+    with pytest.warns(RuntimeWarning, match=f"{cached}: {re.escape(problem)}.*measuring again") as caught:
+        assert io_model(path, 512) == IOModel.from_json(json.loads(cached.read_text()))
+    assert len(caught) == 1 and len(calls) == 1
+    cached.write_text("[1, 2]")
+    with pytest.warns(RuntimeWarning, match="the whole file must be an object"):
+        io_model(path, 512)
+    cached.write_text("{nope")
+    with pytest.warns(RuntimeWarning, match="not valid JSON"):
+        io_model(path, 512)
+
+
+def _read_only(monkeypatch):
+    def refuse(path, data):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(machine_cache, "atomic_write_bytes", refuse)
+
+
+@pytest.mark.parametrize(
+    "where, reason",
+    [
+        ("file", "blocker is not a directory"),
+        ("under-file", "ENOTDIR"),
+        ("too-long", "ENAMETOOLONG"),
+        ("read-only", "EROFS"),
+    ],
+)
+def test_an_unwritable_cache_leaves_the_probe_uncached_with_one_warning(
+    fake_probe, monkeypatch, tmp_path, where, reason
+):
+    path, calls = fake_probe
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    directory = {
+        "file": blocker,
+        "under-file": blocker / "cache",
+        "too-long": tmp_path / ("x" * 300),
+        "read-only": tmp_path / "cache",
+    }[where]
+    if where == "read-only":
+        _read_only(monkeypatch)
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(directory))
+    with pytest.warns(RuntimeWarning, match=f"cannot write this cache .*{reason}.*without caching it") as caught:
+        found = io_model(path, 512)
+    assert found.rates["threads"] == {1: 1000.0, 8: 4000.0} and len(caught) == 1 and len(calls) == 1
+    assert "\n" not in str(caught[0].message) and blocker.read_text() == ""
+
+
+def test_train_on_the_ssd_tier_runs_with_an_unwritable_cache(make_dataset, fake_probe, monkeypatch, tmp_path):
+    ds, _ = make_dataset(num_nodes=200, dim=100)
+    direct_file(tmp_path)  # skips where tmp_path has no O_DIRECT (then the SSD tier probes nothing)
+    _, calls = fake_probe
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(blocker))
+    argv = ["train", str(ds.path), "--features", "ssd", "--epochs", "1", "--fanouts", "3", "--no-progress"]
+    with pytest.warns(RuntimeWarning, match=f"{blocker}/io-probe-.*cannot write this cache") as caught:
+        assert main(argv) == 0
+    assert len(calls) == 1 and blocker.read_text() == ""
+    assert sum("cannot write this cache" in str(w.message) for w in caught) == 1
+
+
+def test_info_probe_io_says_when_the_probe_is_not_cached(make_dataset, fake_probe, monkeypatch, tmp_path, capsys):
+    ds, _ = make_dataset(num_nodes=200, dim=100)
+    direct_file(tmp_path)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("GNNSYS_CACHE_DIR", str(blocker))
+    with pytest.warns(RuntimeWarning, match="cannot write this cache"):
+        assert main(["info", str(ds.path), "--probe-io"]) == 0
+    out = capsys.readouterr().out
+    assert "I/O probe of device" in out and "  not cached" in out and "cached in" not in out
