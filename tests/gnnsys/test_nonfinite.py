@@ -37,7 +37,7 @@ def nan_from_call(module, monkeypatch, first: int):
 
 
 def test_a_nan_loss_stops_training_naming_the_epoch_and_the_first_batch(tiny, monkeypatch):
-    from gnnsys import minibatch
+    from gnnsys.trainers import minibatch
 
     calls = nan_from_call(minibatch, monkeypatch, 7)  # 4 batches an epoch: the 3rd of epoch 2
     with pytest.raises(NonFiniteLossError, match=r"^epoch 2, batch 3 of 4: the training loss is nan;"):
@@ -48,7 +48,7 @@ def test_a_nan_loss_stops_training_naming_the_epoch_and_the_first_batch(tiny, mo
 
 
 def test_a_nan_fullgraph_loss_stops_training(tiny, monkeypatch):
-    from gnnsys import fullgraph
+    from gnnsys.trainers import fullgraph
 
     nan_from_call(fullgraph, monkeypatch, 2)
     with pytest.raises(NonFiniteLossError, match=r"^epoch 2: the training loss is nan"):
@@ -56,7 +56,7 @@ def test_a_nan_fullgraph_loss_stops_training(tiny, monkeypatch):
 
 
 def test_the_cli_says_it_in_one_line(tiny, capsys, monkeypatch):
-    from gnnsys import minibatch
+    from gnnsys.trainers import minibatch
 
     nan_from_call(minibatch, monkeypatch, 1)
     argv = ["train", str(tiny.path), "--epochs", "3", "--fanouts", "3,2", "--hidden", "8"]
