@@ -24,6 +24,7 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
+from .input_paths import input_path
 from .npy import NpyArray, integer_labels, mask_ids, npz_keys
 from .random_split import parse_fractions, split_randomly
 from .source import GraphSource
@@ -219,6 +220,7 @@ def add_arguments(parser):
     """The npz kind's arguments."""
     parser.add_argument(
         "path",
+        type=input_path,
         help=".npz in the heterophilous layout (node_features, node_labels, edges, "
         "train/val/test_masks) or the gnn-benchmark CSR layout (adj_*, attr_* or attr_matrix, "
         "labels), told apart by its keys",

@@ -28,6 +28,7 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .csc import check_edge_ids
+from .input_paths import input_path
 from .source import GraphSource
 
 EMBEDDED = ("cora",)
@@ -226,7 +227,9 @@ def read_planetoid(name: str = "cora", root=None, raw_edges: bool = False) -> Gr
 def add_arguments(parser):
     """The planetoid kind's arguments."""
     parser.add_argument("--name", default="cora", help="dataset name in the file names ind.<name>.* (default cora)")
-    parser.add_argument("--root", help="folder with the ind.<name>.* files (default: the embedded Cora)")
+    parser.add_argument(
+        "--root", type=input_path, help="folder with the ind.<name>.* files (default: the embedded Cora)"
+    )
     parser.add_argument(
         "--raw-edges",
         action="store_true",

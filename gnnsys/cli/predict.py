@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnnsys.cli import gigabytes
+from gnnsys.datasets.input_paths import input_path
 from gnnsys.errors import DatasetError
 from gnnsys.feature_stack import GB
 from gnnsys.training.inference_io import OUTPUT_DTYPES
@@ -15,15 +16,18 @@ from gnnsys.training.prediction_io import OUTPUTS
 
 def add_parser(sub):
     p = sub.add_parser("predict", help="class scores, labels or embeddings of a trained model (from a checkpoint)")
-    p.add_argument("path", help="prepared dataset directory")
+    p.add_argument("path", type=input_path, help="prepared dataset directory")
     p.add_argument(
         "--checkpoint",
         required=True,
+        type=input_path,
         metavar="CKPT",
         help="checkpoint directory of gnnsys train --checkpoint-dir (or its checkpoint.pt)",
     )
     p.add_argument("--out", required=True, metavar="FILE.npy", help="output .npy file (written atomically)")
-    p.add_argument("--nodes", metavar="IDS.npy", help="1-D .npy array of node ids (default: every node)")
+    p.add_argument(
+        "--nodes", type=input_path, metavar="IDS.npy", help="1-D .npy array of node ids (default: every node)"
+    )
     p.add_argument(
         "--output",
         choices=list(OUTPUTS),

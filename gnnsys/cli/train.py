@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 
 from gnnsys.cli import error
+from gnnsys.datasets.input_paths import input_path
 from gnnsys.errors import ConfigError, PathError
 from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.training.hetero_options import HeteroOptions
@@ -34,7 +36,7 @@ MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
 HETERO_ONLY = {f.name for f in dataclasses.fields(HeteroOptions)} - {
     f.name for f in dataclasses.fields(MinibatchOptions)
 }
-NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
+NOT_OPTIONS = ("path", "mode", "json_out", "run", "interrupted", "command")  # parsed flags that are not trainer options
 DEFAULTS = {
     f.name: f.default
     for cls in (FullGraphOptions, MinibatchOptions)  # minibatch defaults win
@@ -280,7 +282,7 @@ ARGUMENT_GROUPS = (
 
 def add_parser(sub):
     p = sub.add_parser("train", help="train a GNN on a prepared dataset", argument_default=argparse.SUPPRESS)
-    p.add_argument("path", help="prepared dataset directory")
+    p.add_argument("path", type=input_path, help="prepared dataset directory")
     for add in ARGUMENT_GROUPS:
         add(p)
     for action in p._actions:  # show the trainers' defaults, the only ones
@@ -312,19 +314,16 @@ def options_from_args(args):
     return cls(**given)
 
 
-def format_table(result) -> str:
-    """One row per epoch (loss, metrics, time); the best epoch is starred."""
-    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
-    lines = [f"{'epoch':>6} {'loss':>8} {'train':>7} {'valid':>7} {'test':>7} {'time_s':>8}"]
-    for r in result.epochs:
-        star = "*" if r["epoch"] == result.best_epoch else " "
-        lines.append(
-            f"{r['epoch'] + 1:>5}{star} {r['loss']:>8.4f} {fmt(r['train']):>7} {fmt(r['valid']):>7} "
-            f"{fmt(r['test']):>7} {r['time_s']:>8.2f}"
-        )
-    if result.best_epoch is not None:
-        lines.append(f"test {result.metric} {result.test:.4f} at best validation epoch {result.best_epoch + 1}")
-    return "\n".join(lines)
+def format_summary(result) -> str:
+    """The line that ends the epoch table (printed as training went, by
+    gnnsys.training.loop.EpochTable): the test metric at the best validation
+    epoch, and its run when there were several."""
+    if result.best_epoch is None:
+        return ""
+    line = f"test {result.metric} {result.test:.4f} at best validation epoch {result.best_epoch + 1}"
+    if len(result.runs) > 1:
+        line += f" of run {result.best_run + 1:02d}, the run of best validation"
+    return line
 
 
 LOGGER_LINES = (  # OGB Logger.print_statistics's labels of result.runs' and result.summary's metrics
@@ -363,16 +362,36 @@ def run(args) -> int:
     json_out = getattr(args, "json_out", None)
     if json_out:
         check_output_file(json_out, "--json")
-    result = trainer(args.path, options)
+    result = trainer(args.path, dataclasses.replace(options, epoch_table=True))
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
-    print(format_table(result))
+    summary = format_summary(result)
+    if summary:
+        print(summary)
     if len(result.runs) > 1:
-        print(f"the epochs above are run {result.best_run + 1:02d}'s, the run of best validation")
         print(format_runs(result))
     if json_out:
         return save_json(result, json_out)
     return 0
+
+
+def interrupted(args, argv: list) -> str:
+    """What follows "gnnsys train: interrupted" (or "terminated"): where the
+    last checkpoint is and the command that resumes from it, or that no
+    checkpoint was written and how to have one."""
+    from pathlib import Path
+
+    from gnnsys.training.checkpoints import FILE
+
+    directory = getattr(args, "checkpoint_dir", None)
+    if directory is None:
+        return "; no checkpoint was written (--checkpoint-dir DIR writes one after every epoch, --resume continues)"
+    written = [p for p in Path(directory).rglob(FILE) if p.is_file()] if Path(directory).is_dir() else []
+    if not written:
+        return f"; no checkpoint was written in {directory} yet (one is written after every epoch)"
+    last = max(written, key=lambda p: p.stat().st_mtime)
+    command = ["gnnsys", *argv] + ([] if getattr(args, "resume", False) else ["--resume"])
+    return f"; the last checkpoint is {last}; to resume:\n  {shlex.join(command)}"
 
 
 def save_json(result, path) -> int:

@@ -62,7 +62,9 @@ class TrainOptions:
     CUDA; fp32 GEMMs on a CPU without native bf16) or "16-mixed" (fp16
     autocast with a gradient scaler; CUDA only), kept resolved
     (gnnsys.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
-    epoch, and continuing from it; progress: progress bars; verify: re-check the
+    epoch, and continuing from it; progress: progress bars; epoch_table: print
+    each epoch's row of the table `gnnsys train` shows to stdout as the epoch
+    ends (gnnsys.training.loop.EpochTable); verify: re-check the
     prepared dataset's checksums and invariants before training (as `gnnsys
     info --verify`; reads every file once). dataset: set by
     `for_dataset` (the dataset's path or name), recorded with the result.
@@ -101,6 +103,7 @@ class TrainOptions:
     checkpoint_dir: str | None = None
     resume: bool = False
     progress: bool = True
+    epoch_table: bool = False
     verify: bool = False
     dataset: str | None = None
     runs: int = 1
@@ -112,7 +115,15 @@ class TrainOptions:
     lr_patience: int = 10
 
     # options a resumed run may change; every other one must match the checkpoint
-    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "verify", "runs")
+    RESUMABLE: ClassVar[tuple] = (
+        "epochs",
+        "checkpoint_dir",
+        "resume",
+        "progress",
+        "epoch_table",
+        "verify",
+        "runs",
+    )
     POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads", "runs")
 
     def __post_init__(self):

@@ -82,7 +82,7 @@ def test_cuda_without_gpu_exits_2_with_one_line(make_dataset, capsys):
 
 def test_missing_dataset_exits_2(tmp_path, capsys):
     assert main(["train", str(tmp_path / "nope"), *FAST]) == 2
-    assert "not a prepared gnnsys dataset" in capsys.readouterr().err
+    assert "nope: no such file or directory" in capsys.readouterr().err
 
 
 KILLED_AFTER_EPOCH = """
@@ -213,3 +213,67 @@ def test_progress_on_a_terminal_is_a_live_bar(make_dataset, monkeypatch):
     drawn = sys.stderr.getvalue()
     assert "\r" in drawn and "epoch 2/2:" in drawn and "4/4" in drawn
     assert "\n" not in drawn  # redrawn in place, and not left behind
+
+
+def start_training(argv, cwd):
+    """`gnnsys train ARGV` in a subprocess (SIGINT at its default, as a
+    terminal's Ctrl-C finds it), stdout and stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gnnsys", "train", *argv],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def rows_until(run, epoch: int) -> list:
+    """The lines of `run`'s stdout up to the row of `epoch` (from 1), read as they come."""
+    lines = []
+    while not lines or not lines[-1].startswith(f"{epoch:>5}"):
+        line = run.stdout.readline()
+        assert line, f"stdout ended before epoch {epoch}: {lines}, stderr: {run.stderr.read()}"
+        lines.append(line.rstrip("\n"))
+    return lines
+
+
+def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(make_dataset, tmp_path):
+    """Ctrl-C after epoch 2, output piped: the rows of the epochs done are
+    out, and stderr names the last checkpoint and the command that resumes;
+    that command says where it continues and goes on from there."""
+    ds, _ = make_dataset()
+    argv = [str(ds.path), "--epochs", "1000", *FAST, "--checkpoint-dir", "ck"]
+    run = start_training(argv, tmp_path)
+    assert rows_until(run, 2)[0] == " epoch     loss   train   valid    test   time_s"
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130
+    done = 2 + len(out.splitlines())  # epochs that ended before the signal landed
+    assert load_checkpoint(tmp_path / "ck")["epoch"] == done
+    assert err.splitlines() == [
+        "gnnsys train: interrupted; the last checkpoint is ck/checkpoint.pt; to resume:",
+        f"  gnnsys train {' '.join(argv)} --resume",
+    ]
+    resume = err.splitlines()[1].split()[2:]
+    again = start_training(resume, tmp_path)
+    assert rows_until(again, done + 1)[1].startswith(f"{done + 1:>5}")  # the header, then the next epoch
+    again.send_signal(signal.SIGINT)
+    _, err = again.communicate(timeout=60)
+    assert err.splitlines()[0] == (
+        f"resume: continuing from epoch {done + 1} of 1000, after the checkpoint of epoch {done} in ck"
+    )
+    assert err.splitlines()[-1] == f"  gnnsys train {' '.join(resume)}"  # --resume once
+
+
+def test_sigterm_without_a_checkpoint_says_none_was_written(make_dataset, tmp_path):
+    ds, _ = make_dataset()
+    run = start_training([str(ds.path), "--epochs", "1000", *FAST], tmp_path)
+    rows_until(run, 1)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert err == (
+        "gnnsys train: terminated; no checkpoint was written "
+        "(--checkpoint-dir DIR writes one after every epoch, --resume continues)\n"
+    )
