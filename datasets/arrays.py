@@ -180,7 +180,7 @@ def add_arguments(parser):
         metavar="TRAIN,VALID,TEST",
         help="random split of the labelled nodes by fractions, e.g. 0.6,0.2,0.2",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default: %(default)s)")
     parser.add_argument("--name", help="dataset name (default: the features file's stem)")
 
 

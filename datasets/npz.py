@@ -226,7 +226,7 @@ def add_arguments(parser):
         "labels), told apart by its keys",
     )
     parser.add_argument(
-        "--split-index", type=int, help="heterophilous layout: which of the stored splits to use (default 0)"
+        "--split-index", type=int, help="heterophilous layout: which of the stored splits to use (default: the first)"
     )
     parser.add_argument(
         "--random-split",
@@ -234,7 +234,7 @@ def add_arguments(parser):
         help="gnn-benchmark layout (no stored split): random split of the labelled nodes by "
         "fractions, e.g. 0.6,0.2,0.2",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default: %(default)s)")
     parser.add_argument("--name", help="dataset name (default: the file's stem)")
 
 

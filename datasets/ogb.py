@@ -219,7 +219,8 @@ def add_arguments(parser):
         choices=INVERSE_CHOICES,
         default="auto",
         help="add the reverse of each stored edge (sharing its edge features) as OGB does on loading "
-        "(auto: yes for ogbn-products and ogbn-proteins, no otherwise; a homogeneous layout only)",
+        "(auto: yes for ogbn-products and ogbn-proteins, no otherwise; a homogeneous layout only) "
+        "(default: %(default)s)",
     )
     add_reverse_arguments(parser)
     parser.add_argument("--name", help="dataset name (default: the directory's name)")

@@ -10,6 +10,7 @@ from gnnsys.cli import gigabytes
 from gnnsys.datasets.input_paths import input_path
 from gnnsys.errors import DatasetError
 from gnnsys.feature_stack import GB
+from gnnsys.training.inference import DEFAULT_BUDGET
 from gnnsys.training.inference_io import OUTPUT_DTYPES
 from gnnsys.training.prediction_io import OUTPUTS
 
@@ -34,7 +35,7 @@ def add_parser(sub):
         default="scores",
         help="scores: the last layer's logits (float32, before softmax); labels: their argmax (int64; "
         "multi-label datasets: each task's 0/1, int8); "
-        "embeddings: the output of --layer (float32) (default scores)",
+        "embeddings: the output of --layer (float32) (default: %(default)s)",
     )
     p.add_argument(
         "--layer", type=int, help="1-based layer whose output --output embeddings writes (default: the last)"
@@ -44,18 +45,22 @@ def add_parser(sub):
         "--host-mem-budget",
         type=gigabytes,
         metavar="GB",
-        help="GB (10^9 bytes) of host memory one layer may hold (default 1 GB)",
+        help=f"GB (10^9 bytes) of host memory one layer may hold (default: {DEFAULT_BUDGET / GB:g}; a "
+        "heterogeneous graph's layers are held in memory)",
     )
     p.add_argument(
         "--dtype",
         choices=list(OUTPUT_DTYPES),
         default="float32",
-        help="dtype of hidden layers' scratch files (default float32)",
+        help="dtype of hidden layers' scratch files (default: %(default)s)",
     )
     p.add_argument(
-        "--batch-size", type=int, default=4096, help="destinations whose dense maps run at a time (default 4096)"
+        "--batch-size",
+        type=int,
+        default=4096,
+        help="destinations whose dense maps run at a time (default: %(default)s)",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N, for the dense maps (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N, for the dense maps (default: %(default)s)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     return p
 

@@ -20,6 +20,7 @@ from gnnsys.errors import ConfigError, PathError
 from gnnsys.feature_stack import CACHE_POLICIES
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import (
+    DEEP_FROM,
     EVAL_MODES,
     FEATURES,
     LR_SCHEDULES,
@@ -37,16 +38,46 @@ HETERO_ONLY = {f.name for f in dataclasses.fields(HeteroOptions)} - {
     f.name for f in dataclasses.fields(MinibatchOptions)
 }
 NOT_OPTIONS = ("path", "mode", "json_out", "run", "interrupted", "command")  # parsed flags that are not trainer options
-DEFAULTS = {
-    f.name: f.default
-    for cls in (FullGraphOptions, MinibatchOptions)  # minibatch defaults win
-    for f in dataclasses.fields(cls)
+# each mode's defaults (a heterogeneous dataset trains in minibatch mode, with HeteroOptions)
+MODE_DEFAULTS = {
+    mode: {f.name: f.default for f in dataclasses.fields(cls)}
+    for mode, cls in (("minibatch", HeteroOptions), ("fullgraph", FullGraphOptions))
+}
+DESCRIBED = {  # what `train --help` says of a default that is not a value
+    ("layers", None): "one per fanout",
+    ("norm", None): "none",
+    ("norm", "auto"): f"layer from {DEEP_FROM} layers, else none",
+    ("residual", None): f"on from {DEEP_FROM} layers",
+    ("embedding_dim", None): "--hidden",
+    ("victim_rows", None): "a quarter of the cache",
+    ("patience", None): "never",
+    ("scratch_dir", None): "a temporary directory",
 }
 
 
-def _default(name: str) -> str:
-    value = DEFAULTS[name]
+def default_text(name: str, value) -> str | None:
+    """How `train --help` names option `name`'s default `value`: the value
+    (a list comma-joined; a flag's off or on), or its DESCRIBED meaning;
+    None for None without a description (nothing to show)."""
+    if (name, value) in DESCRIBED:
+        return DESCRIBED[name, value]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return None
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def mode_defaults(name: str, flag: bool = False) -> str | None:
+    """The "(default: ...)" of option `name` in `train --help`: the minibatch
+    (and heterogeneous) default, and --mode fullgraph's where it differs;
+    None where neither mode has one to show, and for a `flag` (an option
+    without a value) whose default is the same in both modes."""
+    shown = {mode: default_text(name, d[name]) for mode, d in MODE_DEFAULTS.items() if name in d}
+    mini, full = shown.get("minibatch"), shown.get("fullgraph")
+    if full is not None and "minibatch" in shown and full != mini:
+        return f"(default: {mini or 'none'}; --mode fullgraph: {full})"
+    return None if flag or (mini or full) is None else f"(default: {mini or full})"
 
 
 def fanout_list(text: str) -> list[int]:
@@ -76,7 +107,7 @@ def add_model_arguments(p):
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=["sage", "gcn", "gat"], help="conv layer")
     g.add_argument("--hidden", type=int, help="hidden size")
-    g.add_argument("--layers", type=int, help="number of layers (default: one per fanout)")
+    g.add_argument("--layers", type=int, help="number of layers")
     g.add_argument("--dropout", type=float, help="dropout after hidden layers")
     g.add_argument("--input-dropout", type=float, help="dropout on input features")
     g.add_argument("--norm", choices=["batch", "layer"], help="normalisation after hidden layers")
@@ -85,8 +116,7 @@ def add_model_arguments(p):
     g.add_argument(
         "--embedding-dim",
         type=int,
-        help="heterogeneous dataset: width of the learnable embeddings of node types without features "
-        "(default: --hidden)",
+        help="heterogeneous dataset: width of the learnable embeddings of node types without features",
     )
     g.add_argument(
         "--sparse-embeddings",
@@ -151,8 +181,7 @@ def add_tier_arguments(p):
     g.add_argument(
         "--victim-rows",
         type=int,
-        help="victim buffer rows for evicted rows needed again within the lookahead window "
-        "(default: a quarter of the cache)",
+        help="victim buffer rows for evicted rows needed again within the lookahead window",
     )
     g.add_argument(
         "--host-mem-budget",
@@ -173,7 +202,7 @@ def add_fullgraph_arguments(p):
         "--mode",
         choices=list(MODES),
         default="minibatch",
-        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)",
+        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1) (default: %(default)s)",
     )
     g.add_argument(
         "--workers", type=int, help="processes: data-parallel workers (minibatch), pipeline stages (fullgraph)"
@@ -207,7 +236,7 @@ def add_optimizer_arguments(p):
         "--patience",
         type=int,
         metavar="N",
-        help="stop a run when its validation metric has not improved for N epochs (default: never)",
+        help="stop a run when its validation metric has not improved for N epochs",
     )
     g.add_argument(
         "--lr-schedule",
@@ -232,7 +261,7 @@ def add_run_arguments(p):
     g.add_argument(
         "--precision",
         choices=list(PRECISIONS),
-        help="auto (default): bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
+        help="auto: bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
         "GPU with bf16), else 32; 32-bit; bf16 autocast with fp32 weights (CPU, CUDA; fp32 matmuls "
         "on a CPU without native bf16); or fp16 autocast (CUDA)",
     )
@@ -246,7 +275,7 @@ def add_run_arguments(p):
     )
     g.add_argument(
         "--scratch-dir",
-        help="where layer-wise evaluation keeps hidden layers' outputs (default: a temporary directory)",
+        help="where layer-wise evaluation keeps hidden layers' outputs",
     )
     g.add_argument(
         "--inference-dtype",
@@ -286,9 +315,9 @@ def add_parser(sub):
     for add in ARGUMENT_GROUPS:
         add(p)
     for action in p._actions:  # show the trainers' defaults, the only ones
-        value = DEFAULTS.get(action.dest)
-        if value is not None and not isinstance(value, bool) and action.help:
-            action.help += f" (default {_default(action.dest)})"
+        shown = mode_defaults(action.dest, flag=action.nargs == 0) if action.help else None
+        if shown:
+            action.help += f" {shown}"
     return p
 
 

@@ -119,7 +119,8 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
     np.save(tmp_path / "float.npy", np.array([1.0]))
     assert "nodes: id 90 out of range [0, 90)" in _error([*base, "--nodes", str(tmp_path / "far.npy")], capsys)
     assert "nodes: must be a 1-D array of node ids" in _error([*base, "--nodes", str(tmp_path / "float.npy")], capsys)
-    assert "cannot read node ids" in _error([*base, "--nodes", str(tmp_path / "none.npy")], capsys)
+    (tmp_path / "text.npy").write_text("not an array")
+    assert "cannot read node ids" in _error([*base, "--nodes", str(tmp_path / "text.npy")], capsys)
     assert "layer: must be in 1..2" in _error([*base, "--output", "embeddings", "--layer", "3"], capsys)
     assert "use output 'embeddings'" in _error([*base, "--layer", "1"], capsys)
     assert "must be a .npy file" in _error([*base[:-1], str(tmp_path / "o.txt")], capsys)
@@ -133,7 +134,7 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
         gnnsys.predict(ds, ckpt, output="probabilities")
     with pytest.raises(DatasetError, match="not a checkpoint directory"):
         gnnsys.predict(ds, tmp_path / "o.npy")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ds1", "far.npy", "float.npy"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ds1", "far.npy", "float.npy", "text.npy"]
 
 
 def test_output_is_atomic(trained, tmp_path, monkeypatch):
