@@ -277,3 +277,42 @@ def test_sigterm_without_a_checkpoint_says_none_was_written(make_dataset, tmp_pa
         "gnnsys train: terminated; no checkpoint was written "
         "(--checkpoint-dir DIR writes one after every epoch, --resume continues)\n"
     )
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "fullgraph"])
+def test_rows_on_a_terminal_are_whole_lines_beside_the_live_bar(make_dataset, tmp_path, mode):
+    """On a pseudo-terminal (stdout and stderr), with the live progress bars
+    drawn: the header once and each epoch's row on a line of its own, the
+    bars cleared before it is written."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    ds, _ = make_dataset()
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # tqdm draws in its width
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gnnsys", "train", str(ds.path), "--epochs", "3", "--mode", mode, "--hidden", "8"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process ended
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert run.wait(timeout=60) == 0
+    lines = [line.rstrip("\r").split("\r")[-1] for line in drawn.decode().split("\n")]  # what each line ends showing
+    rows = [line for line in lines if re.fullmatch(r" {4}\d[* ] +\d+\.\d{4}( +\d\.\d{4}){3} +\d+\.\d\d", line)]
+    assert lines.count(" epoch     loss   train   valid    test   time_s") == 1
+    assert [int(r.split()[0].rstrip("*")) for r in rows] == [1, 2, 3], drawn.decode()
