@@ -221,7 +221,7 @@ ROWS = [
         "features file missing",
         ARRAYS.replace("x.npy", "nothing.npy"),
         2,
-        "nothing.npy: file not found",
+        "argument --features: nothing.npy: no such file or directory",
         arrays_input(),
     ),
     # prepare: options
