@@ -62,12 +62,10 @@ class TrainOptions:
     CUDA; fp32 GEMMs on a CPU without native bf16) or "16-mixed" (fp16
     autocast with a gradient scaler; CUDA only), kept resolved
     (gnnsys.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
-    epoch, and continuing from it; progress: progress bars; epoch_table: print
-    each epoch's row of the table `gnnsys train` shows to stdout as the epoch
-    ends (gnnsys.training.loop.EpochTable); verify: re-check the
-    prepared dataset's checksums and invariants before training (as `gnnsys
-    info --verify`; reads every file once). dataset: set by
-    `for_dataset` (the dataset's path or name), recorded with the result.
+    epoch, and continuing from it; progress: progress bars; epoch_table: each epoch's row on stdout
+    as it ends (gnnsys.training.loop.EpochTable); verify: re-check the prepared dataset's checksums
+    and invariants before training (as `gnnsys info --verify`; reads every file once). dataset:
+    set by `for_dataset` (the dataset's path or name), recorded with the result.
 
     runs: train this many runs with seeds seed, seed + 1, ... (at most
     MAX_RUNS) and report each run's and the mean and standard deviation of
@@ -115,15 +113,7 @@ class TrainOptions:
     lr_patience: int = 10
 
     # options a resumed run may change; every other one must match the checkpoint
-    RESUMABLE: ClassVar[tuple] = (
-        "epochs",
-        "checkpoint_dir",
-        "resume",
-        "progress",
-        "epoch_table",
-        "verify",
-        "runs",
-    )
+    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "epoch_table", "verify", "runs")
     POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads", "runs")
 
     def __post_init__(self):
