@@ -17,6 +17,7 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .csv_reader import csv_chunks, has_header
+from .input_paths import input_path
 from .meta import SPLITS
 from .node_ids import read_node_ids
 from .npy import NpyArray, integer_labels, mask_ids, npz_keys, pair_layout
@@ -162,19 +163,21 @@ def read_arrays(
 
 def add_arguments(parser):
     """The arrays kind's arguments."""
-    parser.add_argument("--edges", required=True, help=".npy [E,2] or [2,E], or a 2-column CSV (header optional)")
-    parser.add_argument("--features", required=True, help=".npy [N,F] float")
-    parser.add_argument("--labels", required=True, help=".npy [N] int (-1 = unlabelled)")
-    parser.add_argument("--train", help="train node ids (.npy or text, one id a line)")
-    parser.add_argument("--valid", help="validation node ids")
-    parser.add_argument("--test", help="test node ids")
-    parser.add_argument("--masks", help=".npz with boolean train, valid (or val) and test masks")
+    parser.add_argument(
+        "--edges", type=input_path, required=True, help=".npy [E,2] or [2,E], or a 2-column CSV (header optional)"
+    )
+    parser.add_argument("--features", type=input_path, required=True, help=".npy [N,F] float")
+    parser.add_argument("--labels", type=input_path, required=True, help=".npy [N] int (-1 = unlabelled)")
+    parser.add_argument("--train", type=input_path, help="train node ids (.npy or text, one id a line)")
+    parser.add_argument("--valid", type=input_path, help="validation node ids")
+    parser.add_argument("--test", type=input_path, help="test node ids")
+    parser.add_argument("--masks", type=input_path, help=".npz with boolean train, valid (or val) and test masks")
     parser.add_argument(
         "--random-split",
         metavar="TRAIN,VALID,TEST",
         help="random split of the labelled nodes by fractions, e.g. 0.6,0.2,0.2",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default: %(default)s)")
     parser.add_argument("--name", help="dataset name (default: the features file's stem)")
 
 

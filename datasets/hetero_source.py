@@ -197,12 +197,12 @@ def add_reverse_arguments(parser):
         default="auto",
         help="heterogeneous graphs (ogbn-mag): make each relation within one node type undirected and add the "
         "reverse of every other relation, as OGB's R-GCN example does (auto: yes for a heterogeneous graph; "
-        "refused for a homogeneous one)",
+        "refused for a homogeneous one) (default: %(default)s)",
     )
     parser.add_argument(
         "--reverse-names",
         choices=REVERSE_NAMES,
         default=None,
-        help="names of the reverse relations: ogb (default) as OGB's examples, (paper, to, author); "
-        "pyg as torch_geometric's ToUndirected, (paper, rev_writes, author)",
+        help="names of the reverse relations: ogb as OGB's examples, (paper, to, author); "
+        "pyg as torch_geometric's ToUndirected, (paper, rev_writes, author) (default: ogb's)",
     )

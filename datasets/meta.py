@@ -18,6 +18,7 @@ from gnnsys.json_fields import check_fields, short_json
 
 from .features_file import DTYPES
 from .hetero_meta import check_hetero_meta
+from .input_paths import NO_SUCH_PATH, is_missing
 from .meta_schema import (
     FILE_FIELD,
     FORMAT,
@@ -148,6 +149,8 @@ def load_meta_json(path):
         regular_file_size(meta_file)
     except PathError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if is_missing(path):
+                raise DatasetError(path, NO_SUCH_PATH) from None
             raise DatasetError(path, "not a prepared gnnsys dataset (no meta.json)") from None
         raise
     try:

@@ -24,6 +24,7 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
+from .input_paths import input_path
 from .npy import NpyArray, integer_labels, mask_ids, npz_keys
 from .random_split import parse_fractions, split_randomly
 from .source import GraphSource
@@ -219,12 +220,13 @@ def add_arguments(parser):
     """The npz kind's arguments."""
     parser.add_argument(
         "path",
+        type=input_path,
         help=".npz in the heterophilous layout (node_features, node_labels, edges, "
         "train/val/test_masks) or the gnn-benchmark CSR layout (adj_*, attr_* or attr_matrix, "
         "labels), told apart by its keys",
     )
     parser.add_argument(
-        "--split-index", type=int, help="heterophilous layout: which of the stored splits to use (default 0)"
+        "--split-index", type=int, help="heterophilous layout: which of the stored splits to use (default: the first)"
     )
     parser.add_argument(
         "--random-split",
@@ -232,7 +234,7 @@ def add_arguments(parser):
         help="gnn-benchmark layout (no stored split): random split of the labelled nodes by "
         "fractions, e.g. 0.6,0.2,0.2",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random-split (default: %(default)s)")
     parser.add_argument("--name", help="dataset name (default: the file's stem)")
 
 

@@ -36,6 +36,7 @@ from gnnsys.errors import DatasetError
 
 from .csv_reader import count_columns, csv_chunks, read_count, read_csv
 from .hetero_source import add_reverse_arguments, apply_reverse_choice, check_reverse_choice
+from .input_paths import input_path
 from .npy import NpyArray, integer_labels
 from .ogb_csv import csv_file, edge_chunks, split_files, split_folder
 from .ogb_mag import hetero_markers, read_ogb_hetero
@@ -209,14 +210,17 @@ def read_ogb(
 
 def add_arguments(parser):
     """The ogb kind's arguments."""
-    parser.add_argument("root", help="OGB dataset directory holding raw/ and split/ (e.g. dataset/ogbn_arxiv)")
+    parser.add_argument(
+        "root", type=input_path, help="OGB dataset directory holding raw/ and split/ (e.g. dataset/ogbn_arxiv)"
+    )
     parser.add_argument("--split", help="split folder under split/ (default: the only one, e.g. time)")
     parser.add_argument(
         "--add-inverse-edges",
         choices=INVERSE_CHOICES,
         default="auto",
         help="add the reverse of each stored edge (sharing its edge features) as OGB does on loading "
-        "(auto: yes for ogbn-products and ogbn-proteins, no otherwise; a homogeneous layout only)",
+        "(auto: yes for ogbn-products and ogbn-proteins, no otherwise; a homogeneous layout only) "
+        "(default: %(default)s)",
     )
     add_reverse_arguments(parser)
     parser.add_argument("--name", help="dataset name (default: the directory's name)")

@@ -28,6 +28,7 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .csc import check_edge_ids
+from .input_paths import input_path
 from .source import GraphSource
 
 EMBEDDED = ("cora",)
@@ -225,12 +226,16 @@ def read_planetoid(name: str = "cora", root=None, raw_edges: bool = False) -> Gr
 
 def add_arguments(parser):
     """The planetoid kind's arguments."""
-    parser.add_argument("--name", default="cora", help="dataset name in the file names ind.<name>.* (default cora)")
-    parser.add_argument("--root", help="folder with the ind.<name>.* files (default: the embedded Cora)")
+    parser.add_argument(
+        "--name", default="cora", help="dataset name in the file names ind.<name>.* (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--root", type=input_path, help="folder with the ind.<name>.* files (default: the embedded Cora)"
+    )
     parser.add_argument(
         "--raw-edges",
         action="store_true",
-        help="keep the duplicate edges and self-loops the files list (by default they are "
+        help="keep the duplicate edges and self-loops the files list (without it they are "
         "removed, giving PyG's Planetoid graph)",
     )
 

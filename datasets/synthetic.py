@@ -192,8 +192,10 @@ def add_arguments(parser):
         help="the OGB graph to imitate (ogbn-proteins: multi-label, edge features, no node features; "
         "prepare it with --node-features-from-edges; ogbn-mag: heterogeneous, four node types and relations)",
     )
-    parser.add_argument("--scale", type=number, default=1.0, help="node and edge count multiplier (default 1.0)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--scale", type=number, default=1.0, help="node and edge count multiplier (default: %(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     parser.add_argument(
         "--homophily",
         type=number,
@@ -204,25 +206,25 @@ def add_arguments(parser):
         "--feature-signal",
         type=number,
         default=DEFAULTS["feature_signal"],
-        help="distance of a class's feature mean from the origin, in noise std units",
+        help="distance of a class's feature mean from the origin, in noise std units (default: %(default)s)",
     )
     parser.add_argument(
         "--label-noise",
         type=number,
         default=DEFAULTS["label_noise"],
-        help="probability that a label is replaced by a uniform random class",
+        help="probability that a label is replaced by a uniform random class (default: %(default)s)",
     )
     parser.add_argument(
         "--degree-exponent",
         type=number,
         default=DEFAULTS["degree_exponent"],
-        help="power-law tail exponent of in-degree and source popularity (> 2)",
+        help="power-law tail exponent of in-degree and source popularity, > 2 (default: %(default)s)",
     )
     parser.add_argument(
         "--max-degree-factor",
         type=number,
         default=DEFAULTS["max_degree_factor"],
-        help="truncate the power law at about this many times the mean degree",
+        help="truncate the power law at about this many times the mean degree (default: %(default)s)",
     )
     add_reverse_arguments(parser)
 

@@ -268,7 +268,7 @@ ROWS = [
         "features file missing",
         ARRAYS.replace("x.npy", "nothing.npy"),
         2,
-        "nothing.npy: file not found",
+        "argument --features: nothing.npy: no such file or directory",
         arrays_input(),
     ),
     # prepare: options
@@ -358,7 +358,8 @@ ROWS = [
         heterophilous_npz,
     ),
     # info: meta.json against its schema
-    Row("no dataset", "info nowhere", 2, "nowhere: not a prepared gnnsys dataset (no meta.json)"),
+    Row("no dataset", "info nowhere", 2, "argument path: nowhere: no such file or directory"),
+    Row("no meta.json", "info d", 2, "d: not a prepared gnnsys dataset (no meta.json)", write("d", folder=True)),
     Row("meta.json not JSON", "info {ds}", 2, "meta.json: row 1: not valid JSON", meta_text("{nodes: 3")),
     Row("meta.json a list", "info {ds}", 2, "meta.json: must hold a JSON object, got list", meta_text("[1, 2]")),
     Row(

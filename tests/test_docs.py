@@ -16,6 +16,9 @@ Conventions the pages follow (docs/index.md, "Writing these pages"):
 
 Each page runs in its own empty directory, its blocks in order (a page's later
 blocks use what its earlier ones made), with a copy of benchmarks/ beside them.
+Everything a page writes there must be in a folder the repository's
+.gitignore ignores (data/, runs/), so that the commands, run from a clone's
+root, leave nothing for git to see.
 All pages run in one child process that imports gnnsys once: a `gnnsys ...`
 command without shell syntax (continuation lines included) runs in it through
 `gnnsys.cli.main`, anything else (and `--mem-limit`, which bounds the
@@ -186,16 +189,23 @@ def _run_python(code: str, where: str, namespace: dict) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-def _run_pages(plan: dict, workdir: Path) -> dict:
-    """Run every page's blocks in its own directory; stop a page at its first unexpected status."""
+def files_under(folder: Path) -> set[str]:
+    """The paths of every file under `folder`, relative to it."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()}
+
+
+def _run_pages(plan: dict, workdir: Path) -> tuple[dict, dict]:
+    """Run every page's blocks in its own directory; stop a page at its first
+    unexpected status. Returns ({page: step results}, {page: the files it wrote})."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env["GNNSYS_CACHE_DIR"] = os.environ["GNNSYS_CACHE_DIR"] = str(workdir / "gnnsys-cache")
-    results = {}
+    results, written = {}, {}
     for page, blocks in plan.items():
         cwd = workdir / re.sub(r"\W", "_", page)
         shutil.copytree(
             ROOT / "benchmarks", cwd / "benchmarks", ignore=shutil.ignore_patterns("results", ".*", "__pycache__")
         )
+        copied = files_under(cwd)
         os.chdir(cwd)
         namespace: dict = {"__name__": "__main__"}
         steps = results[page] = []
@@ -216,13 +226,14 @@ def _run_pages(plan: dict, workdir: Path) -> dict:
                     break
             if steps and (steps[-1]["status"] != steps[-1]["expect"] or steps[-1].get("missing")):
                 break
-    return results
+        written[page] = sorted(files_under(cwd) - copied)
+    return results, written
 
 
 def _main(plan_file: str, workdir: str) -> None:
     plan = json.loads(Path(plan_file).read_text())
-    results = _run_pages(plan, Path(workdir))
-    Path(plan_file).with_suffix(".out.json").write_text(json.dumps(results))
+    results, written = _run_pages(plan, Path(workdir))
+    Path(plan_file).with_suffix(".out.json").write_text(json.dumps({"steps": results, "written": written}))
 
 
 # ----------------------------------------------------------------------------- the tests
@@ -230,7 +241,8 @@ def _main(plan_file: str, workdir: str) -> None:
 
 @pytest.fixture(scope="module")
 def page_results(tmp_path_factory):
-    """Runs every runnable page once, in one child process; {page: [step results]}."""
+    """Runs every runnable page once, in one child process;
+    {"steps": {page: [step results]}, "written": {page: [the files it wrote]}}."""
     work = tmp_path_factory.mktemp("docs")
     plan = {
         page: [
@@ -255,7 +267,7 @@ def page_results(tmp_path_factory):
 
 @pytest.mark.parametrize("page", sorted(runnable_pages()))
 def test_page_commands_run(page, page_results):
-    steps = page_results[page]
+    steps = page_results["steps"][page]
     expected = sum(1 if b.lang == "python" else len(b.commands()) for b in runnable_pages()[page])
     for step in steps:
         shown = f"{step['where']}: exit status {step['status']}\nstdout:\n{step['stdout']}\nstderr:\n{step['stderr']}"
@@ -264,12 +276,52 @@ def test_page_commands_run(page, page_results):
     assert len(steps) == expected, f"{page}: ran {len(steps)} of {expected} steps"
 
 
+@pytest.mark.parametrize("page", sorted(runnable_pages()))
+def test_page_writes_only_into_ignored_folders(page, page_results):
+    """What a page's commands write (checkpoints, predictions, JSON, datasets)
+    lands in a folder .gitignore ignores, not among the repository's files."""
+    written = page_results["written"][page]
+    check = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin", "-v", "-n"],
+        cwd=ROOT,
+        input="\n".join(written),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check.returncode not in (0, 1):
+        pytest.skip(f"git cannot read the repository's .gitignore here: {check.stderr.strip()}")
+    seen = [line.split("\t", 1) for line in check.stdout.splitlines()]
+    assert len(seen) == len(written), check.stderr
+    outside = [path for source, path in seen if source == "::"]
+    assert not outside, f"{page} writes outside the ignored folders (write under data/ or runs/): {outside}"
+
+
+def parser_of_options():
+    """gnnsys's argument parser without the check that a path it reads exists
+    (a block that is not run names paths that are not here)."""
+    import argparse
+
+    from gnnsys.cli import build_parser
+    from gnnsys.datasets.input_paths import input_path
+
+    parser = build_parser()
+    parsers = [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if action.type is input_path:
+                action.type = None
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    return parser
+
+
 @pytest.mark.parametrize("block", not_run_blocks(), ids=lambda b: b.where)
 def test_not_run_block(block):
     """A block marked not run still names only options gnnsys has; then it is skipped, saying why."""
-    from gnnsys.cli import build_parser, glue_negative_lists
+    from gnnsys.cli import glue_negative_lists
 
-    parser = build_parser()
+    parser = parser_of_options()
     for command in block.commands() if block.lang == "console" else []:
         for argv in gnnsys_argvs(command.text):
             if argv and argv[0] in ("-h", "--help", "--version"):

@@ -282,7 +282,11 @@ def test_sigterm_during_training_keeps_the_last_checkpoint(ds, tmp_path):
     wait_for(lambda: (ck / FILE).exists(), proc)
     time.sleep(0.5)  # a few more epochs, each with its checkpoint write
     status, err = terminate(proc)
-    assert status == 128 + signal.SIGTERM and err[-1] == "gnnsys train: terminated", err
+    assert status == 128 + signal.SIGTERM, err
+    assert err[-2:] == [
+        f"gnnsys train: terminated; the last checkpoint is {ck / FILE}; to resume:",
+        f"  gnnsys train {ds} --epochs 100000 --checkpoint-dir {ck} --eval-every 1000 {' '.join(FAST)} --resume",
+    ]
     assert leftovers(tmp_path) == [] and sorted(p.name for p in ck.iterdir()) == [FILE]
     assert load_training_state(ck)["epoch"] >= 1  # complete and readable
 

@@ -18,7 +18,9 @@ SUBCOMMANDS = ("prepare", "info", "train", "predict")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+    """The argument parser with every subcommand registered (a subcommand
+    module's `interrupted(args, argv) -> str`, when it has one, adds to the
+    line an interrupt or SIGTERM prints)."""
     from gnnsys.datasets.writer import tool_version
 
     parser = argparse.ArgumentParser(prog="gnnsys", description="Train GNNs on graphs too large for GPU memory.")
@@ -26,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"gnnsys.cli.{name}")
-        module.add_parser(sub).set_defaults(run=module.run)
+        module.add_parser(sub).set_defaults(run=module.run, interrupted=getattr(module, "interrupted", None))
     return parser
 
 
@@ -55,7 +57,8 @@ def _main(argv) -> int:
     from gnnsys.environment import check_environment
     from gnnsys.errors import GnnsysError
 
-    args = build_parser().parse_args(glue_negative_lists(sys.argv[1:] if argv is None else list(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(glue_negative_lists(argv))
     warnings.formatwarning = _one_line_warning(args.command)
     previous = _raise_on_sigterm()  # from here: before, nothing is written and the default action is right
     try:
@@ -67,12 +70,12 @@ def _main(argv) -> int:
         if isinstance(e, BrokenPipeError):
             raise
         return error(args.command, _describe(e))
-    except Terminated:
-        print(f"gnnsys {args.command}: terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    except KeyboardInterrupt:
-        print(f"gnnsys {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Terminated too
+        said = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(
+            f"gnnsys {args.command}: {said}{args.interrupted(args, argv) if args.interrupted else ''}", file=sys.stderr
+        )
+        return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -7,14 +7,17 @@ import os
 import sys
 
 from gnnsys.cli import gigabytes
+from gnnsys.datasets.input_paths import input_path
 
 
 def add_parser(sub):
     p = sub.add_parser("info", help="print the summary of a prepared dataset")
-    p.add_argument("path", help="prepared dataset directory")
+    p.add_argument("path", type=input_path, help="prepared dataset directory")
     p.add_argument("--verify", action="store_true", help="re-check every checksum and invariant; exit 1 on failure")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--device", default="cpu", help="the training device placement 'auto' is chosen for")
+    p.add_argument(
+        "--device", default="cpu", help="the training device placement 'auto' is chosen for (default: %(default)s)"
+    )
     p.add_argument(
         "--host-mem-budget",
         type=gigabytes,

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from gnnsys.cli import gigabytes
+from gnnsys.datasets.input_paths import input_path
 from gnnsys.datasets.node_ids import read_node_ids
+from gnnsys.inference.layerwise import DEFAULT_BUDGET
 from gnnsys.inference.prediction_io import OUTPUTS
 from gnnsys.inference.rows_io import OUTPUT_DTYPES
 from gnnsys.storage.memory_plan import GB
@@ -15,16 +17,18 @@ from gnnsys.storage.memory_plan import GB
 
 def add_parser(sub):
     p = sub.add_parser("predict", help="class scores, labels or embeddings of a trained model (from a checkpoint)")
-    p.add_argument("path", help="prepared dataset directory")
+    p.add_argument("path", type=input_path, help="prepared dataset directory")
     p.add_argument(
         "--checkpoint",
         required=True,
+        type=input_path,
         metavar="CKPT",
         help="checkpoint directory of gnnsys train --checkpoint-dir (or its checkpoint.pt)",
     )
     p.add_argument("--out", required=True, metavar="FILE.npy", help="output .npy file (written atomically)")
     p.add_argument(
         "--nodes",
+        type=input_path,
         metavar="IDS",
         help="node ids: a 1-D .npy array of integers, or text with one id a line (default: every node)",
     )
@@ -34,7 +38,7 @@ def add_parser(sub):
         default="scores",
         help="scores: the last layer's logits (float32, before softmax); labels: their argmax (int64; "
         "multi-label datasets: each task's 0/1, int8); "
-        "embeddings: the output of --layer (float32) (default scores)",
+        "embeddings: the output of --layer (float32) (default: %(default)s)",
     )
     p.add_argument(
         "--layer", type=int, help="1-based layer whose output --output embeddings writes (default: the last)"
@@ -44,18 +48,22 @@ def add_parser(sub):
         "--host-mem-budget",
         type=gigabytes,
         metavar="GB",
-        help="GB (10^9 bytes) of host memory one layer may hold (default 1 GB)",
+        help=f"GB (10^9 bytes) of host memory one layer may hold (default: {DEFAULT_BUDGET / GB:g}; a "
+        "heterogeneous graph's layers are held in memory)",
     )
     p.add_argument(
         "--dtype",
         choices=list(OUTPUT_DTYPES),
         default="float32",
-        help="dtype of hidden layers' scratch files (default float32)",
+        help="dtype of hidden layers' scratch files (default: %(default)s)",
     )
     p.add_argument(
-        "--batch-size", type=int, default=4096, help="destinations whose dense maps run at a time (default 4096)"
+        "--batch-size",
+        type=int,
+        default=4096,
+        help="destinations whose dense maps run at a time (default: %(default)s)",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N, for the dense maps (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N, for the dense maps (default: %(default)s)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     return p
 

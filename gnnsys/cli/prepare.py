@@ -18,7 +18,7 @@ READERS = {
     "planetoid": (
         "gnnsys.datasets.planetoid",
         "Planetoid ind.<name>.* files (Cora, CiteSeer, PubMed); "
-        "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
+        "the files' duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
     ),
     "npz": (
         "gnnsys.datasets.npz",
@@ -37,24 +37,29 @@ def add_common(p):
         "--self-loops",
         choices=["keep", "drop"],
         default="keep",
-        help="keep or drop edges from a node to itself (default keep)",
+        help="keep: the edges from a node to itself as the input kind reads them (prepare planetoid's reader "
+        "removes the files' self-loops unless --raw-edges); drop: remove every one (default: %(default)s)",
     )
     p.add_argument("--dedup", action="store_true", help="remove repeated edges")
     p.add_argument(
         "--reorder",
         choices=["none", "degree"],
         default="none",
-        help="relabel nodes by in-degree, hottest first (keeps order.npy)",
+        help="relabel nodes by in-degree, hottest first (keeps order.npy) (default: %(default)s)",
     )
-    p.add_argument("--align", type=int, default=128, help="feature row alignment in bytes (512 for SSD)")
-    p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="stored feature type")
+    p.add_argument(
+        "--align", type=int, default=128, help="feature row alignment in bytes, 512 for SSD (default: %(default)s)"
+    )
+    p.add_argument(
+        "--dtype", choices=list(DTYPES), default="float32", help="stored feature type (default: %(default)s)"
+    )
     p.add_argument("--nan-to-zero", action="store_true", help="replace NaN/inf features with 0 instead of failing")
     p.add_argument(
         "--normalize-features",
         choices=["none", "row"],
         default="none",
         help="row: divide each feature row by its sum, rows summing to 0 left as they are "
-        "(PyG's NormalizeFeatures, the GCN paper's preprocessing; default none)",
+        "(PyG's NormalizeFeatures, the GCN paper's preprocessing) (default: %(default)s)",
     )
     p.add_argument(
         "--remap-labels",
@@ -79,7 +84,7 @@ def add_common(p):
         choices=["none", "mean", "sum"],
         default="none",
         help="for an input with edge features and no node features (ogbn-proteins): each node's features are "
-        "the mean or sum of its in-edges' features, zeros without in-edges (default none)",
+        "the mean or sum of its in-edges' features, zeros without in-edges (default: %(default)s)",
     )
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 
 from gnnsys.cli import error
+from gnnsys.datasets.input_paths import input_path
 from gnnsys.errors import ConfigError, PathError
 from gnnsys.numbers import number
 from gnnsys.storage.cache import RUN_POLICIES
 from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import (
+    DEEP_FROM,
     EVAL_MODES,
     FEATURES,
     LR_SCHEDULES,
@@ -35,17 +38,47 @@ MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
 HETERO_ONLY = {f.name for f in dataclasses.fields(HeteroOptions)} - {
     f.name for f in dataclasses.fields(MinibatchOptions)
 }
-NOT_OPTIONS = ("path", "mode", "json_out", "run", "command")  # parsed flags that are not trainer options
-DEFAULTS = {
-    f.name: f.default
-    for cls in (FullGraphOptions, MinibatchOptions)  # minibatch defaults win
-    for f in dataclasses.fields(cls)
+NOT_OPTIONS = ("path", "mode", "json_out", "run", "interrupted", "command")  # parsed flags that are not trainer options
+# each mode's defaults (a heterogeneous dataset trains in minibatch mode, with HeteroOptions)
+MODE_DEFAULTS = {
+    mode: {f.name: f.default for f in dataclasses.fields(cls)}
+    for mode, cls in (("minibatch", HeteroOptions), ("fullgraph", FullGraphOptions))
+}
+DESCRIBED = {  # what `train --help` says of a default that is not a value
+    ("layers", None): "one per fanout",
+    ("norm", None): "none",
+    ("norm", "auto"): f"layer from {DEEP_FROM} layers, else none",
+    ("residual", None): f"on from {DEEP_FROM} layers",
+    ("embedding_dim", None): "--hidden",
+    ("victim_rows", None): "a quarter of the cache",
+    ("patience", None): "never",
+    ("scratch_dir", None): "a temporary directory",
 }
 
 
-def _default(name: str) -> str:
-    value = DEFAULTS[name]
+def default_text(name: str, value) -> str | None:
+    """How `train --help` names option `name`'s default `value`: the value
+    (a list comma-joined; a flag's off or on), or its DESCRIBED meaning;
+    None for None without a description (nothing to show)."""
+    if (name, value) in DESCRIBED:
+        return DESCRIBED[name, value]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return None
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def mode_defaults(name: str, flag: bool = False) -> str | None:
+    """The "(default: ...)" of option `name` in `train --help`: the minibatch
+    (and heterogeneous) default, and --mode fullgraph's where it differs;
+    None where neither mode has one to show, and for a `flag` (an option
+    without a value) whose default is the same in both modes."""
+    shown = {mode: default_text(name, d[name]) for mode, d in MODE_DEFAULTS.items() if name in d}
+    mini, full = shown.get("minibatch"), shown.get("fullgraph")
+    if full is not None and "minibatch" in shown and full != mini:
+        return f"(default: {mini or 'none'}; --mode fullgraph: {full})"
+    return None if flag or (mini or full) is None else f"(default: {mini or full})"
 
 
 def fanout_list(text: str) -> list[int]:
@@ -75,7 +108,7 @@ def add_model_arguments(p):
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=["sage", "gcn", "gat"], help="conv layer")
     g.add_argument("--hidden", type=int, help="hidden size")
-    g.add_argument("--layers", type=int, help="number of layers (default: one per fanout)")
+    g.add_argument("--layers", type=int, help="number of layers")
     g.add_argument("--dropout", type=number, help="dropout after hidden layers")
     g.add_argument("--input-dropout", type=number, help="dropout on input features")
     g.add_argument("--norm", choices=["batch", "layer"], help="normalisation after hidden layers")
@@ -84,8 +117,7 @@ def add_model_arguments(p):
     g.add_argument(
         "--embedding-dim",
         type=int,
-        help="heterogeneous dataset: width of the learnable embeddings of node types without features "
-        "(default: --hidden)",
+        help="heterogeneous dataset: width of the learnable embeddings of node types without features",
     )
     g.add_argument(
         "--sparse-embeddings",
@@ -150,8 +182,7 @@ def add_tier_arguments(p):
     g.add_argument(
         "--victim-rows",
         type=int,
-        help="victim buffer rows for evicted rows needed again within the lookahead window "
-        "(default: a quarter of the cache)",
+        help="victim buffer rows for evicted rows needed again within the lookahead window",
     )
     g.add_argument(
         "--host-mem-budget",
@@ -172,7 +203,7 @@ def add_fullgraph_arguments(p):
         "--mode",
         choices=list(MODES),
         default="minibatch",
-        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1)",
+        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1) (default: %(default)s)",
     )
     g.add_argument(
         "--workers", type=int, help="processes: data-parallel workers (minibatch), pipeline stages (fullgraph)"
@@ -206,7 +237,7 @@ def add_optimizer_arguments(p):
         "--patience",
         type=int,
         metavar="N",
-        help="stop a run when its validation metric has not improved for N epochs (default: never)",
+        help="stop a run when its validation metric has not improved for N epochs",
     )
     g.add_argument(
         "--lr-schedule",
@@ -236,7 +267,7 @@ def add_run_arguments(p):
     g.add_argument(
         "--precision",
         choices=list(PRECISIONS),
-        help="auto (default): bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
+        help="auto: bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
         "GPU with bf16), else 32; 32-bit; bf16 autocast with fp32 weights (CPU, CUDA; fp32 matmuls "
         "on a CPU without native bf16); or fp16 autocast (CUDA)",
     )
@@ -250,7 +281,7 @@ def add_run_arguments(p):
     )
     g.add_argument(
         "--scratch-dir",
-        help="where layer-wise evaluation keeps hidden layers' outputs (default: a temporary directory)",
+        help="where layer-wise evaluation keeps hidden layers' outputs",
     )
     g.add_argument(
         "--inference-dtype",
@@ -286,13 +317,13 @@ ARGUMENT_GROUPS = (
 
 def add_parser(sub):
     p = sub.add_parser("train", help="train a GNN on a prepared dataset", argument_default=argparse.SUPPRESS)
-    p.add_argument("path", help="prepared dataset directory")
+    p.add_argument("path", type=input_path, help="prepared dataset directory")
     for add in ARGUMENT_GROUPS:
         add(p)
     for action in p._actions:  # show the trainers' defaults, the only ones
-        value = DEFAULTS.get(action.dest)
-        if value is not None and not isinstance(value, bool) and action.help:
-            action.help += f" (default {_default(action.dest)})"
+        shown = mode_defaults(action.dest, flag=action.nargs == 0) if action.help else None
+        if shown:
+            action.help += f" {shown}"
     return p
 
 
@@ -316,19 +347,16 @@ def options_from_args(args, hetero: bool = False):
     return cls(**given)
 
 
-def format_table(result) -> str:
-    """One row per epoch (loss, metrics, time); the best epoch is starred."""
-    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
-    lines = [f"{'epoch':>6} {'loss':>8} {'train':>7} {'valid':>7} {'test':>7} {'time_s':>8}"]
-    for r in result.epochs:
-        star = "*" if r["epoch"] == result.best_epoch else " "
-        lines.append(
-            f"{r['epoch'] + 1:>5}{star} {r['loss']:>8.4f} {fmt(r['train']):>7} {fmt(r['valid']):>7} "
-            f"{fmt(r['test']):>7} {r['time_s']:>8.2f}"
-        )
-    if result.best_epoch is not None:
-        lines.append(f"test {result.metric} {result.test:.4f} at best validation epoch {result.best_epoch + 1}")
-    return "\n".join(lines)
+def format_summary(result) -> str:
+    """The line that ends the epoch table (printed as training went, by
+    gnnsys.training.loop.EpochTable): the test metric at the best validation
+    epoch, and its run when there were several."""
+    if result.best_epoch is None:
+        return ""
+    line = f"test {result.metric} {result.test:.4f} at best validation epoch {result.best_epoch + 1}"
+    if len(result.runs) > 1:
+        line += f" of run {result.best_run + 1:02d}, the run of best validation"
+    return line
 
 
 LOGGER_LINES = (  # OGB Logger.print_statistics's labels of result.runs' and result.summary's metrics
@@ -370,16 +398,36 @@ def run(args) -> int:
     json_out = getattr(args, "json_out", None)
     if json_out:
         check_output_file(json_out, "--json")
-    result = trainer(dataset, options)
+    result = trainer(dataset, dataclasses.replace(options, epoch_table=True))
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
-    print(format_table(result))
+    summary = format_summary(result)
+    if summary:
+        print(summary)
     if len(result.runs) > 1:
-        print(f"the epochs above are run {result.best_run + 1:02d}'s, the run of best validation")
         print(format_runs(result))
     if json_out:
         return save_json(result, json_out)
     return 0
+
+
+def interrupted(args, argv: list) -> str:
+    """What follows "gnnsys train: interrupted" (or "terminated"): where the
+    last checkpoint is and the command that resumes from it, or that no
+    checkpoint was written and how to have one."""
+    from pathlib import Path
+
+    from gnnsys.training.checkpoints import FILE
+
+    directory = getattr(args, "checkpoint_dir", None)
+    if directory is None:
+        return "; no checkpoint was written (--checkpoint-dir DIR writes one after every epoch, --resume continues)"
+    written = [p for p in Path(directory).rglob(FILE) if p.is_file()] if Path(directory).is_dir() else []
+    if not written:
+        return f"; no checkpoint was written in {directory} yet (one is written after every epoch)"
+    last = max(written, key=lambda p: p.stat().st_mtime)
+    command = ["gnnsys", *argv] + ([] if getattr(args, "resume", False) else ["--resume"])
+    return f"; the last checkpoint is {last}; to resume:\n  {shlex.join(command)}"
 
 
 def save_json(result, path) -> int:

@@ -46,7 +46,7 @@ from gnnsys.inference.rows_io import ArraySink, ScratchRows
 from gnnsys.training.checkpoints import (
     FILE,
     load_training_state,
-    note_fresh_start,
+    note_resume,
     restore_training_state,
     rng_state,
     save_checkpoint,
@@ -62,14 +62,15 @@ def under_torchrun() -> bool:
 
 def torchrun_options(options):
     """`options` with workers = torchrun's WORLD_SIZE (a `--workers` left at
-    1 takes it); ConfigError when another worker count was asked for, or
-    for torchrun variables that are missing or out of range (torchrun_env)."""
+    1 takes it) and the epoch table on rank 0 only; ConfigError when another
+    worker count was asked for, or for torchrun variables that are missing
+    or out of range (torchrun_env)."""
     from gnnsys.parallel.distributed import torchrun_env
 
-    world = torchrun_env().world_size
-    if options.workers not in (1, world):
-        raise ConfigError("workers", f"{options.workers} requested, but torchrun started {world} processes")
-    return dataclasses.replace(options, workers=world)
+    env = torchrun_env()
+    if options.workers not in (1, env.world_size):
+        raise ConfigError("workers", f"{options.workers} requested, but torchrun started {env.world_size} processes")
+    return dataclasses.replace(options, workers=env.world_size, epoch_table=options.epoch_table and env.rank == 0)
 
 
 def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
@@ -97,8 +98,13 @@ def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
 
 def rank_options(options, device: torch.device, rank: int):
     """The options rank `rank` trains with: its own device (cuda:LOCAL_RANK),
-    progress bars on rank 0 only."""
-    return dataclasses.replace(options, device=str(device), progress=options.progress and rank == 0)
+    progress bars and the epoch table on rank 0 only."""
+    return dataclasses.replace(
+        options,
+        device=str(device),
+        progress=options.progress and rank == 0,
+        epoch_table=options.epoch_table and rank == 0,
+    )
 
 
 def seed_rank(seed: int, rank: int):
@@ -233,7 +239,7 @@ def resume_ranks(options, model, optimizer, ranks, precision=None, control=None)
     state = ranks.broadcast_object(load_training_state(options.checkpoint_dir) if rank == 0 else None)
     if state is None:
         if rank == 0:
-            note_fresh_start(options.checkpoint_dir)
+            note_resume(options.checkpoint_dir, 0, options.epochs)
         return 0, []
     if rank > 0:  # rank 0 checked the device; the others train on their own
         options = dataclasses.replace(options, device=state["options"]["device"])
@@ -241,6 +247,8 @@ def resume_ranks(options, model, optimizer, ranks, precision=None, control=None)
         state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision, control
     )
     set_rng_state(state["extra"]["rng_ranks"][rank])
+    if rank == 0:
+        note_resume(options.checkpoint_dir, done, options.epochs, control is not None and control.stopped)
     return done, history
 
 

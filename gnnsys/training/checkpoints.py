@@ -241,14 +241,17 @@ def restore_training_state(
 def resume_training(options, model, optimizer, precision=None, control=None) -> tuple[int, list]:
     """For `options.resume`: (epochs done, history) of the checkpoint in
     options.checkpoint_dir, restored into `model`, `optimizer`, `precision`'s
-    gradient scaler, `control` and the RNGs; (0, []) after `note_fresh_start` when there is none."""
+    gradient scaler, `control` and the RNGs, or (0, []) when there is none;
+    either said in one line (`note_resume`)."""
     state = load_training_state(options.checkpoint_dir)
     if state is None:
-        note_fresh_start(options.checkpoint_dir)
+        note_resume(options.checkpoint_dir, 0, options.epochs)
         return 0, []
-    return restore_training_state(
+    done, history = restore_training_state(
         state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision, control
     )
+    note_resume(options.checkpoint_dir, done, options.epochs, control is not None and control.stopped)
+    return done, history
 
 
 def run_lock(options):
@@ -396,8 +399,22 @@ def _acquire(lock: Path) -> int:
         os.close(fd)
 
 
-def note_fresh_start(directory):
-    """Say in one line that a resume found no checkpoint in `directory` and
-    starts from scratch: a warning on this module's logger, which Python
-    prints to stderr unless logging is configured otherwise."""
-    log.warning("resume: no checkpoint in %s; training from the first epoch", directory)
+def note_resume(directory, epochs_done: int, epochs: int, stopped: bool = False):
+    """Say in one line where a resume from the checkpoint in `directory`
+    starts: from the first epoch (no checkpoint), from epoch `epochs_done` +
+    1 of `epochs`, or nowhere (every epoch done, or the run `stopped` early):
+    a warning on this module's logger, which Python prints to stderr unless
+    logging is configured otherwise."""
+    if epochs_done == 0:
+        log.warning("resume: no checkpoint in %s; training from the first epoch", directory)
+    elif stopped or epochs_done >= epochs:
+        why = "stopped early" if stopped else f"trained {epochs_done} of {epochs} epochs"
+        log.warning("resume: the run checkpointed in %s %s; nothing left to train", directory, why)
+    else:
+        log.warning(
+            "resume: continuing from epoch %d of %d, after the checkpoint of epoch %d in %s",
+            epochs_done + 1,
+            epochs,
+            epochs_done,
+            directory,
+        )

@@ -1,4 +1,5 @@
-"""The epoch loop every trainer shares, the record each epoch leaves, and
+"""The epoch loop every trainer shares, the record each epoch leaves, the
+epoch table (`EpochTable`: each epoch's row on stdout as the epoch ends) and
 the progress bars of training (`progress_bar`: live on a terminal, one
 compact line per epoch in a log)."""
 
@@ -13,6 +14,8 @@ import torch
 
 from gnnsys.errors import GnnsysError
 from gnnsys.progress import Bar
+
+from .result import best_record
 
 BREAKDOWN = ("sample_s", "gather_s", "transfer_s", "compute_s", "wait_s")
 
@@ -68,6 +71,7 @@ def run_epochs(
     bar: str | None = None,
     show_bar: bool | None = None,
     control=None,
+    table: bool | None = None,
 ) -> list:
     """Epochs `start` .. options.epochs - 1: `train_epoch(epoch)` gives the
     epoch's record (its "lr" added: the rate it trained with), `evaluate()`
@@ -80,8 +84,11 @@ def run_epochs(
     where the trainer set it) unless options.allow_nonfinite_loss. The epochs end early when the control stops
     them; then `control.finish()` loads the best epoch's weights. `bar` names
     a progress bar over the epochs (`progress_bar`, one line per epoch off a
-    terminal; shown when `show_bar`, default options.progress). Returns `history`."""
+    terminal; shown when `show_bar`, default options.progress). When `table`
+    (default options.epoch_table), each epoch's row of the `EpochTable` is
+    printed once its checkpoint is in place. Returns `history`."""
     shown = bar is not None and (options.progress if show_bar is None else show_bar)
+    rows = EpochTable() if (options.epoch_table if table is None else table) else None
     with progress_bar(options.epochs, bar, "epoch", shown, line_per_step=True, done=start) as epochs_bar:
         for epoch in range(start, options.epochs):
             if control is not None and control.stopped:
@@ -103,11 +110,50 @@ def run_epochs(
                 save(epoch + 1)
             epochs_bar.set_postfix({k: f"{record[k]:.4f}" for k in ("loss", "valid") if record[k] is not None})
             epochs_bar.update()
+            if rows is not None:
+                rows.add(history)
             if on_epoch_end is not None:
                 on_epoch_end(record)
     if control is not None:
         control.finish()
     return history
+
+
+TABLE_HEADER = f"{'epoch':>6} {'loss':>8} {'train':>7} {'valid':>7} {'test':>7} {'time_s':>8}"
+
+
+class EpochTable:
+    """The epoch table of `gnnsys train`, written to stdout as training goes:
+    the header before the first row, then one row per epoch (loss, train,
+    valid and test metric, "-" where not evaluated, seconds) as the epoch
+    ends, its epoch starred when its validation metric is the best so far
+    (`best_record`); each line flushed, and written around live progress bars."""
+
+    def __init__(self):
+        self.started = False
+
+    def add(self, history: list):
+        """Print the row of the last record of `history` (the header first, once)."""
+        record = history[-1]
+        best = record["valid"] is not None and best_record(history)["epoch"] == record["epoch"]
+        if not self.started:
+            self._print(TABLE_HEADER)
+            self.started = True
+        self._print(table_row(record, best))
+
+    @staticmethod
+    def _print(line: str):
+        Bar.write(line, file=sys.stdout)  # clears and redraws the live bars on the terminal
+        sys.stdout.flush()
+
+
+def table_row(record: dict, star: bool = False) -> str:
+    """The epoch table's row of `record` (an epoch record), its epoch starred when `star`."""
+    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+    return (
+        f"{record['epoch'] + 1:>5}{'*' if star else ' '} {record['loss']:>8.4f} {fmt(record['train']):>7} "
+        f"{fmt(record['valid']):>7} {fmt(record['test']):>7} {record['time_s']:>8.2f}"
+    )
 
 
 def progress_bar(total: int, desc: str, unit: str, enabled: bool, line_per_step: bool = False, done: int = 0):

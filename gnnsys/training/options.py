@@ -62,10 +62,10 @@ class TrainOptions(GivenOptions):
     CUDA; fp32 GEMMs on a CPU without native bf16) or "16-mixed" (fp16
     autocast with a gradient scaler; CUDA only), kept resolved
     (gnnsys.runtime.precision.resolve_precision); checkpoint_dir/resume: an atomic checkpoint after every
-    epoch, and continuing from it; progress: progress bars; verify: re-check the
-    prepared dataset's checksums and invariants before training (as `gnnsys
-    info --verify`; reads every file once). dataset, dataset_id: set by
-    `for_dataset` (the dataset's path or name, and the identity of its data:
+    epoch, and continuing from it; progress: progress bars; epoch_table: each epoch's row on stdout
+    as it ends (gnnsys.training.loop.EpochTable); verify: re-check the prepared dataset's checksums
+    and invariants before training (as `gnnsys info --verify`; reads every file once). dataset,
+    dataset_id: set by `for_dataset` (the dataset's path or name, and the identity of its data:
     datasets.meta_schema.identity), recorded with the result and checkpoints.
 
     runs: train this many runs with seeds seed, seed + 1, ... (at most
@@ -104,6 +104,7 @@ class TrainOptions(GivenOptions):
     checkpoint_dir: str | None = None
     resume: bool = False
     progress: bool = True
+    epoch_table: bool = False
     verify: bool = False
     dataset: str | None = None
     dataset_id: str | None = None
@@ -120,7 +121,7 @@ class TrainOptions(GivenOptions):
     _given: frozenset | None = dataclasses.field(default=None, repr=False, compare=False)
 
     # options a resumed run may change; every other one must match the checkpoint
-    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "verify", "runs")
+    RESUMABLE: ClassVar[tuple] = ("epochs", "checkpoint_dir", "resume", "progress", "epoch_table", "verify", "runs")
     RESUMABLE += ("allow_nonfinite_loss",)
     POSITIVE: ClassVar[tuple] = ("hidden", "epochs", "eval_every", "heads", "runs")
 

@@ -56,13 +56,17 @@ def train_runs(options, train_run: Callable) -> TrainResult | None:
     """options.runs calls of `train_run(run_options)` (a TrainResult, or
     None in a torchrun rank that does not report), run i with seed
     options.seed + i and its checkpoint directory (`run_directory`); the
-    runs' TrainResult (`combine`), or None where the runs returned None."""
+    runs' TrainResult (`combine`), or None where the runs returned None.
+    With options.epoch_table, "run NN of N, seed S" on stdout before each
+    run's epoch table."""
     check_layout(options)
     if options.runs == 1:
         return train_run(options)
     results = []
     for i in range(options.runs):
         run_options = dataclasses.replace(options, seed=options.seed + i, checkpoint_dir=run_directory(options, i))
+        if options.epoch_table:
+            print(f"run {i + 1:02d} of {options.runs}, seed {run_options.seed}", flush=True)
         results.append(train_run(run_options))
     if any(r is None for r in results):
         return None

@@ -190,8 +190,9 @@ def test_version_and_help_texts(capsys):
         main(["prepare", "planetoid", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for words in (
-        "--self-loops {keep,drop} keep or drop edges from a node to itself (default keep)",
-        "duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
+        "--self-loops {keep,drop} keep: the edges from a node to itself as the input kind reads them (prepare "
+        "planetoid's reader removes the files' self-loops unless --raw-edges); drop: remove every one (default: keep)",
+        "the files' duplicate edges and self-loops are removed, as in PyG's Planetoid (--raw-edges keeps them)",
         "--normalize-features {none,row} row: divide each feature row by its sum",
         "--remap-labels number the distinct labels 0..C-1",
     ):

@@ -114,6 +114,31 @@ def test_resume_without_checkpoint_says_so_and_starts_fresh(make_dataset, tmp_pa
     assert comparable(resumed) == comparable(TRAINERS[trainer](ds, epochs=2))
 
 
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_resume_says_where_it_continues_in_one_line(make_dataset, tmp_path, caplog, trainer):
+    ds, _ = make_dataset()
+    TRAINERS[trainer](ds, epochs=1, checkpoint_dir=tmp_path)
+    for epochs, said in (
+        (3, f"continuing from epoch 2 of 3, after the checkpoint of epoch 1 in {tmp_path}"),
+        (3, f"the run checkpointed in {tmp_path} trained 3 of 3 epochs; nothing left to train"),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="gnnsys.training.checkpoints"):
+            TRAINERS[trainer](ds, epochs=epochs, checkpoint_dir=tmp_path, resume=True)
+        assert [r.getMessage() for r in caplog.records] == [f"resume: {said}"]
+
+
+def test_resume_of_a_run_stopped_early_says_so(make_dataset, tmp_path, caplog):
+    ds, _ = make_dataset()
+    first = train(ds, epochs=30, patience=1, checkpoint_dir=tmp_path, **FAST)
+    assert len(first.epochs) < 30
+    with caplog.at_level(logging.WARNING, logger="gnnsys.training.checkpoints"):
+        train(ds, epochs=30, patience=1, checkpoint_dir=tmp_path, resume=True, **FAST)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resume: the run checkpointed in {tmp_path} stopped early; nothing left to train"
+    ]
+
+
 def test_resume_refuses_other_options(make_dataset, tmp_path):
     ds, _ = make_dataset()
     train(ds, epochs=1, checkpoint_dir=tmp_path, **FAST)

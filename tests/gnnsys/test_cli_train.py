@@ -85,7 +85,7 @@ def test_cuda_without_gpu_exits_2_with_one_line(make_dataset, capsys):
 
 def test_missing_dataset_exits_2(tmp_path, capsys):
     assert main(["train", str(tmp_path / "nope"), *FAST]) == 2
-    assert "not a prepared gnnsys dataset" in capsys.readouterr().err
+    assert "nope: no such file or directory" in capsys.readouterr().err
 
 
 KILLED_AFTER_EPOCH = """
@@ -234,3 +234,106 @@ def test_json_to_stdout_or_a_fifo_is_streamed(make_dataset, tmp_path, capfd):
     assert main(["train", str(ds.path), "--epochs", "1", "--json", str(fifo), *FAST]) == 0
     reader.join(30)
     assert len(json.loads(got[0])["epochs"]) == 1 and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def start_training(argv, cwd):
+    """`gnnsys train ARGV` in a subprocess (SIGINT at its default, as a
+    terminal's Ctrl-C finds it), stdout and stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gnnsys", "train", *argv],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def rows_until(run, epoch: int) -> list:
+    """The lines of `run`'s stdout up to the row of `epoch` (from 1), read as they come."""
+    lines = []
+    while not lines or not lines[-1].startswith(f"{epoch:>5}"):
+        line = run.stdout.readline()
+        assert line, f"stdout ended before epoch {epoch}: {lines}, stderr: {run.stderr.read()}"
+        lines.append(line.rstrip("\n"))
+    return lines
+
+
+def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(make_dataset, tmp_path):
+    """Ctrl-C after epoch 2, output piped: the rows of the epochs done are
+    out, and stderr names the last checkpoint and the command that resumes;
+    that command says where it continues and goes on from there."""
+    ds, _ = make_dataset()
+    argv = [str(ds.path), "--epochs", "1000", *FAST, "--checkpoint-dir", "ck"]
+    run = start_training(argv, tmp_path)
+    assert rows_until(run, 2)[0] == " epoch     loss   train   valid    test   time_s"
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130
+    done = 2 + len(out.splitlines())  # epochs that ended before the signal landed
+    assert load_checkpoint(tmp_path / "ck")["epoch"] == done
+    assert err.splitlines() == [
+        "gnnsys train: interrupted; the last checkpoint is ck/checkpoint.pt; to resume:",
+        f"  gnnsys train {' '.join(argv)} --resume",
+    ]
+    resume = err.splitlines()[1].split()[2:]
+    again = start_training(resume, tmp_path)
+    assert rows_until(again, done + 1)[1].startswith(f"{done + 1:>5}")  # the header, then the next epoch
+    again.send_signal(signal.SIGINT)
+    _, err = again.communicate(timeout=60)
+    assert err.splitlines()[0] == (
+        f"resume: continuing from epoch {done + 1} of 1000, after the checkpoint of epoch {done} in ck"
+    )
+    assert err.splitlines()[-1] == f"  gnnsys train {' '.join(resume)}"  # --resume once
+
+
+def test_sigterm_without_a_checkpoint_says_none_was_written(make_dataset, tmp_path):
+    ds, _ = make_dataset()
+    run = start_training([str(ds.path), "--epochs", "1000", *FAST], tmp_path)
+    rows_until(run, 1)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert err == (
+        "gnnsys train: terminated; no checkpoint was written "
+        "(--checkpoint-dir DIR writes one after every epoch, --resume continues)\n"
+    )
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "fullgraph"])
+def test_rows_on_a_terminal_are_whole_lines_beside_the_live_bar(make_dataset, tmp_path, mode):
+    """On a pseudo-terminal (stdout and stderr), with the live progress bars
+    drawn: the header once and each epoch's row on a line of its own, the
+    bars cleared before it is written."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    ds, _ = make_dataset()
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # tqdm draws in its width
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gnnsys", "train", str(ds.path), "--epochs", "3", "--mode", mode, "--hidden", "8"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process ended
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert run.wait(timeout=60) == 0
+    lines = [line.rstrip("\r").split("\r")[-1] for line in drawn.decode().split("\n")]  # what each line ends showing
+    rows = [line for line in lines if re.fullmatch(r" {4}\d[* ] +\d+\.\d{4}( +\d\.\d{4}){3} +\d+\.\d\d", line)]
+    assert lines.count(" epoch     loss   train   valid    test   time_s") == 1
+    assert [int(r.split()[0].rstrip("*")) for r in rows] == [1, 2, 3], drawn.decode()

@@ -65,9 +65,10 @@ def test_a_failed_worker_is_one_line_and_a_bug_its_traceback(how, traceback, lin
 
 @pytest.mark.parametrize("signame, status, said", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
 def test_a_signal_to_the_launcher_stops_every_rank_with_one_line_each(tmp_path, signame, status, said):
-    """`gnnsys train --workers 2` stopped once training started: every rank
-    says so in one line, the launcher in one more, within seconds, and no
-    Python or c10d C++ trace appears."""
+    """`gnnsys train --workers 2` stopped once training started (rank 0 has
+    printed the row of epoch 1): every rank says so in one line, the launcher
+    in one more (and where the checkpoint is, and the command that resumes),
+    within seconds, and no Python or c10d C++ trace appears."""
     import time
 
     from gnnsys.datasets import PrepareOptions, write_dataset
@@ -80,12 +81,14 @@ def test_a_signal_to_the_launcher_stops_every_rank_with_one_line_each(tmp_path, 
     # a shell starts background jobs with SIGINT ignored, which Python then keeps: give the launcher the default
     default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     run = subprocess.Popen(
-        [sys.executable, "-m", "gnnsys", *args], stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+        [sys.executable, "-m", "gnnsys", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
-    began = time.monotonic()
-    while not (tmp_path / "ck" / "checkpoint.pt").exists():  # an epoch is done: training runs
-        assert run.poll() is None and time.monotonic() - began < 120
-        time.sleep(0.1)
+    assert run.stdout.readline().split() == ["epoch", "loss", "train", "valid", "test", "time_s"]
+    assert run.stdout.readline().split()[0] in ("1", "1*")  # rank 0's row of epoch 1: training runs
     run.send_signal(getattr(signal, signame))
     sent = time.monotonic()
     _, err = run.communicate(timeout=60)
@@ -93,4 +96,8 @@ def test_a_signal_to_the_launcher_stops_every_rank_with_one_line_each(tmp_path, 
     assert run.returncode == status
     lines = err.strip().splitlines()
     workers = [f"gnnsys worker {r}: stopped by SIGTERM" for r in (0, 1)]  # the launcher's, as it stops them
-    assert sorted(lines) == sorted([*workers, f"gnnsys train: {said}"]), err
+    launcher = [
+        f"gnnsys train: {said}; the last checkpoint is {tmp_path / 'ck' / 'checkpoint.pt'}; to resume:",
+        f"  gnnsys {' '.join(args)} --resume",
+    ]
+    assert sorted(lines) == sorted([*workers, *launcher]), err

@@ -133,7 +133,11 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
     assert "float.npy: node ids must be integers, got floats" in _error(
         [*base, "--nodes", str(tmp_path / "float.npy")], capsys
     )
-    assert "none.npy: file not found" in _error([*base, "--nodes", str(tmp_path / "none.npy")], capsys)
+    (tmp_path / "text.npy").write_text("not an array")
+    assert "text.npy: " in _error([*base, "--nodes", str(tmp_path / "text.npy")], capsys)
+    with pytest.raises(SystemExit, match="2"):  # argparse, at parse time
+        main([*base, "--nodes", str(tmp_path / "none.npy")])
+    assert "none.npy: no such file or directory" in capsys.readouterr().err
     assert "layer: must be in 1..2" in _error([*base, "--output", "embeddings", "--layer", "3"], capsys)
     assert "use output 'embeddings'" in _error([*base, "--layer", "1"], capsys)
     assert "must be a .npy file" in _error([*base[:-1], str(tmp_path / "o.txt")], capsys)
@@ -147,7 +151,7 @@ def test_bad_requests_are_refused(trained, tmp_path, capsys):
         gnnsys.predict(ds, ckpt, output="probabilities")
     with pytest.raises(DatasetError, match="not a checkpoint directory"):
         gnnsys.predict(ds, tmp_path / "o.npy")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ds1", "far.npy", "float.npy"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ds1", "far.npy", "float.npy", "text.npy"]
 
 
 def test_output_is_atomic(trained, tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from gnnsys.samplers import Block
 from gnnsys.training.checkpoints import (
     FILE,
     load_training_state,
-    note_fresh_start,
+    note_resume,
     restore_training_state,
     save_checkpoint,
     training_state,
@@ -151,6 +151,7 @@ class StageRunner:
             self.on_epoch_end,
             bar=f"gnnpipe stage {self.rank}",
             show_bar=o.progress and self.last,
+            table=o.epoch_table and self.last,
         )
 
     def _epoch(self, epoch: int) -> dict:
@@ -216,7 +217,7 @@ class StageRunner:
         common = int(self.ranks.all_reduce([float(mine)], "min")[0])
         if common == 0:
             if self.rank == 0:
-                note_fresh_start(self.options.checkpoint_dir)
+                note_resume(self.options.checkpoint_dir, 0, self.options.epochs)
             return 0
         file = self._slot(common) / FILE
         state = next((s for s in states if s["epoch"] == common), None)
@@ -230,4 +231,6 @@ class StageRunner:
         for j, h in enumerate(state["extra"]["hist"]):
             if h is not None:
                 self.stage.hist[j].copy_(h)
+        if self.rank == 0:
+            note_resume(self.options.checkpoint_dir, epoch, self.options.epochs)
         return epoch
