@@ -58,11 +58,16 @@ def _main(argv) -> int:
     from gnnsys.errors import GnnsysError
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBCOMMANDS:  # a command: first of all, before its arguments' checks read any path
+        warnings.formatwarning = _one_line_warning(argv[0])
+        try:
+            check_environment()
+        except GnnsysError as e:
+            return error(argv[0], e)
     args = build_parser().parse_args(glue_negative_lists(argv))
     warnings.formatwarning = _one_line_warning(args.command)
     previous = _raise_on_sigterm()  # from here: before, nothing is written and the default action is right
     try:
-        check_environment()
         return args.run(args)
     except GnnsysError as e:
         return error(args.command, e)

@@ -10,9 +10,17 @@ from gnnsys.cli import gigabytes
 from gnnsys.datasets.input_paths import input_path
 
 
+def dataset_path(text: str) -> str:
+    """input_path, once a dataset an interrupted `prepare --overwrite` left aside is put back (restore_replaced)."""
+    from gnnsys.atomic import restore_replaced
+
+    restore_replaced(text)
+    return input_path(text)
+
+
 def add_parser(sub):
     p = sub.add_parser("info", help="print the summary of a prepared dataset")
-    p.add_argument("path", type=input_path, help="prepared dataset directory")
+    p.add_argument("path", type=dataset_path, help="prepared dataset directory")
     p.add_argument("--verify", action="store_true", help="re-check every checksum and invariant; exit 1 on failure")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
@@ -57,13 +65,11 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
 
 
 def run(args) -> int:
-    from gnnsys.atomic import restore_replaced
     from gnnsys.datasets.features_file import DTYPES
     from gnnsys.datasets.inspect import format_summary, placement_table, summarize, verify
     from gnnsys.errors import ConfigError
     from gnnsys.storage.advice import format_advice, placement_advice
 
-    restore_replaced(args.path)  # a dataset an interrupted prepare --overwrite left aside
     problems = verify(args.path) if args.verify else []
     if problems:  # the summary would stop at the first of them
         for p in problems:

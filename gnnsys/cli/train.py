@@ -257,7 +257,7 @@ def add_optimizer_arguments(p):
     g.add_argument(
         "--allow-nonfinite-loss",
         action="store_true",
-        help="train on when an epoch's loss is NaN or inf (by default the run stops, naming the epoch and batch)",
+        help="train on when an epoch's loss is NaN or inf (without it the run stops, naming the epoch and batch)",
     )
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from gnnsys.cli import build_parser
 from gnnsys.cli.train import DESCRIBED
+from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.hetero_options import HeteroOptions
-from gnnsys.training.options import FullGraphOptions
 
 MENTION = re.compile(r"\(default[^()]*\)")
 TRAIN_MENTION = re.compile(r"\(default: (?P<mini>[^;()]*)(; --mode fullgraph: (?P<full>[^()]*))?\)")

@@ -84,7 +84,8 @@ def test_cuda_without_gpu_exits_2_with_one_line(make_dataset, capsys):
 
 
 def test_missing_dataset_exits_2(tmp_path, capsys):
-    assert main(["train", str(tmp_path / "nope"), *FAST]) == 2
+    with pytest.raises(SystemExit, match="2"):  # argparse, at parse time
+        main(["train", str(tmp_path / "nope"), *FAST])
     assert "nope: no such file or directory" in capsys.readouterr().err
 
 
