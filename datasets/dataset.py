@@ -162,9 +162,9 @@ def load_dataset(path, expect: dict | None = None):
     record = LoadRecord(path)
     record.before("meta.json")
     if meta.get("kind") == HETERO:
-        ds = load_hetero_dataset(path, meta, record)
-        ds.files = record.confirm(expect)
-        return ds
+        hetero = load_hetero_dataset(path, meta, record)
+        hetero.files = record.confirm(expect)
+        return hetero
     tensor = lambda name, mmap=False: torch.from_numpy(load_int_array(path, name, mmap, record))  # noqa: E731
     ds = Dataset(
         name=meta["name"],

@@ -49,7 +49,10 @@ class GatherHandle:
 
     def wait(self) -> torch.Tensor:
         """The rows (waits for the future, if any)."""
-        return self._rows if self._future is None else self._future.wait()
+        if self._future is not None:
+            return self._future.wait()
+        assert self._rows is not None  # one of the two, by the constructor
+        return self._rows
 
     def check(self) -> torch.Tensor:
         """The rows, after verifying every id (IndexError otherwise)."""
@@ -127,6 +130,12 @@ class CacheTier(FeatureSource):
 
 class VictimTier(FeatureSource):
     """The role of a victim buffer: rows its cache evicted, kept while the
-    lookahead window needs them (directly under the cache)."""
+    lookahead window needs them (directly under the cache), which offers them
+    with `offer`."""
 
     name = "victim"
+
+    def offer(self, ids, rows: torch.Tensor, next_use) -> None:
+        """Take rows `rows` ([n, dim]) of the n `ids` the cache evicted, each
+        needed `next_use` batches from now; the buffer keeps those it can."""
+        raise NotImplementedError(f"{type(self).__name__} must implement offer")

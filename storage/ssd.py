@@ -250,7 +250,7 @@ class SSDFeatures(FeatureSource):
     def gather_async(self, ids, out=None) -> GatherHandle:
         """gather on a background thread: a handle whose wait() gives the rows."""
         check_ids(torch.as_tensor(ids), self.shape[0])
-        future = torch.futures.Future()
+        future: torch.futures.Future = torch.futures.Future()
 
         def done(job):
             error = job.exception()

@@ -292,7 +292,7 @@ def _window(ahead) -> list:
     return window
 
 
-def _keyed(value) -> dict:
+def _keyed(value) -> Mapping:
     """A homogeneous graph's one value as {HOMOGENEOUS: value}; a dict as it is."""
     return value if isinstance(value, Mapping) else {HOMOGENEOUS: value}
 

@@ -216,7 +216,7 @@ class TrainOptions(GivenOptions):
         """Plain JSON-ready values (tuples as lists); None for an option that does not apply to the run,
         so `type(o)(**o.to_dict()) == o`."""
         return {
-            f.name: None if f.name in self._inapplicable else _plain(getattr(self, f.name))
+            f.name: None if f.name in self.inapplicable else _plain(getattr(self, f.name))
             for f in dataclasses.fields(self)
             if f.name != "_given"
         }
