@@ -24,10 +24,12 @@ first 50 epochs; each against the targets (growth <= 1 MB an epoch over the
 second half of a 120-epoch run; over 500 epochs a peak within 5% of the
 peak at epoch 50; a shorter run is marked "short" for the target it cannot
 judge). Writes results/soak_<tag>.json after every run and
-results/soak_<tag>.png (epoch peaks of every run).
+results/soak_<tag>.png (epoch peaks of every run); `plot` draws the runs of
+several result files in one figure.
 
     python benchmarks/bench_soak.py run --products DIR [--mag DIR] --configs minibatch,ssd \
         --precisions 32,bf16-mixed --epochs 120 [--tag NAME]
+    python benchmarks/bench_soak.py plot results/soak_A.json results/soak_B.json --out results/soak_AB.png
 """
 
 from __future__ import annotations
@@ -157,8 +159,11 @@ def child_command(config: str, precision: str, args) -> list:
 
 
 def report_epoch(record: dict):
-    """on_epoch_end: one line the parent reads (module level: data-parallel workers pickle it)."""
-    print(EPOCH_LINE + json.dumps({"epoch": record["epoch"], "time_s": record["time_s"]}), flush=True)
+    """on_epoch_end: one line the parent reads (module level: data-parallel workers pickle it),
+    in one write, so that the lines of workers writing at once do not interleave."""
+    line = EPOCH_LINE + json.dumps({"epoch": record["epoch"], "time_s": record["time_s"]}) + "\n"
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
 
 
 def child(argv: list):
@@ -258,10 +263,24 @@ def describe(record: dict) -> str:
     )
 
 
+def plot_files(paths: list, out: Path):
+    """One figure of the runs of several result files (each run named with its file's tag)."""
+    results = [json.loads(Path(path).read_text()) for path in paths]
+    merged = {**results[0], "tag": " + ".join(r["tag"] for r in results), "runs": {}}
+    for r in results:
+        merged["runs"].update({f"{r['tag']}: {name}": run for name, run in r["runs"].items()})
+    if can_plot(out):
+        plot(merged, out)
+
+
 def parse_args(argv):
-    """The `run` arguments; p.error on a bad dataset, configuration or precision."""
+    """The subcommand's arguments; p.error on a bad dataset, configuration,
+    precision or result file."""
     p = argparse.ArgumentParser(description="anonymous memory per epoch of long training runs")
     sub = p.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("plot", help="draw the runs of several result files in one figure")
+    q.add_argument("results", nargs="+", help="results/soak_<tag>.json files")
+    q.add_argument("--out", required=True, help="the PNG to write")
     r = sub.add_parser("run", help="soak the configurations")
     r.add_argument("--products", required=True, help="prepared products-shaped dataset")
     r.add_argument("--mag", help="prepared mag-shaped dataset (for the hetero configuration)")
@@ -272,6 +291,11 @@ def parse_args(argv):
     r.add_argument("--tag", default="products", help="results/soak_<tag>.json and .png")
     r.add_argument("--out", default=str(HERE / "results"), help="results directory")
     args = p.parse_args(argv)
+    if args.command == "plot":
+        missing = [path for path in args.results if not Path(path).is_file()]
+        if missing:
+            p.error(f"results: no such file {missing[0]}")
+        return args
     args.configs, args.precisions = args.configs.split(","), args.precisions.split(",")
     for flag, values, allowed in (("--configs", args.configs, CONFIGS), ("--precisions", args.precisions, PRECISIONS)):
         unknown = [v for v in values if v not in allowed]
@@ -292,7 +316,11 @@ def main(argv=None):
     if argv[:1] == ["child"]:
         child(argv[1:])
         return
-    run(parse_args(argv))
+    args = parse_args(argv)
+    if args.command == "plot":
+        plot_files(args.results, Path(args.out))
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

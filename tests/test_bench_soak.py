@@ -64,3 +64,9 @@ def test_a_directory_without_a_dataset_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench_soak.parse_args(["run", "--products", str(tmp_path)])
     assert "--products: " in capsys.readouterr().err
+
+
+def test_plot_refuses_a_missing_result_file(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench_soak.parse_args(["plot", str(tmp_path / "soak_x.json"), "--out", str(tmp_path / "x.png")])
+    assert "results: no such file" in capsys.readouterr().err
