@@ -113,19 +113,25 @@ def soak_run(cmd: list, timeout: float) -> dict:
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peaks = Peaks({"anon": lambda: tree_anonymous_bytes(child.pid)}, period=SAMPLE_S)
     killer = threading.Timer(timeout, child.kill)
+    killer.daemon = True
     killer.start()
     epochs, tail = {}, []
-    for line in child.stdout:
-        if line.startswith(EPOCH_LINE):
-            record = json.loads(line[len(EPOCH_LINE) :])
-            if record["epoch"] not in epochs:  # data-parallel: every worker reports; the first ends the epoch
-                record["anon_peak_bytes"] = peaks.take()["anon"]
-                epochs[record["epoch"]] = record
-        else:
-            tail = [*tail[-4:], line.rstrip()]
-    peaks.stop()
-    child.wait()
-    killer.cancel()
+    try:
+        for line in child.stdout:
+            if line.startswith(EPOCH_LINE):
+                record = json.loads(line[len(EPOCH_LINE) :])
+                if record["epoch"] not in epochs:  # data-parallel: every worker reports; the first ends the epoch
+                    record["anon_peak_bytes"] = peaks.take()["anon"]
+                    epochs[record["epoch"]] = record
+            else:
+                tail = [*tail[-4:], line.rstrip()]
+    except BaseException:
+        child.kill()  # the parent failed: no orphan training on
+        raise
+    finally:
+        peaks.stop()
+        child.wait()
+        killer.cancel()
     records = [epochs[e] for e in sorted(epochs)]
     run = {
         "command": cmd,
@@ -199,19 +205,20 @@ def plot(result: dict, path: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for name, run in result["runs"].items():
+    fig, ax = plt.subplots(figsize=(12, 5.5))
+    colors = plt.get_cmap("tab20").colors
+    for i, (name, run) in enumerate(result["runs"].items()):
         peaks = np.asarray(run["anon_peak_bytes"]) / 2**20
         if peaks.size:
             growth = run["judged"]["growth_mb_per_epoch"]
             label = f"{name}: {growth:+.1f} MB/epoch" if growth is not None else name
-            ax.plot(np.arange(1, peaks.size + 1), peaks, label=label)
+            style = "--" if "before" in name else "-"
+            ax.plot(np.arange(1, peaks.size + 1), peaks, style, color=colors[i % len(colors)], label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("peak RssAnon in the epoch (MiB)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    load = result["machine"]["loadavg_start"][0]
-    ax.set_title(f"soak: {result['tag']} (growth over the second half; load {load:.1f})", fontsize=10)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title("soak: peak anonymous memory per epoch (growth: slope over the second half)", fontsize=10)
     save_figure(fig, path)
 
 
