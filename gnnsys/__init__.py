@@ -14,6 +14,18 @@ import os
 # design choices"). Must be set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# torch's CPU bf16 matmuls run on oneDNN, which keeps the primitive it builds for
+# each distinct shape in two caches (oneDNN's own and ideep's, 1024 entries each),
+# and each primitive holds buffers that grow with the matmul's rows (about 10 MB
+# at 20,000 rows). Sampled minibatches give every batch new row counts, so
+# under bf16-mixed the caches kept gigabytes of primitives that are never used
+# again: memory grew by every epoch (benchmarks/README.md, "Soak"). A small
+# cache still holds what repeats (a full-graph epoch's few shapes). Read by
+# torch when it first builds a oneDNN primitive: set before any bf16 matmul.
+ONEDNN_CACHE_ENTRIES = 16
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
+os.environ.setdefault("LRU_CACHE_CAPACITY", str(ONEDNN_CACHE_ENTRIES))
+
 _API = {  # public name -> the module that defines it
     "ConfigError": "gnnsys.errors",
     "DatasetError": "gnnsys.errors",
