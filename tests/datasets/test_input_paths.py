@@ -8,6 +8,7 @@ import os
 import pytest
 
 from gnnsys.cli import build_parser, main
+from gnnsys.cli.info import dataset_path
 from gnnsys.datasets import load_dataset
 from gnnsys.datasets.input_paths import input_path
 from gnnsys.errors import DatasetError
@@ -27,7 +28,7 @@ def input_actions():
         (words, action)
         for words, parser in parsers(build_parser())
         for action in parser._actions
-        if action.type is input_path
+        if action.type in (input_path, dataset_path)
     ]
 
 
