@@ -38,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fanouts", default="15,10,5", help="output layer first (PyG order)")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--prefetch", type=int, default=4)
-    p.add_argument("--num-workers", type=int, default=1)
+    p.add_argument("--sampling-threads", type=int, default=1, help="the loader's sampling threads")
     p.add_argument("--out", default=str(HERE / "results"), help="results directory")
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -92,7 +92,7 @@ def main(argv=None):
     loaders = {
         "sync": MinibatchLoader(ds, "train", sampling, batches, PipelineOptions(prefetch=0)),
         "pipelined": MinibatchLoader(
-            ds, "train", sampling, batches, PipelineOptions(prefetch=args.prefetch, num_workers=args.num_workers)
+            ds, "train", sampling, batches, PipelineOptions(prefetch=args.prefetch, sampling_threads=args.sampling_threads)
         ),
     }
     warm = loaders["sync"].seeds.epoch(0)[0]

@@ -8,6 +8,7 @@ and `PathError` (a DatasetError) an operating-system error on a user's path.
 """
 
 import contextlib
+import difflib
 import errno
 
 
@@ -71,3 +72,9 @@ def naming(path, doing: str):
         raise
     except OSError as e:
         raise PathError(path, e, doing) from e
+
+
+def did_you_mean(value: str, choices) -> str:
+    """ " (did you mean 'X'?)" naming the choice nearest to a mistyped `value`, or "" when none is near."""
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions, write_dataset
-from gnnsys.training.limits import FLOAT_MAX
+from gnnsys.numbers import FLOAT_MAX
 from tests.conftest import random_source
 
 SETTINGS = settings(

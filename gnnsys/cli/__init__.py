@@ -21,9 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered (a subcommand
     module's `interrupted(args, argv) -> str`, when it has one, adds to the
     line an interrupt or SIGTERM prints)."""
+    from gnnsys.cli.parser import OneLineParser
     from gnnsys.datasets.writer import tool_version
 
-    parser = argparse.ArgumentParser(prog="gnnsys", description="Train GNNs on graphs too large for GPU memory.")
+    parser = OneLineParser(prog="gnnsys", description="Train GNNs on graphs too large for GPU memory.")
     parser.add_argument("--version", action="version", version=f"gnnsys {tool_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:

@@ -1,350 +1,115 @@
 """`gnnsys train DIR [options]`: train a GNN on a prepared dataset.
 
-Each group of options is one `add_*_arguments(parser)` function listed in
-ARGUMENT_GROUPS; every option's `dest` is the name of a field of the
-trainer's options (gnnsys.training.options), so a new option is one flag
-here plus that field, and nothing else changes. Flags left out are left out
-of the options too, so the dataclasses' defaults are the only ones; a flag
-that the chosen `--mode` has no field for is refused with one line.
+The flags are generated from the trainers' options (gnnsys.cli.schema_flags
+over gnnsys.training.components): a new option is one field of a
+component, and nothing here changes. A flag that the chosen `--mode` (or a
+heterogeneous dataset) has no option for is refused with one line, as is a
+`--config` key; `--print-config` writes the options a run would use as the
+YAML `--config` reads.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import shlex
+import sys
 
 from gnnsys.cli import error
+from gnnsys.cli.schema_flags import (
+    add_schema_arguments,
+    as_flag_error,
+    check_config_keys,
+    flag,
+    given_options,
+    read_config,
+    schema_fields,
+    yaml_config,
+)
 from gnnsys.datasets.input_paths import input_path
 from gnnsys.errors import ConfigError, PathError
-from gnnsys.numbers import number
-from gnnsys.storage.cache import RUN_POLICIES
 from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.hetero_options import HeteroOptions
-from gnnsys.training.options import (
-    DEEP_FROM,
-    EVAL_MODES,
-    FEATURES,
-    LR_SCHEDULES,
-    MAX_RUNS,
-    OUTPUT_DTYPES,
-    PRECISIONS,
-    SAMPLINGS,
-    MinibatchOptions,
-)
+from gnnsys.training.options import MinibatchOptions
 from gnnsys.training.outputs import check_output_file
+from gnnsys.training.schema import cli_info
 
 MODES = {"minibatch": MinibatchOptions, "fullgraph": FullGraphOptions}
-HETERO_ONLY = {f.name for f in dataclasses.fields(HeteroOptions)} - {
-    f.name for f in dataclasses.fields(MinibatchOptions)
+LABELS = {"minibatch": MinibatchOptions, "heterogeneous dataset": HeteroOptions, "--mode fullgraph": FullGraphOptions}
+TITLES = {
+    "feature tiers": "feature tiers (minibatch)",
+    "full-graph": "full-graph (--mode fullgraph)",
+    "heterogeneous": "heterogeneous dataset",
 }
-NOT_OPTIONS = ("path", "mode", "json_out", "run", "interrupted", "command")  # parsed flags that are not trainer options
-# each mode's defaults (a heterogeneous dataset trains in minibatch mode, with HeteroOptions)
-MODE_DEFAULTS = {
-    mode: {f.name: f.default for f in dataclasses.fields(cls)}
-    for mode, cls in (("minibatch", HeteroOptions), ("fullgraph", FullGraphOptions))
-}
-DESCRIBED = {  # what `train --help` says of a default that is not a value
-    ("layers", None): "one per fanout",
-    ("norm", None): "none",
-    ("norm", "auto"): f"layer from {DEEP_FROM} layers, else none",
-    ("residual", None): f"on from {DEEP_FROM} layers",
-    ("embedding_dim", None): "--hidden",
-    ("victim_rows", None): "a quarter of the cache",
-    ("patience", None): "never",
-    ("scratch_dir", None): "a temporary directory",
-}
-
-
-def default_text(name: str, value) -> str | None:
-    """How `train --help` names option `name`'s default `value`: the value
-    (a list comma-joined; a flag's off or on), or its DESCRIBED meaning;
-    None for None without a description (nothing to show)."""
-    if (name, value) in DESCRIBED:
-        return DESCRIBED[name, value]
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if value is None:
-        return None
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-
-def mode_defaults(name: str, flag: bool = False) -> str | None:
-    """The "(default: ...)" of option `name` in `train --help`: the minibatch
-    (and heterogeneous) default, and --mode fullgraph's where it differs;
-    None where neither mode has one to show, and for a `flag` (an option
-    without a value) whose default is the same in both modes."""
-    shown = {mode: default_text(name, d[name]) for mode, d in MODE_DEFAULTS.items() if name in d}
-    mini, full = shown.get("minibatch"), shown.get("fullgraph")
-    if full is not None and "minibatch" in shown and full != mini:
-        return f"(default: {mini or 'none'}; --mode fullgraph: {full})"
-    return None if flag or (mini or full) is None else f"(default: {mini or full})"
-
-
-def fanout_list(text: str) -> list[int]:
-    """argparse type for "15,10,5" (-1 = every neighbour)."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 15,10,5, got {text!r}") from None
-    if any(v < -1 or v == 0 for v in values):
-        raise argparse.ArgumentTypeError(f"fanouts must be positive or -1 (all), got {text!r}")
-    return values
-
-
-def relation_fanout(text: str) -> tuple[str, list[int]]:
-    """argparse type for "src__rel__dst=4,3": a relation's own fanouts, one per layer (0: none, -1: all)."""
-    name, sep, counts = text.partition("=")
-    try:
-        values = [int(v) for v in counts.split(",")]
-    except ValueError:
-        values = []
-    if not sep or not name or not values or any(v < -1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected RELATION=N,N,... like paper__cites__paper=5,5, got {text!r}")
-    return name, values
-
-
-def add_model_arguments(p):
-    g = p.add_argument_group("model")
-    g.add_argument("--model", choices=["sage", "gcn", "gat"], help="conv layer")
-    g.add_argument("--hidden", type=int, help="hidden size")
-    g.add_argument("--layers", type=int, help="number of layers")
-    g.add_argument("--dropout", type=number, help="dropout after hidden layers")
-    g.add_argument("--input-dropout", type=number, help="dropout on input features")
-    g.add_argument("--norm", choices=["batch", "layer"], help="normalisation after hidden layers")
-    g.add_argument("--residual", action="store_true", help="residual connections in hidden layers")
-    g.add_argument("--heads", type=int, help="GAT attention heads")
-    g.add_argument(
-        "--embedding-dim",
-        type=int,
-        help="heterogeneous dataset: width of the learnable embeddings of node types without features",
-    )
-    g.add_argument(
-        "--sparse-embeddings",
-        action="store_true",
-        help="heterogeneous dataset: those embeddings take sparse gradients and train with SparseAdam, "
-        "which updates only the rows a batch read (needs --weight-decay 0)",
-    )
-
-
-def add_sampling_arguments(p):
-    g = p.add_argument_group("sampling")
-    g.add_argument(
-        "--fanouts",
-        type=fanout_list,
-        metavar="N,N,...",
-        help="neighbours per layer, output layer first; -1 takes every neighbour (e.g. --fanouts=-1,-1)",
-    )
-    g.add_argument(
-        "--relation-fanouts",
-        type=relation_fanout,
-        action="append",
-        metavar="REL=N,N,...",
-        help="heterogeneous dataset: a relation (src__rel__dst) that draws its own fanouts, one per layer "
-        "(repeat for several); the others draw --fanouts",
-    )
-    g.add_argument("--batch-size", type=int, help="seeds per minibatch")
-    g.add_argument("--prefetch", type=int, help="minibatches prepared ahead")
-    g.add_argument(
-        "--sampler",
-        choices=["cpu", "gpu", "gpu-pinned"],
-        help="neighbour sampler: CPU (numba) or GPU (Triton, CSC in GPU or pinned memory)",
-    )
-    g.add_argument(
-        "--sampling",
-        choices=list(SAMPLINGS),
-        help="uniform: each node draws min(fanout, degree) neighbours; labor: LABOR-0 layer-neighbour "
-        "sampling, each edge kept as often but draws shared across a layer (fewer input rows)",
-    )
-    g.add_argument(
-        "--features",
-        choices=list(FEATURES),
-        help="where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by "
-        "the CPU from memory or a memory map, or read from the SSD with O_DIRECT (ssd)",
-    )
-
-
-def add_tier_arguments(p):
-    g = p.add_argument_group("feature tiers (--mode minibatch)")
-    g.add_argument("--cache-rows", type=int, help="software cache of this many hot feature rows (0: none)")
-    g.add_argument("--cache-gb", type=number, help="software cache of this many GB of feature rows")
-    g.add_argument(
-        "--cache-policy",
-        choices=list(RUN_POLICIES),
-        help="what the cache keeps: static (out-degree), presample (hotness of sampled epochs), "
-        "lru, sieve, s3fifo, or hybrid (score, reuse and the lookahead window)",
-    )
-    g.add_argument(
-        "--lookahead",
-        type=int,
-        help="batches sampled ahead whose ids the cache sees (hybrid eviction, victim buffer, lookahead fill)",
-    )
-    g.add_argument(
-        "--victim-rows",
-        type=int,
-        help="victim buffer rows for evicted rows needed again within the lookahead window",
-    )
-    g.add_argument(
-        "--host-mem-budget",
-        type=number,
-        metavar="GB",
-        help="host memory the SSD tier's cache, victim buffer and staging may use",
-    )
-    g.add_argument(
-        "--replicate-frac",
-        type=number,
-        help="with --workers: the hottest fraction of the shared cache held by every worker",
-    )
-
-
-def add_fullgraph_arguments(p):
-    g = p.add_argument_group("full-graph (--mode fullgraph)")
-    g.add_argument(
-        "--mode",
-        choices=list(MODES),
-        default="minibatch",
-        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1) (default: %(default)s)",
-    )
-    g.add_argument(
-        "--workers", type=int, help="processes: data-parallel workers (minibatch), pipeline stages (fullgraph)"
-    )
-    g.add_argument("--chunks", type=int, help="node chunks streamed through the pipeline")
-    g.add_argument(
-        "--partition",
-        choices=["auto", "metis", "rcm", "range"],
-        help="how nodes are cut into chunks (auto: METIS when installed)",
-    )
-    g.add_argument(
-        "--refresh-every",
-        type=int,
-        help="recompute the pipeline's historical embeddings exactly every N epochs (0: never)",
-    )
-
-
-def add_optimizer_arguments(p):
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int, help="epochs")
-    g.add_argument("--lr", type=number, help="Adam learning rate")
-    g.add_argument("--weight-decay", type=number, help="Adam weight decay")
-    g.add_argument("--seed", type=int, help="random seed (run i of --runs: seed + i)")
-    g.add_argument(
-        "--runs",
-        type=int,
-        help=f"train N runs (seeds seed, seed+1, ...; at most {MAX_RUNS}) and report each run's and the mean "
-        "and std of the metrics at the epoch of best validation, as OGB's leaderboard does",
-    )
-    g.add_argument(
-        "--patience",
-        type=int,
-        metavar="N",
-        help="stop a run when its validation metric has not improved for N epochs",
-    )
-    g.add_argument(
-        "--lr-schedule",
-        choices=list(LR_SCHEDULES),
-        help="step: lr times --lr-gamma every --lr-step-size epochs; cosine: down to --lr-min over --epochs; "
-        "plateau: lr times --lr-gamma when validation has not improved for --lr-patience evaluations",
-    )
-    g.add_argument("--lr-step-size", type=int, metavar="N", help="epochs between the decays of --lr-schedule step")
-    g.add_argument("--lr-gamma", type=number, help="the factor of each decay (--lr-schedule step or plateau)")
-    g.add_argument("--lr-min", type=number, help="the last learning rate of --lr-schedule cosine")
-    g.add_argument(
-        "--lr-patience",
-        type=int,
-        metavar="N",
-        help="evaluations without improvement before --lr-schedule plateau decays",
-    )
-    g.add_argument(
-        "--allow-nonfinite-loss",
-        action="store_true",
-        help="train on when an epoch's loss is NaN or inf (without it the run stops, naming the epoch and batch)",
-    )
-
-
-def add_run_arguments(p):
-    g = p.add_argument_group("run")
-    g.add_argument("--device", help="cpu, cuda or cuda:N")
-    g.add_argument(
-        "--precision",
-        choices=list(PRECISIONS),
-        help="auto: bf16-mixed where bf16 matmuls are native (CPU with AVX512-BF16 or AMX, "
-        "GPU with bf16), else 32; 32-bit; bf16 autocast with fp32 weights (CPU, CUDA; fp32 matmuls "
-        "on a CPU without native bf16); or fp16 autocast (CUDA)",
-    )
-    g.add_argument("--eval-every", type=int, help="evaluate every N epochs")
-    g.add_argument("--eval-batch-size", type=int, help="nodes per inference batch")
-    g.add_argument(
-        "--eval",
-        choices=list(EVAL_MODES),
-        help="evaluation: exact streaming layer-wise inference over all neighbours, or the training "
-        "fanouts through the training loader (sampled); auto: sampled with --features ssd",
-    )
-    g.add_argument(
-        "--scratch-dir",
-        help="where layer-wise evaluation keeps hidden layers' outputs",
-    )
-    g.add_argument(
-        "--inference-dtype",
-        choices=list(OUTPUT_DTYPES),
-        help="dtype of hidden layers' outputs kept by layer-wise evaluation",
-    )
-    g.add_argument(
-        "--metric",
-        choices=["auto", "acc", "auc", "rocauc"],
-        help="auto: rocauc (OGB's ROC-AUC averaged over tasks) for a multilabel dataset, "
-        "ROC AUC for 2 classes, else accuracy",
-    )
-    g.add_argument("--checkpoint-dir", help="write a checkpoint here after every epoch")
-    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir")
-    g.add_argument("--json", dest="json_out", metavar="OUT", help="write the TrainResult JSON here")
-    g.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    g.add_argument(
-        "--verify",
-        action="store_true",
-        help="re-check the dataset's checksums and invariants before training (reads every file once)",
-    )
-
-
-ARGUMENT_GROUPS = (
-    add_model_arguments,
-    add_sampling_arguments,
-    add_tier_arguments,
-    add_fullgraph_arguments,
-    add_optimizer_arguments,
-    add_run_arguments,
-)
+NOT_OPTIONS = ("path", "mode", "json_out", "config", "print_config", "run", "interrupted", "command")
 
 
 def add_parser(sub):
+    import argparse
+
     p = sub.add_parser("train", help="train a GNN on a prepared dataset", argument_default=argparse.SUPPRESS)
     p.add_argument("path", type=input_path, help="prepared dataset directory")
-    for add in ARGUMENT_GROUPS:
-        add(p)
-    for action in p._actions:  # show the trainers' defaults, the only ones
-        shown = mode_defaults(action.dest, flag=action.nargs == 0) if action.help else None
-        if shown:
-            action.help += f" {shown}"
+    groups = add_schema_arguments(p, LABELS, TITLES)
+    run = groups["run"]
+    run.add_argument(
+        "--mode",
+        choices=list(MODES),
+        help="minibatch sampling, or whole-graph training (GNNPipe when --workers/--chunks > 1) (default: minibatch)",
+    )
+    run.add_argument("--json", dest="json_out", metavar="OUT", help="write the TrainResult JSON here")
+    run.add_argument(
+        "--config",
+        type=input_path,
+        metavar="FILE",
+        help="read options from this YAML file (option names as keys, as --print-config writes them); "
+        "flags given here win",
+    )
+    run.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the options this run would use as YAML (what --config reads) and exit",
+    )
     return p
 
 
 def options_from_args(args, hetero: bool = False):
-    """The options of the chosen `--mode` built from the flags given
-    (HeteroOptions for a heterogeneous dataset, `hetero`, which trains in
-    minibatch mode); ConfigError for a flag that mode has no option for."""
-    mode = getattr(args, "mode", "minibatch")
-    cls = MODES[mode]
+    """The options of the chosen mode (`--mode`, else the config file's `mode`, else minibatch) built from
+    the config file's values and the flags given (the flags win); HeteroOptions for a heterogeneous dataset,
+    `hetero`, which trains in minibatch mode. ConfigError naming the flag (or the file's key) of an option
+    that mode has not, or whose value is refused."""
+    path = getattr(args, "config", None)
+    config = read_config(path) if path is not None else {}
+    every = {name for cls in LABELS.values() for name, info in cls.model_fields.items() if cli_info(info)["cli"]}
+    if path is not None:
+        check_config_keys(path, config, every | {"mode"})
+    mode = getattr(args, "mode", config.pop("mode", "minibatch"))
+    if mode not in MODES:
+        raise ConfigError(f"{path}: mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     if hetero and mode != "minibatch":
         raise ConfigError("--mode", f"{mode}: a heterogeneous dataset trains in minibatch mode")
-    cls = HeteroOptions if hetero else cls
-    names = {f.name for f in dataclasses.fields(cls) if f.name != "_given"}
-    given = {k: v for k, v in vars(args).items() if k not in NOT_OPTIONS}
-    for name in given:
-        if name not in names:
-            where = "a homogeneous dataset" if name in HETERO_ONLY else f"--mode {mode}"
-            raise ConfigError(f"--{name.replace('_', '-')}", f"does not apply to {where}")
-    if "relation_fanouts" in given:
-        given["relation_fanouts"] = dict(given["relation_fanouts"])
-    return cls(**given)
+    cls = HeteroOptions if hetero else MODES[mode]
+    given = given_options(args, NOT_OPTIONS)
+    where = {name: flag(name, info) for cls_ in LABELS.values() for name, info in cls_.model_fields.items()}
+    for name in [*given, *config]:
+        if name not in cls.model_fields:
+            homogeneous = any(name in c.model_fields for c in MODES.values())
+            kind = f"--mode {mode}" if homogeneous else "a homogeneous dataset"
+            kind = "a heterogeneous dataset" if hetero else kind
+            written = where[name] if name in given else f"{path}: {name}"
+            raise ConfigError(written, f"does not apply to {kind}")
+    try:
+        return cls(**{**config, **given})
+    except ConfigError as e:
+        raise as_flag_error(e, cls.model_fields, {k: str(path) for k in config if k not in given}) from None
+
+
+def print_config(options, mode: str) -> int:
+    """Write `options` as the YAML --config reads: the mode and every command-line option, as given or its
+    default (so that a value this machine resolves, such as precision "auto", stays to be resolved where the
+    file is used); None where it does not apply."""
+    fields = type(options).model_fields  # values the run resolves (precision "auto", layers) as their defaults
+    values = {k: v if options.given(k) or v is None else fields[k].default for k, v in options.to_dict().items()}
+    ordered = [name for fields in schema_fields(LABELS).values() for name in fields if name in values]
+    sys.stdout.write(yaml_config({"mode": mode, **{name: values[name] for name in ordered}}))
+    return 0
 
 
 def format_summary(result) -> str:
@@ -389,6 +154,8 @@ def run(args) -> int:
 
     dataset = as_dataset(args.path)  # opened once: its kind decides the options and the trainer
     options = options_from_args(args, isinstance(dataset, HeteroDataset))
+    if getattr(args, "print_config", False):
+        return print_config(options, "fullgraph" if isinstance(options, FullGraphOptions) else "minibatch")
     if isinstance(options, FullGraphOptions):
         from gnnsys.trainers.fullgraph import train_fullgraph as trainer
     elif isinstance(options, HeteroOptions):
@@ -398,7 +165,7 @@ def run(args) -> int:
     json_out = getattr(args, "json_out", None)
     if json_out:
         check_output_file(json_out, "--json")
-    result = trainer(dataset, dataclasses.replace(options, epoch_table=True))
+    result = trainer(dataset, options.replace(epoch_table=True))
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
     summary = format_summary(result)

@@ -1,7 +1,7 @@
 """`MinibatchLoader`: sampled minibatches with features and labels, prepared
 ahead of the training loop by background threads (SALIENT/GraphBolt-style).
 
-Stages: `num_workers` sampling threads (batch i goes to worker i % num_workers)
+Stages: `sampling_threads` sampling threads (batch i goes to worker i % sampling_threads)
 -> one gather thread (features of input_nodes as float32, labels of seeds,
 move to `device`) -> the consumer. Batch i may start only once batch
 i - prefetch has been handed out, so at most `prefetch` batches are in flight
@@ -113,17 +113,17 @@ class MinibatchLoader:
         self.device = normalize_device(device)
         self.sampler = _sampler(sampling, dataset, self.device, batches.seed)
         self.features = dataset.features if features is None else features
-        self.prefetch, self.lookahead, self.num_workers = pipeline.prefetch, pipeline.lookahead, pipeline.num_workers
+        self.prefetch, self.lookahead, self.sampling_threads = pipeline.prefetch, pipeline.lookahead, pipeline.sampling_threads
         self.x_dtype = x_dtype
         self._rows = self._row_buffers()  # {key: FeatureRows}
         self.set_epoch(0)
         streams = pipeline.streams
         # streams and events are duck-typed (CudaStreams, or a stand-in with its methods); None off CUDA
         self._streams: Any = streams if streams is not None else (CudaStreams() if self.device.type == "cuda" else None)
-        self._sample_streams: list[Any] = [None] * self.num_workers
+        self._sample_streams: list[Any] = [None] * self.sampling_threads
         self._gather_stream: Any = None
         if self._streams is not None:
-            self._sample_streams = [self._streams.new_stream(self.device) for _ in range(self.num_workers)]
+            self._sample_streams = [self._streams.new_stream(self.device) for _ in range(self.sampling_threads)]
             self._gather_stream = self._streams.new_stream(self.device)
 
     def __len__(self) -> int:
@@ -186,7 +186,7 @@ class MinibatchLoader:
     def __repr__(self):
         return (
             f"MinibatchLoader({self.dataset.name!r}, batches={len(self)}, sampler={self.sampler}, "
-            f"prefetch={self.prefetch}, num_workers={self.num_workers}, device={self.device})"
+            f"prefetch={self.prefetch}, sampling_threads={self.sampling_threads}, device={self.device})"
         )
 
     def __iter__(self):

@@ -63,7 +63,7 @@ class PipelineOptions:
     """How far the loader's threads work ahead of the consumer.
 
     prefetch: batches prepared ahead (0: everything runs in the caller's
-    thread); num_workers: sampling threads; lookahead K > 0: batches are
+    thread); sampling_threads: sampling threads; lookahead K > 0: batches are
     sampled K further ahead and the feature source's `set_window` gets their
     input ids before each gather (needs a stack with a cache); streams: the
     stream API of a CUDA device (default CudaStreams() on CUDA), a stand-in
@@ -72,7 +72,7 @@ class PipelineOptions:
     """
 
     prefetch: int = 4
-    num_workers: int = 1
+    sampling_threads: int = 1
     lookahead: int = 0
     streams: CudaStreams | None = None
 
@@ -81,5 +81,5 @@ class PipelineOptions:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.lookahead < 0:
             raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
-        if self.num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+        if self.sampling_threads < 1:
+            raise ValueError(f"sampling_threads must be >= 1, got {self.sampling_threads}")

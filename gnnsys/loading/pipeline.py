@@ -29,7 +29,7 @@ class Pipeline:
         self.stop = threading.Event()
         self.gate = threading.Condition()
         self.handed_out = 0
-        workers = loader.num_workers
+        workers = loader.sampling_threads
         self.sampled: list[queue.Queue] = [queue.Queue() for _ in range(workers)]
         self.ready: queue.Queue = queue.Queue()
         self.threads = [
@@ -77,7 +77,7 @@ class Pipeline:
                     raise Stopped from None
 
     def _sample_loop(self, worker: int):
-        step = self.loader.num_workers
+        step = self.loader.sampling_threads
         for index in range(worker, len(self.batches), step):
             with self.gate:
                 while (
@@ -95,7 +95,7 @@ class Pipeline:
 
     def _sampled(self):
         """The sampled items in batch order, from the workers' queues."""
-        step = self.loader.num_workers
+        step = self.loader.sampling_threads
         for index in range(len(self.batches)):
             yield self._get(self.sampled[index % step])
 

@@ -28,7 +28,6 @@ multi-machine run need no shared file system for it.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import tempfile
@@ -70,7 +69,7 @@ def torchrun_options(options):
     env = torchrun_env()
     if options.workers not in (1, env.world_size):
         raise ConfigError("workers", f"{options.workers} requested, but torchrun started {env.world_size} processes")
-    return dataclasses.replace(options, workers=env.world_size, epoch_table=options.epoch_table and env.rank == 0)
+    return options.replace(workers=env.world_size, epoch_table=options.epoch_table and env.rank == 0)
 
 
 def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
@@ -99,8 +98,7 @@ def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
 def rank_options(options, device: torch.device, rank: int):
     """The options rank `rank` trains with: its own device (cuda:LOCAL_RANK),
     progress bars and the epoch table on rank 0 only."""
-    return dataclasses.replace(
-        options,
+    return options.replace(
         device=str(device),
         progress=options.progress and rank == 0,
         epoch_table=options.epoch_table and rank == 0,
@@ -242,7 +240,7 @@ def resume_ranks(options, model, optimizer, ranks, precision=None, control=None)
             note_resume(options.checkpoint_dir, 0, options.epochs)
         return 0, []
     if rank > 0:  # rank 0 checked the device; the others train on their own
-        options = dataclasses.replace(options, device=state["options"]["device"])
+        options = options.replace(device=state["options"]["device"])
     done, history = restore_training_state(
         state, Path(options.checkpoint_dir) / FILE, options, model, optimizer, precision, control
     )

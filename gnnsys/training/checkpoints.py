@@ -40,7 +40,6 @@ from gnnsys.training.outputs import check_output_dir, write_output
 
 FILE = "checkpoint.pt"
 LOCK = ".lock"  # held by the run writing into the directory (checkpoint_lock)
-SINCE_CONTROL = ("runs", "patience", "lr_schedule", "lr_step_size", "lr_gamma", "lr_min", "lr_patience")
 PLAIN = (str, int, float, bool, type(None))  # exact types (numpy's float64 is a float, but pickles as numpy's)
 
 log = logging.getLogger(__name__)
@@ -195,25 +194,19 @@ def restore_training_state(
     history). DatasetError naming `file` when it was written with another
     precision (naming both) or other options (those a resume may not
     change), or its weights do not fit the model."""
-    saved = {k: v for k, v in state["options"].items() if k not in options.resumable()}
-    saved.setdefault("precision", "32")  # checkpoints from before the option trained in fp32
+    filled = type(options).saved(state["options"])  # what it lacks, the run that wrote it used: the schema's
+    saved = {k: v for k, v in filled.items() if k not in options.resumable()}
     ours = options.resume_key()
-    for name in SINCE_CONTROL:  # checkpoints from before these options trained without them
-        if name in ours:
-            saved.setdefault(name, getattr(type(options), name))
-    if "sampling" in ours:  # minibatch checkpoints from before the option sampled uniformly
-        saved.setdefault("sampling", "uniform")
     for name in options.inapplicable & saved.keys():  # checkpoints from before these were written as None
         saved[name] = None
-    if "dataset_id" in ours:  # checkpoints from before the option did not record their data
-        saved.setdefault("dataset_id", ours["dataset_id"])
+    if "dataset_id" in ours:
         if saved["dataset_id"] != ours["dataset_id"] and None not in (saved["dataset_id"], ours["dataset_id"]):
             raise DatasetError(
                 file,
                 f"was written for other data ({state['options'].get('dataset')}, identity {saved['dataset_id']}) "
                 f"than this run's (identity {ours['dataset_id']}); cannot resume",
             )
-        saved["dataset_id"] = ours["dataset_id"]
+        saved["dataset_id"] = ours["dataset_id"]  # checkpoints from before the option did not record their data
     if saved["precision"] != ours["precision"]:
         raise DatasetError(
             file,

@@ -1,60 +1,69 @@
 """`FullGraphOptions`: the options of full-graph training (the single-process
-reference and GNNPipe), TrainOptions' with what differs."""
+reference and GNNPipe): TrainOptions' and the pipeline's, with defaults of
+their own (a 2-layer GCN of width 64 for 100 epochs at lr 0.01)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from gnnsys.errors import ConfigError
 from gnnsys.models.names import CONVS, is_user_model
 from gnnsys.parallel.partition import METHODS
+from gnnsys.training.components import HiddenLayersSchema
 from gnnsys.training.options import DEEP_FROM, TrainOptions
+from gnnsys.training.schema import OptionsSchema, option
+
+DEFAULT_OF_DEPTH = f"on from {DEEP_FROM} layers"
 
 
-@dataclass(frozen=True)
-class FullGraphOptions(TrainOptions):
-    """Options of full-graph training (`gnnsys.train_fullgraph`), GNNPipe included.
+class PipelineSchema(OptionsSchema):
+    """GNNPipe: pipeline stages, the node chunks streamed through them and their historical embeddings."""
 
-    workers: pipeline stages (one process each); chunks: node chunks streamed
-    through them (workers = chunks = 1: the single-process reference);
-    partition "auto"/"metis"/"rcm"/"range"; balance "estimate"d or "measure"d
-    unit cost; history_momentum, fresh_grad_scale, refresh_every and warmup:
-    the historical embeddings (see gnnsys.trainers.gnnpipe); timeout_s: how long a
-    silent worker may stall. From DEEP_FROM layers, norm "auto" is "layer"
-    and residual/input_proj default on (None: that default).
-    """
+    GROUP: ClassVar[str] = "full-graph"
+    RESUMABLE: ClassVar[tuple] = ("timeout_s",)
+    workers: int = option(1, "pipeline stages, one process each (GNNPipe when --workers/--chunks > 1)", ge=1)
+    chunks: int = option(1, "node chunks streamed through the pipeline", ge=1)
+    partition: Literal[METHODS] = option(  # type: ignore[valid-type]
+        "auto", "how nodes are cut into chunks (auto: METIS when installed)"
+    )
+    balance: Literal["estimate", "measure"] = option("estimate", "stages balanced by estimated or measured unit cost")
+    history_momentum: float = option(0.0, "momentum of the historical embeddings' updates", ge=0, lt=1)
+    fresh_grad_scale: float = option(1.0, "scale of the gradients fresh embeddings pass back", ge=0)
+    refresh_every: int = option(
+        1, "recompute the pipeline's historical embeddings exactly every N epochs (0: never)", ge=0
+    )
+    warmup: bool = option(True, "an exact first epoch before the pipeline uses historical embeddings")
+    timeout_s: float = option(120.0, "seconds a silent worker may stall", gt=0)
+    input_proj: bool | None = option(None, "a linear projection of the input features first", shown=DEFAULT_OF_DEPTH)
 
-    model: str = "gcn"
-    hidden: int = 64
-    layers: int = 2
-    epochs: int = 100
-    lr: float = 0.01
-    norm: str | None = "auto"
-    residual: bool | None = None  # type: ignore[assignment]  # None until __post_init__ picks the depth's default
-    input_proj: bool | None = None
-    workers: int = 1
-    chunks: int = 1
-    partition: str = "auto"
-    balance: str = "estimate"
-    history_momentum: float = 0.0
-    fresh_grad_scale: float = 1.0
-    refresh_every: int = 1
-    warmup: bool = True
-    timeout_s: float = 120.0
 
-    RESUMABLE: ClassVar[tuple] = TrainOptions.RESUMABLE + ("timeout_s",)
-    POSITIVE: ClassVar[tuple] = TrainOptions.POSITIVE + ("layers", "workers", "chunks")
+class FullGraphOptions(TrainOptions, HiddenLayersSchema, PipelineSchema):
+    """Options of full-graph training (`gnnsys.train_fullgraph`), GNNPipe
+    included (workers = chunks = 1: the single-process reference). From
+    DEEP_FROM layers, norm "auto" is "layer" and residual/input_proj
+    default on (None: that default)."""
 
-    def __post_init__(self):
-        deep = isinstance(self.layers, int) and self.layers >= DEEP_FROM
+    model: str = option("gcn", "conv layer", choices=CONVS)
+    hidden: int = option(64, "hidden size", ge=1)
+    layers: int = option(2, "number of layers", ge=1)  # type: ignore[assignment]
+    epochs: int = option(100, "epochs", ge=1)
+    lr: float = option(0.01, "Adam learning rate", gt=0)
+    norm: Literal["batch", "layer", "auto"] | None = option(  # type: ignore[assignment]
+        "auto", "normalisation after hidden layers", shown=f"layer from {DEEP_FROM} layers, else none"
+    )
+    residual: bool | None = option(  # type: ignore[assignment]
+        None, "residual connections in hidden layers", shown=DEFAULT_OF_DEPTH
+    )
+
+    def _complete(self):
+        super()._complete()
+        deep = self.layers >= DEEP_FROM
         if self.input_proj is None:
             self._set("input_proj", deep)
         if self.residual is None:
             self._set("residual", deep)
         if self.norm == "auto":
             self._set("norm", "layer" if deep else None)
-        super().__post_init__()
 
     @property
     def pipelined(self) -> bool:
@@ -75,14 +84,6 @@ class FullGraphOptions(TrainOptions):
             raise ConfigError("workers", f"{self.workers} workers need at least as many units, the model has {units}")
         if self.norm == "batch" and self.chunks > 1:
             raise ConfigError("norm", "batch norm would use per-chunk statistics in the pipeline; use 'layer'")
-        if self.partition not in METHODS:
-            raise ConfigError("partition", f"must be one of {METHODS}, got {self.partition!r}")
-        if self.balance not in ("estimate", "measure"):
-            raise ConfigError("balance", f"must be 'estimate' or 'measure', got {self.balance!r}")
-        if self.refresh_every < 0:
-            raise ConfigError("refresh_every", f"must be >= 0 (0: never), got {self.refresh_every}")
-        if not 0 <= self.history_momentum < 1:
-            raise ConfigError("history_momentum", f"must be in [0, 1), got {self.history_momentum}")
 
     def for_dataset(self, dataset):
         if self.chunks > dataset.num_nodes:

@@ -1,80 +1,58 @@
 """`HeteroOptions`: the options of minibatch training on a heterogeneous
-dataset (gnnsys.trainers.hetero), MinibatchOptions' with what differs.
+dataset (gnnsys.trainers.hetero): the components a heterogeneous graph's
+run takes (gnnsys.training.components) and its own.
 
-What applies unchanged: the optimiser, epochs, runs, LR schedule, patience,
+What it has: the optimiser, epochs, runs, LR schedule, patience,
 checkpoints and resume, precision, device, batch size, prefetch, sampling
-("uniform" or "labor"), the feature tiers (features, cache_rows / cache_gb,
-cache_policy, lookahead, victim_rows, host_mem_budget; the FeatureStore
-shares them among the node types with features), dropout and input_dropout.
-What is refused, one line naming the option: a model other than "sage"
-(the R-GCN's relation convs are SAGE convs; a user module), heads, norm and
-residual (options of the homogeneous models), a sampler other than "cpu",
-scratch_dir and inference_dtype (options of the homogeneous graphs' streaming
-inference: a heterogeneous graph's layer-wise evaluation,
-gnnsys.inference.rgcn_layerwise, holds its layers in memory), and
-workers > 1 (data-parallel training of heterogeneous graphs is not
-implemented). eval works as for a homogeneous graph: "auto" is exact
-layer-wise inference over every neighbour of every relation (as OGB's R-GCN
-example evaluates), sampled with features="ssd".
+("uniform" or "labor"), the feature tiers (the FeatureStore shares them
+among the node types with features), dropout and input_dropout, and eval
+("auto": exact layer-wise inference over every neighbour of every relation,
+as OGB's R-GCN example evaluates; sampled with features="ssd"). What it
+has not, so that giving it is refused as not an option of a heterogeneous
+dataset: heads, norm and residual (the homogeneous models' shape; the
+R-GCN's relation convs are SAGE convs), sampler (a heterogeneous graph is
+sampled on the CPU), scratch_dir and inference_dtype (its layer-wise
+evaluation, gnnsys.inference.rgcn_layerwise, holds its layers in memory),
+workers and replicate_frac (data-parallel training of heterogeneous graphs
+is not implemented).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 
 from gnnsys.datasets.hetero_dataset import relation_name
 from gnnsys.errors import ConfigError
-from gnnsys.training.limits import GB, INT_MAX
-from gnnsys.training.options import MinibatchOptions, _verify, recorded
+from gnnsys.storage.memory_plan import GB
+from gnnsys.training.components import InferenceSchema, SamplingSchema, TierSchema
+from gnnsys.training.options import MinibatchOptions, TrainOptions, _verify, recorded
+from gnnsys.training.schema import INT_MAX, OptionsSchema, option
 from gnnsys.training.tasks import task_metric
 
-REFUSED = ("heads", "norm", "residual")  # options of the homogeneous models
-STREAMING = ("scratch_dir", "inference_dtype")  # options of the homogeneous graphs' streaming inference
 
+class HeteroSchema(OptionsSchema):
+    """What a heterogeneous graph's model and sampling have of their own."""
 
-@dataclass(frozen=True)
-class HeteroOptions(MinibatchOptions):
-    """Options of minibatch training on a HeteroDataset (see the module docstring).
-
-    model "sage": an R-GCN (gnnsys.models.rgcn.HeteroRGCN) of `layers`
-    layers; fanouts: per layer, output layer first, the count every relation
-    draws (-1: all); relation_fanouts: {relation name "src__rel__dst": one
-    count per layer} for the relations that draw their own (>= 0, 0 none,
-    -1 all); embedding_dim: the width of the learnable embeddings of the
-    node types without features (None: hidden); sparse_embeddings: those
-    embeddings take sparse gradients and train with SparseAdam, which updates
-    only the rows a batch read (gnnsys.training.optimizer; needs
-    weight_decay 0 and a node type without features).
-    """
-
-    relation_fanouts: dict | None = None
-    embedding_dim: int | None = None
-    sparse_embeddings: bool = False
-
-    def __post_init__(self):
-        if isinstance(self.relation_fanouts, dict):
-            layers = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
-            self._set("relation_fanouts", {str(k): layers(v) for k, v in self.relation_fanouts.items()})
-        super().__post_init__()
+    GROUP: ClassVar[str] = "heterogeneous"
+    relation_fanouts: dict[str, list[int]] | None = option(
+        None,
+        "a relation (src__rel__dst) that draws its own fanouts, one per layer (0: none, -1: all; repeat for "
+        "several); the others draw --fanouts",
+        metavar="REL=N,N,...",
+    )
+    embedding_dim: int | None = option(
+        None, "width of the learnable embeddings of node types without features", ge=1, shown="--hidden"
+    )
+    sparse_embeddings: bool = option(
+        False,
+        "those embeddings take sparse gradients and train with SparseAdam, which updates only the rows a batch "
+        "read (needs --weight-decay 0)",
+    )
 
     def _check(self):
         super()._check()
-        if self.model != "sage":
-            raise ConfigError(
-                "model",
-                f"a heterogeneous dataset trains an R-GCN of SAGE convs (gnnsys.models.rgcn); got {self.model!r}, "
-                "use 'sage'",
-            )
-        self._refuse_given(REFUSED, "shapes the homogeneous models; the R-GCN of a heterogeneous dataset has none")
-        if self.sampler != "cpu":
-            raise ConfigError("sampler", f"a heterogeneous graph is sampled by the 'cpu' sampler; got {self.sampler!r}")
-        if self.workers > 1:
-            raise ConfigError("workers", "data-parallel training of a heterogeneous dataset is not implemented; use 1")
-        if self.embedding_dim is not None and not 1 <= self.embedding_dim <= INT_MAX:
-            raise ConfigError("embedding_dim", f"must be a width >= 1 (None: hidden), got {self.embedding_dim}")
         if self.sparse_embeddings and self.weight_decay > 0:
             raise ConfigError(
                 "sparse_embeddings",
@@ -82,23 +60,35 @@ class HeteroOptions(MinibatchOptions):
                 f"{self.weight_decay}, use 0",
             )
         for name, counts in (self.relation_fanouts or {}).items():
-            if (
-                not isinstance(counts, list)
-                or len(counts) != len(self.fanouts)
-                or any(isinstance(k, bool) or not isinstance(k, int) or not -1 <= k <= INT_MAX for k in counts)
-            ):
+            if len(counts) != len(self.fanouts) or any(not -1 <= k <= INT_MAX for k in counts):
                 raise ConfigError(
                     "relation_fanouts",
                     f"{name!r} needs one count >= 0 or -1 per layer ({len(self.fanouts)}), got {counts!r}",
                 )
 
-    def _check_eval(self):
-        self._refuse_given(
-            STREAMING,
-            "applies to streaming inference of a homogeneous graph; a heterogeneous graph's layer-wise evaluation "
-            "holds its layers in memory",
-        )
-        super()._check_eval()
+
+class HeteroOptions(TrainOptions, SamplingSchema, TierSchema, InferenceSchema, HeteroSchema):
+    """Options of minibatch training on a HeteroDataset (see the module
+    docstring): model "sage" is an R-GCN (gnnsys.models.rgcn.HeteroRGCN) of
+    `layers` layers."""
+
+    model: Literal["sage"] = option("sage", "an R-GCN of SAGE convs (the one model of a heterogeneous dataset)")  # type: ignore[assignment]
+    sampler: ClassVar[str] = "cpu"  # what the shared minibatch trainer reads, fixed for a heterogeneous graph
+    workers: ClassVar[int] = 1
+    replicate_frac: ClassVar[float] = 0.0
+
+    @classmethod
+    def build(cls, options=None, keywords: dict | None = None):
+        """OptionsSchema.build, taking the options a homogeneous run would have (a MinibatchOptions, as a
+        caller builds for either kind of dataset) as the HeteroOptions of the options it was given; one of
+        them that a heterogeneous dataset has not is a ConfigError naming it."""
+        if isinstance(options, MinibatchOptions):
+            given = options.given_values()
+            for name in given:
+                if name not in cls.model_fields:
+                    raise ConfigError(name, "does not apply to a heterogeneous dataset")
+            options = cls(**given)
+        return super().build(options, keywords)
 
     def sampler_fanouts(self, relations) -> list:
         """The fanouts a HeteroNeighborSampler over `relations` takes: per
@@ -127,15 +117,7 @@ class HeteroOptions(MinibatchOptions):
                 "sparse_embeddings", f"every node type of {dataset.name} has features: it has no embeddings"
             )
         check_parameters_fit(self, dataset)
-        return dataclasses.replace(self, metric=task_metric(self, dataset), **recorded(dataset))
-
-    @classmethod
-    def build(cls, options=None, keywords: dict | None = None):
-        """MinibatchOptions.build, taking a MinibatchOptions (as the CLI builds
-        for a homogeneous dataset) as the HeteroOptions of its values."""
-        if isinstance(options, MinibatchOptions) and not isinstance(options, cls):
-            options = cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(MinibatchOptions)})
-        return super().build(options, keywords)
+        return self.replace(metric=task_metric(self, dataset), **recorded(dataset))
 
 
 def check_parameters_fit(options: HeteroOptions, dataset):

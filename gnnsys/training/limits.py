@@ -1,12 +1,4 @@
-"""The ranges of the numeric training options, and whether a run fits this machine.
-
-`check_ranges` (when options are built): every integer option, each fanout
-included, is at most INT_MAX (the samplers and kernels count in int32/int64
-and multiply fanouts by batch sizes), every float option at most FLOAT_MAX
-in magnitude (GB options become byte counts); the seed is in 0..SEED_MAX
-(what the samplers' hash streams, numpy and torch all take); the floats of
-FINITE are finite numbers above their bound; a GAT's heads divide its
-hidden width.
+"""Whether a run fits this machine.
 
 `check_machine` (when options meet the dataset): the processes a run starts
 are at most twice the CPU cores this process may use, and the memory it is
@@ -22,43 +14,14 @@ minibatch) plus the input features those rows read.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 
 import torch
 
 from gnnsys.errors import ConfigError
-from gnnsys.numbers import FLOAT_MAX
 from gnnsys.storage.memory_plan import GB
 
-INT_MAX = 2**31 - 1
-SEED_MAX = 2**64 - 1
-FINITE = (("lr", 0, True), ("weight_decay", 0, False), ("timeout_s", 0, True), ("fresh_grad_scale", 0, False))
 PROCESS_BYTES = 270 * 10**6
-
-
-def check_ranges(options):
-    """ConfigError naming the first option outside its range (module docstring)."""
-    if not 0 <= options.seed <= SEED_MAX:
-        raise ConfigError("seed", f"must be in 0..2**64 - 1, got {options.seed}")
-    for f in dataclasses.fields(options):
-        value = getattr(options, f.name)
-        for v in value if isinstance(value, tuple) else (value,):
-            if type(v) is int and v > INT_MAX and f.name != "seed":
-                raise ConfigError(f.name, f"must be at most 2**31 - 1, got {v}")
-            if type(v) is float and math.isfinite(v) and abs(v) > FLOAT_MAX:  # nan, inf: each option's own check
-                raise ConfigError(f.name, f"must be at most {FLOAT_MAX:g} in magnitude, got {v:g}")
-    for name, low, strict in FINITE:
-        value = getattr(options, name, None)
-        if value is not None and not (math.isfinite(value) and (value > low if strict else value >= low)):
-            raise ConfigError(name, f"must be a finite number {'>' if strict else '>='} {low}, got {value}")
-    if options.model == "gat" and options.hidden % options.heads:
-        raise ConfigError(
-            "heads",
-            f"a GAT's hidden layers split hidden ({options.hidden}) among the heads: "
-            f"heads must divide it, got {options.heads}",
-        )
 
 
 def check_machine(options, dataset):

@@ -14,7 +14,6 @@ the runs not yet started train from scratch; `runs` may grow on resume.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def train_runs(options, train_run: Callable) -> TrainResult | None:
         return train_run(options)
     results = []
     for i in range(options.runs):
-        run_options = dataclasses.replace(options, seed=options.seed + i, checkpoint_dir=run_directory(options, i))
+        run_options = options.replace(seed=options.seed + i, checkpoint_dir=run_directory(options, i))
         if options.epoch_table:
             print(f"run {i + 1:02d} of {options.runs}, seed {run_options.seed}", flush=True)
         results.append(train_run(run_options))
@@ -79,7 +78,7 @@ def combine(options, results: list) -> TrainResult:
     model are those of the run with the highest best validation metric (the
     earliest on a tie), `models` every run's."""
     runs = [
-        run_summary(i, dataclasses.replace(options, seed=options.seed + i), r.epochs) for i, r in enumerate(results)
+        run_summary(i, options.replace(seed=options.seed + i), r.epochs) for i, r in enumerate(results)
     ]
     ranked = [{"epoch": i, "valid": run["highest_valid"]} for i, run in enumerate(runs)]
     best = best_record(ranked)

@@ -5,7 +5,6 @@ training starts, and copied and re-initialised for each run."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 
 import torch
@@ -52,14 +51,14 @@ def check_user_model(module, dataset, options):
             "runs", f"{name} has no submodule with reset_parameters(), so its runs could not start from fresh weights"
         )
     _check_signature(module, name)
-    options = dataclasses.replace(options, model=model_name(module))
+    options = options.replace(model=model_name(module))
     if options.eval_mode == "layerwise" and not streams_layers(module):
         if options.eval != "auto":
             raise ConfigError(
                 "eval",
                 f"layer-wise evaluation streams a ModuleList `layers` of GNNLayers, {name} has none; use 'sampled'",
             )
-        options = dataclasses.replace(options, eval="sampled")
+        options = options.replace(eval="sampled")
     _dry_forward(module, name, dataset, options)
     return options
 

@@ -4,15 +4,15 @@ whose flags have no argparse defaults, generated from each mode's options),
 and nothing else in a help text names a default."""
 
 import argparse
-import dataclasses
 import re
 
 import pytest
 
 from gnnsys.cli import build_parser
-from gnnsys.cli.train import DESCRIBED
 from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.hetero_options import HeteroOptions
+from gnnsys.training.options import MinibatchOptions
+from gnnsys.training.schema import cli_info
 
 MENTION = re.compile(r"\(default[^()]*\)")
 TRAIN_MENTION = re.compile(r"\(default: (?P<mini>[^;()]*)(; --mode fullgraph: (?P<full>[^()]*))?\)")
@@ -38,20 +38,22 @@ def documented_actions():
     ]
 
 
-def shown(name: str, value) -> str | None:
-    """What a help text must say of default `value` of option `name`."""
-    if (name, value) in DESCRIBED:
-        assert value in (None, "auto"), f"{name}: {value!r} is a value; show it, not a description"
-        return DESCRIBED[name, value]
+def shown(info) -> str | None:
+    """What a help text must say of the default of an option (its schema field `info`)."""
+    value, described = info.default, cli_info(info)["shown"]
+    if described:
+        assert value in (None, "auto"), f"{info}: {value!r} is a value; show it, not a description"
+        return described
     if isinstance(value, bool):
         return "on" if value else "off"
     return None if value is None else ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 MODES = {
-    mode: {f.name: f.default for f in dataclasses.fields(cls)}
-    for mode, cls in (("minibatch", HeteroOptions), ("fullgraph", FullGraphOptions))
+    mode: cls.model_fields
+    for mode, cls in (("minibatch", MinibatchOptions), ("heterogeneous", HeteroOptions), ("fullgraph", FullGraphOptions))
 }
+TRAIN_ONLY = {"mode": "minibatch"}  # train's flags that are not options, and their defaults
 
 
 @pytest.mark.parametrize("parser, action", documented_actions())
@@ -61,7 +63,12 @@ def test_a_help_text_names_the_default_it_has(parser, action):
     assert not re.search(r"\bdefault\b", MENTION.sub("", text)), f"a default named outside '(default ...)': {text}"
     assert len(mentions) <= 1, text
     if action.default is argparse.SUPPRESS:  # `train`: the trainers' options hold the defaults
-        defaults = {mode: shown(action.dest, d[action.dest]) for mode, d in MODES.items() if action.dest in d}
+        defaults = {mode: shown(d[action.dest]) for mode, d in MODES.items() if action.dest in d}
+        if "heterogeneous" in defaults:  # shown as minibatch's, which an option of heterogeneous datasets shares
+            defaults.setdefault("minibatch", defaults.pop("heterogeneous"))
+            defaults.pop("heterogeneous", None)
+        if action.dest in TRAIN_ONLY:
+            defaults = {"minibatch": TRAIN_ONLY[action.dest]}
         mini, full = defaults.get("minibatch"), defaults.get("fullgraph")
         differ = "minibatch" in defaults and full is not None and full != mini
         if not mentions:

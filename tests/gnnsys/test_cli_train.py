@@ -64,7 +64,7 @@ def test_fullgraph_mode_passes_pipeline_options(make_dataset, tmp_path, argv, re
     "argv,message",
     [
         (["--fanouts", "4,x"], "expected comma-separated integers"),
-        (["--fanouts", "4,0"], "positive or -1"),
+        (["--fanouts", "4,0"], "positive counts or -1"),
         (["--model", "gin"], "invalid choice"),
     ],
 )

@@ -188,8 +188,8 @@ def test_relation_fanouts_reach_the_sampler():
         (dict(embedding_dim=0), "embedding_dim"),
         (dict(sparse_embeddings=True, weight_decay=5e-4), "sparse_embeddings"),
         (dict(sparse_embeddings=1), "sparse_embeddings"),
-        (dict(relation_fanouts={"paper__cites__paper": [1]}), "relation_fanouts"),
-        (dict(relation_fanouts={"paper__likes__paper": [1, 1]}), "relation_fanouts"),
+        (dict(relation_fanouts={"paper__cites__paper": [1]}), "--relation-fanouts"),
+        (dict(relation_fanouts={"paper__likes__paper": [1, 1]}), "--relation-fanouts"),
     ],
 )
 def test_options_that_do_not_apply_are_refused_in_one_line(options, name):
@@ -261,10 +261,10 @@ def test_cli_trains_a_prepared_heterogeneous_dataset(prepared_mag, tmp_path, cap
     "flags, flag",
     [
         (["--mode", "fullgraph"], "--mode"),
-        (["--model", "gat"], "model"),
-        (["--relation-fanouts", "paper__likes__paper=1,1"], "relation_fanouts"),
-        (["--scratch-dir", "/tmp"], "scratch_dir"),
-        (["--sparse-embeddings"], "sparse_embeddings"),  # with the default weight decay
+        (["--model", "gat"], "--model"),
+        (["--relation-fanouts", "paper__likes__paper=1,1"], "--relation-fanouts"),
+        (["--scratch-dir", "/tmp"], "--scratch-dir"),
+        (["--sparse-embeddings"], "--sparse-embeddings"),  # with the default weight decay
     ],
 )
 def test_cli_refuses_what_does_not_apply_in_one_line(prepared_mag, capsys, flags, flag):

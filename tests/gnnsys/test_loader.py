@@ -91,8 +91,8 @@ def test_split_as_ids_and_drop_last(make_dataset):
     assert [mb.seeds.tolist() for mb in loader] == [list(range(0, 20, 2)), list(range(20, 40, 2))]
 
 
-@pytest.mark.parametrize("prefetch, num_workers", [(1, 1), (3, 2), (8, 2)])
-def test_pipelined_equals_synchronous(make_dataset, prefetch, num_workers):
+@pytest.mark.parametrize("prefetch, sampling_threads", [(1, 1), (3, 2), (8, 2)])
+def test_pipelined_equals_synchronous(make_dataset, prefetch, sampling_threads):
     ds, _ = make_dataset(num_nodes=120, num_edges=1500)
 
     def make(**pipeline):
@@ -106,7 +106,7 @@ def test_pipelined_equals_synchronous(make_dataset, prefetch, num_workers):
         loader.set_epoch(2)
         return loader
 
-    same_batches(list(make(prefetch=0)), list(make(prefetch=prefetch, num_workers=num_workers)))
+    same_batches(list(make(prefetch=0)), list(make(prefetch=prefetch, sampling_threads=sampling_threads)))
 
 
 def test_set_epoch_changes_shuffle_and_samples_reproducibly(make_dataset):
@@ -128,7 +128,7 @@ def test_prefetch_bounds_batches_in_flight(make_dataset):
         "train",
         SamplingOptions(fanouts=[3]),
         BatchOptions(batch_size=10),
-        PipelineOptions(prefetch=prefetch, num_workers=2),
+        PipelineOptions(prefetch=prefetch, sampling_threads=2),
     )
     loader.sampler = counter = CountingSampler(loader.sampler)
     n = len(loader)
@@ -178,7 +178,7 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
         "train",
         SamplingOptions(fanouts=[5, 5]),
         BatchOptions(batch_size=4),
-        PipelineOptions(prefetch=3, num_workers=2),
+        PipelineOptions(prefetch=3, sampling_threads=2),
     )
     it = iter(loader)
     next(it)
@@ -203,7 +203,7 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
     "make, match",
     [
         (lambda: PipelineOptions(prefetch=-1), "prefetch"),
-        (lambda: PipelineOptions(num_workers=0), "num_workers"),
+        (lambda: PipelineOptions(sampling_threads=0), "sampling_threads"),
         (lambda: PipelineOptions(lookahead=-1), "lookahead"),
         (lambda: SamplingOptions(), "needs fanouts"),
         (lambda: SamplingOptions(sampler=object(), fanouts=[2]), "belong to the sampler object"),
@@ -298,9 +298,9 @@ class WindowRecorder(HalvedFeatures, CacheTier):
         return super().gather(ids, out)
 
 
-@pytest.mark.parametrize("prefetch, num_workers", [(0, 1), (1, 1), (3, 2)])
+@pytest.mark.parametrize("prefetch, sampling_threads", [(0, 1), (1, 1), (3, 2)])
 @pytest.mark.parametrize("lookahead", [1, 3])
-def test_lookahead_window_precedes_each_gather(make_dataset, prefetch, num_workers, lookahead):
+def test_lookahead_window_precedes_each_gather(make_dataset, prefetch, sampling_threads, lookahead):
     ds, _ = make_dataset(num_nodes=120, num_edges=1500)
     source = WindowRecorder(ds.features)
     loader = MinibatchLoader(
@@ -308,7 +308,7 @@ def test_lookahead_window_precedes_each_gather(make_dataset, prefetch, num_worke
         "train",
         SamplingOptions(fanouts=[4, 2]),
         BatchOptions(batch_size=8, seed=3),
-        PipelineOptions(prefetch=prefetch, num_workers=num_workers, lookahead=lookahead),
+        PipelineOptions(prefetch=prefetch, sampling_threads=sampling_threads, lookahead=lookahead),
         features=source,
     )
     batches = [mb.input_nodes.tolist() for mb in loader]

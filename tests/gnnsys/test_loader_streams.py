@@ -83,7 +83,7 @@ def test_stages_order_through_events_and_never_synchronise(make_dataset, prefetc
         "train",
         SamplingOptions(sampler=LoggingSampler(ds, streams)),
         BatchOptions(batch_size=8),
-        PipelineOptions(prefetch=prefetch, num_workers=workers, streams=streams),
+        PipelineOptions(prefetch=prefetch, sampling_threads=workers, streams=streams),
         features=DeferredSource(torch.randn(80, 5), streams),
     )
     consumer = threading.current_thread().name
@@ -187,7 +187,7 @@ def test_window_ids_are_copied_once_and_read_after_their_sampling(make_dataset, 
         "train",
         SamplingOptions(sampler=LoggingSampler(ds, streams)),
         BatchOptions(batch_size=8),
-        PipelineOptions(prefetch=prefetch, num_workers=workers, lookahead=2, streams=streams),
+        PipelineOptions(prefetch=prefetch, sampling_threads=workers, lookahead=2, streams=streams),
         features=WindowedSource(torch.randn(80, 5), streams),
     )
     sample_streams = [s.name for s in loader._sample_streams]

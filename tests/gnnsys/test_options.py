@@ -1,8 +1,8 @@
 """Typed options: defaults, checks when built, dataset completion, resume keys."""
 
-import dataclasses
 import math
 
+import pydantic
 import pytest
 
 from gnnsys.datasets import PrepareOptions
@@ -15,7 +15,7 @@ from gnnsys.training.options import MinibatchOptions
 def test_options_are_frozen_and_round_trip_through_a_dict():
     o = MinibatchOptions(fanouts=[5, 4], checkpoint_dir=None)
     assert o.fanouts == (5, 4) and o.layers == 2 and o.lr == 0.005
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         o.lr = 1.0
     assert MinibatchOptions(**o.to_dict()) == o
     assert o.to_dict()["fanouts"] == [5, 4]
@@ -49,6 +49,11 @@ def test_fullgraph_deep_defaults(layers, deep):
         (FullGraphOptions, {"device": "meta"}, "device"),
         (MinibatchOptions, {"input_dropout": -0.1}, "input_dropout"),
         (FullGraphOptions, {"input_dropout": 1.0}, "input_dropout"),
+        (MinibatchOptions, {"hidden": 2**31}, "hidden"),
+        (MinibatchOptions, {"seed": 2**64}, "seed"),
+        (MinibatchOptions, {"fanouts": [5, 0]}, "fanouts"),
+        (MinibatchOptions, {"runs": 101}, "runs"),
+        (MinibatchOptions, {"cache_gb": 1e13}, "cache_gb"),
     ],
 )
 def test_bad_values_name_the_option(cls, keywords, option):
@@ -123,10 +128,10 @@ def test_none_is_an_option_not_given():
 def test_given_options_survive_replace_and_a_dict_round_trip():
     o = MinibatchOptions(lr_schedule="cosine")
     assert o.to_dict()["lr_gamma"] is None and o.to_dict()["lookahead"] is None  # they do not apply
-    assert dataclasses.replace(o, seed=3).seed == 3  # the defaults replace keeps are not "given"
+    assert o.replace(seed=3).seed == 3  # the defaults replace keeps are not "given"
     assert MinibatchOptions(**o.to_dict()) == o
     with pytest.raises(ConfigError, match="^lr_gamma: "):
-        dataclasses.replace(o, lr_gamma=0.5)
+        o.replace(lr_gamma=0.5)
 
 
 def test_every_float_option_of_every_command_takes_finite_numbers_only():
@@ -163,3 +168,24 @@ def test_every_float_option_of_every_command_takes_finite_numbers_only():
 def test_the_python_api_of_prepare_refuses_non_finite_and_huge_floats(make):
     with pytest.raises(DatasetError, match="must be a"):
         make()
+
+
+@pytest.mark.parametrize(
+    "keywords, message",
+    [
+        ({"cache_policy": "lr"}, "cache_policy: must be one of static, .*, got 'lr' \\(did you mean 'lru'\\?\\)"),
+        ({"norm": "btch"}, "norm: must be one of batch, layer or None, got 'btch' \\(did you mean 'batch'\\?\\)"),
+        ({"hiden": 3}, "hiden: is not an option of MinibatchOptions \\(did you mean 'hidden'\\?\\)"),
+        ({"features": "zzz"}, "features: must be one of auto, gpu, pinned, cpu-gather, ssd, got 'zzz'$"),
+    ],
+)
+def test_a_mistyped_name_or_choice_is_answered_with_the_nearest(keywords, message):
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        MinibatchOptions(**keywords)
+
+
+def test_a_checkpoint_lacking_options_is_completed_from_the_schema():
+    saved = MinibatchOptions.saved({"hidden": 16, "an_option_of_old": 1})
+    assert saved["hidden"] == 16 and saved["lr"] == 0.005 and "an_option_of_old" not in saved
+    assert saved["precision"] == "32"  # what runs from before the option trained in
+    assert set(saved) == set(MinibatchOptions.model_fields)

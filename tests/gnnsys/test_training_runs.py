@@ -129,13 +129,13 @@ def test_cli_prints_the_ogb_logger_statistics_and_json_holds_every_run(easy, tmp
     [
         (["--runs", "0"], "runs: must be >= 1"),
         (["--runs", "-2"], "runs: must be >= 1"),
-        (["--runs", "101"], "runs: must be at most 100"),
+        (["--runs", "101"], "--runs: must be in 1..100"),
         (["--patience", "0"], "patience: must be >= 1"),
-        (["--lr-gamma", "0.5"], "lr_gamma: applies to lr_schedule step or plateau"),
-        (["--lr-schedule", "step", "--lr-gamma", "2"], "lr_gamma: must be in (0, 1)"),
-        (["--lr-schedule", "cosine", "--lr-min", "1"], "lr_min: must be in [0, lr"),
-        (["--lr-schedule", "step", "--lr-step-size", "0"], "lr_step_size: must be >= 1"),
-        (["--lr-schedule", "plateau", "--lr-patience", "-1"], "lr_patience: must be >= 0"),
+        (["--lr-gamma", "0.5"], "--lr-gamma: applies to lr_schedule step or plateau"),
+        (["--lr-schedule", "step", "--lr-gamma", "2"], "--lr-gamma: must be in (0, 1)"),
+        (["--lr-schedule", "cosine", "--lr-min", "1"], "--lr-min: must be in [0, lr"),
+        (["--lr-schedule", "step", "--lr-step-size", "0"], "--lr-step-size: must be >= 1"),
+        (["--lr-schedule", "plateau", "--lr-patience", "-1"], "--lr-patience: must be >= 0"),
     ],
 )
 def test_bad_options_are_one_line_and_leave_nothing(easy, tmp_path, capsys, argv, option):
