@@ -92,7 +92,11 @@ def main(argv=None):
     loaders = {
         "sync": MinibatchLoader(ds, "train", sampling, batches, PipelineOptions(prefetch=0)),
         "pipelined": MinibatchLoader(
-            ds, "train", sampling, batches, PipelineOptions(prefetch=args.prefetch, sampling_threads=args.sampling_threads)
+            ds,
+            "train",
+            sampling,
+            batches,
+            PipelineOptions(prefetch=args.prefetch, sampling_threads=args.sampling_threads),
         ),
     }
     warm = loaders["sync"].seeds.epoch(0)[0]

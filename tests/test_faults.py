@@ -27,7 +27,8 @@ from gnnsys.cli import main
 from gnnsys.datasets import PrepareOptions, write_dataset
 from gnnsys.errors import ConfigError
 from gnnsys.parallel.distributed import WorkerError, run_from_env
-from gnnsys.training.checkpoints import FILE, checkpoint_lock, load_training_state, save_checkpoint
+from gnnsys.training.checkpoint_lock import checkpoint_lock
+from gnnsys.training.checkpoints import FILE, load_training_state, save_checkpoint
 from tests.conftest import random_source
 
 FAST = ["--fanouts", "4,3", "--hidden", "8", "--batch-size", "8", "--no-progress"]

@@ -179,6 +179,20 @@ def check_config_keys(path, values: dict, names) -> None:
             raise DatasetError(path, f"{key!r} is not an option{did_you_mean(key, names)}")
 
 
+def build_options(cls, given: dict, applies_to: str, config: dict | None = None, path=None):
+    """`cls` built from a config file's values (`config`, read from `path`) and the flags `given` (which
+    win); ConfigError naming the flag (or the file's key) of an option `cls` has not ("does not apply to
+    `applies_to`") or whose value it refuses."""
+    config = config or {}
+    for name in [*given, *config]:
+        if name not in cls.model_fields:
+            raise ConfigError(flag(name) if name in given else f"{path}: {name}", f"does not apply to {applies_to}")
+    try:
+        return cls(**{**config, **given})
+    except ConfigError as e:
+        raise as_flag_error(e, cls.model_fields, {k: str(path) for k in config if k not in given}) from None
+
+
 def as_flag_error(error: ConfigError, fields: dict, given_in: dict) -> ConfigError:
     """`error` naming the flag (or the config file's key) the user wrote rather than the option's field name."""
     name = error.option

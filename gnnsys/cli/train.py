@@ -17,8 +17,8 @@ from gnnsys.cli import error
 from gnnsys.cli.schema_flags import (
     add_schema_arguments,
     as_flag_error,
+    build_options,
     check_config_keys,
-    flag,
     given_options,
     read_config,
     schema_fields,
@@ -86,19 +86,13 @@ def options_from_args(args, hetero: bool = False):
     if hetero and mode != "minibatch":
         raise ConfigError("--mode", f"{mode}: a heterogeneous dataset trains in minibatch mode")
     cls = HeteroOptions if hetero else MODES[mode]
+    homogeneous = {name for c in MODES.values() for name in c.model_fields}
     given = given_options(args, NOT_OPTIONS)
-    where = {name: flag(name, info) for cls_ in LABELS.values() for name, info in cls_.model_fields.items()}
-    for name in [*given, *config]:
-        if name not in cls.model_fields:
-            homogeneous = any(name in c.model_fields for c in MODES.values())
-            kind = f"--mode {mode}" if homogeneous else "a homogeneous dataset"
-            kind = "a heterogeneous dataset" if hetero else kind
-            written = where[name] if name in given else f"{path}: {name}"
-            raise ConfigError(written, f"does not apply to {kind}")
-    try:
-        return cls(**{**config, **given})
-    except ConfigError as e:
-        raise as_flag_error(e, cls.model_fields, {k: str(path) for k in config if k not in given}) from None
+    unknown = [name for name in [*given, *config] if name not in cls.model_fields]
+    kind = "a heterogeneous dataset" if hetero else f"--mode {mode}"
+    if not hetero and unknown and unknown[0] not in homogeneous:
+        kind = "a homogeneous dataset"
+    return build_options(cls, given, kind, config, path)
 
 
 def print_config(options, mode: str) -> int:
@@ -165,7 +159,10 @@ def run(args) -> int:
     json_out = getattr(args, "json_out", None)
     if json_out:
         check_output_file(json_out, "--json")
-    result = trainer(dataset, options.replace(epoch_table=True))
+    try:
+        result = trainer(dataset, options.replace(epoch_table=True))
+    except ConfigError as e:  # a check that needed the data or the machine: named as the user wrote it
+        raise as_flag_error(e, type(options).model_fields, {}) from None
     if result is None:  # a torchrun worker that does not report (data-parallel rank 0 or the last stage does)
         return 0
     summary = format_summary(result)

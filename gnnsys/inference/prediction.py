@@ -26,9 +26,8 @@ from gnnsys.datasets import as_dataset
 from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.errors import ConfigError
-from gnnsys.inference.layerwise import check_streaming, stream_inference
+from gnnsys.inference.layerwise import stream_inference
 from gnnsys.inference.prediction_io import (
-    OUTPUTS,
     atomic_npy,
     check_layer,
     check_nodes,
@@ -36,79 +35,67 @@ from gnnsys.inference.prediction_io import (
     output_rows,
     read_checkpoint,
 )
+from gnnsys.inference.prediction_options import HeteroPredictOptions, PredictOptions
 from gnnsys.inference.rows_io import ArraySink
 from gnnsys.models.gnn import GNN, GNNLayer
+from gnnsys.storage.memory_plan import GB
 from gnnsys.training.model import build_model
 from gnnsys.training.options import MinibatchOptions
 
 MODEL_OPTIONS = ("model", "hidden", "fanouts", "dropout", "input_dropout", "norm", "residual", "heads", "seed")
 
 
-def predict(
-    dataset,
-    checkpoint,
-    out=None,
-    *,
-    nodes=None,
-    output: str = "scores",
-    layer: int | None = None,
-    scratch_dir=None,
-    host_mem_budget: int | None = None,
-    dtype: str = "float32",
-    batch_size: int = 4096,
-    device="cpu",
-    progress: bool = False,
-    return_stats: bool = False,
-):
-    """The outputs of the model in `checkpoint` on `dataset` for `nodes` (ids;
-    default every node), in the order given. On a heterogeneous dataset the
-    nodes are its target type's and the R-GCN runs by exact in-memory
-    inference (gnnsys.inference.hetero_prediction): scratch_dir, host_mem_budget,
-    dtype and return_stats are refused there.
+def predict(dataset, checkpoint, out=None, *, nodes=None, options=None, return_stats: bool = False, **keywords):
+    """The outputs of the model in a `gnnsys train --checkpoint-dir` checkpoint for the nodes of a dataset.
 
-    output: "scores" (the last layer's logits, float32 [n, classes], before
-    softmax), "labels" (their argmax, int64 [n]; for a multi-label dataset
-    each task's 0/1 prediction, int8 [n, tasks], 1 where the logit is positive) or "embeddings" (the output
-    of layer `layer`, 1-based, default the last, float32 [n, width]).
-    dataset: a Dataset or a prepared directory; checkpoint: the checkpoint
-    directory of `gnnsys train --checkpoint-dir` or its checkpoint.pt.
-    out: a .npy path, written atomically (a temporary sibling renamed into
-    place when complete, its space reserved first); returns that Path, or the
-    array itself when out is None. scratch_dir, host_mem_budget (bytes),
-    dtype (of hidden layers' scratch files), batch_size, device, progress: as
-    in `layerwise_inference`; with `return_stats`, (result, InferenceStats).
+    On a homogeneous dataset the model runs by streaming layer-wise
+    inference; on a heterogeneous one, over its target type's nodes, the
+    R-GCN runs by exact in-memory inference
+    (gnnsys.inference.hetero_prediction), whose options have none of the
+    streaming ones (`HeteroPredictOptions`).
+
+    Args:
+        dataset: a Dataset or HeteroDataset, or a prepared directory.
+        checkpoint: the checkpoint directory of `gnnsys train --checkpoint-dir` or its checkpoint.pt.
+        out: a .npy path, written atomically (a temporary sibling renamed into place when complete, its space
+            reserved first); None returns the array itself.
+        nodes: the node ids whose rows to give, in that order (default every node).
+        options: a `PredictOptions` (or `HeteroPredictOptions`), instead of keywords.
+        return_stats: also return the streaming inference's InferenceStats (homogeneous datasets).
+        **keywords: the options as keywords (gnnsys.inference.prediction_options, the same as `gnnsys
+            predict`'s flags): output ("scores": the last layer's logits, float32 [n, classes], before
+            softmax; "labels": their argmax, int64 [n], for a multi-label dataset each task's 0/1 prediction,
+            int8 [n, tasks]; "embeddings": the output of `layer`, 1-based, default the last, float32
+            [n, width]), layer, batch_size, device, progress, and for streaming inference host_mem_budget
+            (GB), scratch_dir and inference_dtype.
+
+    Returns:
+        The Path of `out`, or the array when `out` is None; with `return_stats`, (that, InferenceStats).
     """
-    if output not in OUTPUTS:
-        raise ConfigError("output", f"must be one of {', '.join(OUTPUTS)}, got {output!r}")
-    check_streaming(batch_size, host_mem_budget, dtype)
-    device = normalize_device(device)
     dataset = as_dataset(dataset)
+    hetero = isinstance(dataset, HeteroDataset)
+    o = (HeteroPredictOptions if hetero else PredictOptions).build(options, keywords)
+    device = normalize_device(o.device)
     check_finite_features(dataset)
-    if isinstance(dataset, HeteroDataset):
+    if hetero:
         from gnnsys.inference.hetero_prediction import predict_hetero
 
-        given = dict(scratch_dir=scratch_dir, host_mem_budget=host_mem_budget, return_stats=return_stats or None)
-        for name, value in {**given, "dtype": None if dtype == "float32" else dtype}.items():
-            if value is not None:
-                raise ConfigError(
-                    name,
-                    "belongs to streaming inference of a homogeneous graph; a heterogeneous graph's holds its "
-                    "layers in memory",
-                )
-        return predict_hetero(dataset, checkpoint, out, nodes, output, layer, batch_size, device, progress)
+        if return_stats:
+            raise ConfigError("return_stats", "belongs to streaming inference; a heterogeneous graph's is in memory")
+        return predict_hetero(dataset, checkpoint, out, nodes, o.output, o.layer, o.batch_size, device, o.progress)
     model = load_model(checkpoint, dataset, device)
-    layer = check_layer(layer, model.num_layers, output)
+    layer = check_layer(o.layer, model.num_layers, o.output)
     nodes = check_nodes(nodes, dataset.num_nodes)
     width = cast(GNNLayer, model.layers[layer - 1]).out_dim
-    shape, kind, transform = output_rows(output, dataset.task, nodes.shape[0], width)
+    shape, kind, transform = output_rows(o.output, dataset.task, nodes.shape[0], width)
     run = dict(
         num_layers=layer,
-        batch_size=batch_size,
+        batch_size=o.batch_size,
         device=device,
-        progress=progress,
-        host_mem_budget=host_mem_budget,
-        scratch_dir=scratch_dir,
-        dtype=dtype,
+        progress=o.progress,
+        host_mem_budget=None if o.host_mem_budget is None else int(o.host_mem_budget * GB),
+        scratch_dir=o.scratch_dir,
+        dtype=o.inference_dtype,
     )
     if out is None:
         array = np.empty(shape, kind)

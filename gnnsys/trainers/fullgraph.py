@@ -18,7 +18,8 @@ from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.models.units import full_forward, units_for
 from gnnsys.runtime.precision import make_precision
 from gnnsys.samplers import Block
-from gnnsys.training.checkpoints import resume_training, run_lock, save_checkpoint, training_state
+from gnnsys.training.checkpoint_lock import run_lock
+from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import eval_nodes, split_scores
 from gnnsys.training.fullgraph_options import FullGraphOptions

@@ -21,7 +21,7 @@ from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.errors import ConfigError
 from gnnsys.runtime.allocator import retain_memory
 from gnnsys.trainers.minibatch import MinibatchTrainer
-from gnnsys.training.checkpoints import run_lock
+from gnnsys.training.checkpoint_lock import run_lock
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.result import TrainResult
 from gnnsys.training.runs import train_runs

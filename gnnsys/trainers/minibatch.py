@@ -40,7 +40,8 @@ from gnnsys.parallel.data_parallel import (
 from gnnsys.runtime.allocator import retain_memory
 from gnnsys.runtime.precision import make_precision
 from gnnsys.storage.memory_plan import GB
-from gnnsys.training.checkpoints import resume_training, run_lock, training_state
+from gnnsys.training.checkpoint_lock import run_lock
+from gnnsys.training.checkpoints import resume_training, training_state
 from gnnsys.training.checkpoints import save_checkpoint as write_checkpoint
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores

@@ -34,7 +34,17 @@ LR_SCHEDULES = {  # schedule -> the options it reads
     "plateau": ("lr_gamma", "lr_patience"),
 }
 MODEL_SHAPE = ("hidden", "dropout", "input_dropout", "norm", "residual", "heads")  # what a user module decides
-GROUPS = ("model", "sampling", "feature tiers", "evaluation", "optimisation", "run", "full-graph", "heterogeneous")
+GROUPS = (
+    "prediction",
+    "model",
+    "sampling",
+    "feature tiers",
+    "evaluation",
+    "optimisation",
+    "run",
+    "full-graph",
+    "heterogeneous",
+)
 
 
 class ModelSchema(OptionsSchema):
@@ -157,25 +167,19 @@ class InferenceSchema(OptionsSchema):
 
 
 class StreamingInferenceSchema(OptionsSchema):
-    """Where and in which dtype streaming layer-wise evaluation keeps hidden layers' outputs."""
+    """Where and in which dtype streaming layer-wise inference keeps hidden layers' outputs."""
 
     GROUP: ClassVar[str] = "evaluation"
     RESUMABLE: ClassVar[tuple] = ("scratch_dir", "inference_dtype")
     scratch_dir: str | None = option(
-        None, "where layer-wise evaluation keeps hidden layers' outputs", shown="a temporary directory"
+        None, "where layer-wise inference keeps hidden layers' outputs", shown="a temporary directory"
     )
     inference_dtype: Literal[OUTPUT_DTYPES] = option(  # type: ignore[valid-type]
-        "float32", "dtype of hidden layers' outputs kept by layer-wise evaluation"
+        "float32", "dtype of hidden layers' outputs kept by layer-wise inference"
     )
 
     def _check(self):
         super()._check()
-        if self.eval_mode == "sampled":
-            self._refuse_given(
-                ("scratch_dir", "inference_dtype"),
-                "applies to layer-wise evaluation, but this run evaluates sampled "
-                f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'",
-            )
         if self.scratch_dir is not None and not Path(self.scratch_dir).is_dir():
             raise ConfigError("scratch_dir", f"{self.scratch_dir} is not a directory")
 

@@ -27,7 +27,7 @@ from gnnsys.datasets.hetero_dataset import relation_name
 from gnnsys.errors import ConfigError
 from gnnsys.storage.memory_plan import GB
 from gnnsys.training.components import InferenceSchema, SamplingSchema, TierSchema
-from gnnsys.training.options import MinibatchOptions, TrainOptions, _verify, recorded
+from gnnsys.training.options import TrainOptions, _verify, recorded
 from gnnsys.training.schema import INT_MAX, OptionsSchema, option
 from gnnsys.training.tasks import task_metric
 
@@ -72,23 +72,11 @@ class HeteroOptions(TrainOptions, SamplingSchema, TierSchema, InferenceSchema, H
     docstring): model "sage" is an R-GCN (gnnsys.models.rgcn.HeteroRGCN) of
     `layers` layers."""
 
+    APPLIES_TO: ClassVar[str] = "a heterogeneous dataset"
     model: Literal["sage"] = option("sage", "an R-GCN of SAGE convs (the one model of a heterogeneous dataset)")  # type: ignore[assignment]
     sampler: ClassVar[str] = "cpu"  # what the shared minibatch trainer reads, fixed for a heterogeneous graph
     workers: ClassVar[int] = 1
     replicate_frac: ClassVar[float] = 0.0
-
-    @classmethod
-    def build(cls, options=None, keywords: dict | None = None):
-        """OptionsSchema.build, taking the options a homogeneous run would have (a MinibatchOptions, as a
-        caller builds for either kind of dataset) as the HeteroOptions of the options it was given; one of
-        them that a heterogeneous dataset has not is a ConfigError naming it."""
-        if isinstance(options, MinibatchOptions):
-            given = options.given_values()
-            for name in given:
-                if name not in cls.model_fields:
-                    raise ConfigError(name, "does not apply to a heterogeneous dataset")
-            options = cls(**given)
-        return super().build(options, keywords)
 
     def sampler_fanouts(self, relations) -> list:
         """The fanouts a HeteroNeighborSampler over `relations` takes: per

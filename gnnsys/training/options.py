@@ -72,6 +72,15 @@ class MinibatchOptions(
     with the hidden layers' shape, sampling, the feature tiers, data
     parallelism and evaluation by inference (gnnsys.training.components)."""
 
+    def _check(self):
+        super()._check()
+        if self.eval_mode == "sampled":
+            self._refuse_given(
+                ("scratch_dir", "inference_dtype"),
+                "applies to layer-wise evaluation, but this run evaluates sampled "
+                f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'",
+            )
+
 
 def recorded(dataset) -> dict:
     """The options that record `dataset`: its path (or name) and the identity of its data."""

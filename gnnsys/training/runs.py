@@ -77,9 +77,7 @@ def combine(options, results: list) -> TrainResult:
     run's `run_summary` and their `summarize`; epochs, best_epoch, test and
     model are those of the run with the highest best validation metric (the
     earliest on a tie), `models` every run's."""
-    runs = [
-        run_summary(i, options.replace(seed=options.seed + i), r.epochs) for i, r in enumerate(results)
-    ]
+    runs = [run_summary(i, options.replace(seed=options.seed + i), r.epochs) for i, r in enumerate(results)]
     ranked = [{"epoch": i, "valid": run["highest_valid"]} for i, run in enumerate(runs)]
     best = best_record(ranked)
     chosen = 0 if best is None else best["epoch"]

@@ -100,6 +100,7 @@ class OptionsSchema(BaseModel):
     _given: frozenset = PrivateAttr(frozenset())
     _inapplicable: set = PrivateAttr(default_factory=set)
     RESUMABLE: ClassVar[tuple] = ()  # options a resumed run may change; every other one must match the checkpoint
+    APPLIES_TO: ClassVar[str | None] = None  # what a run with these options is, in refusals (default: the class)
 
     def __init__(self, **values):
         fields = type(self).model_fields
@@ -191,15 +192,22 @@ class OptionsSchema(BaseModel):
 
     @classmethod
     def build(cls, options=None, keywords: dict | None = None):
-        """`options` (an instance of cls), or cls built from `keywords` (an
+        """`options` (an instance of cls; another options class's are taken as the cls of the options they
+        were given, an option cls has not being a ConfigError naming it), or cls built from `keywords` (an
         unknown keyword is a ConfigError naming it); not both."""
         keywords = keywords or {}
         if options is not None:
             if keywords:
                 raise TypeError(f"pass options or keywords, not both (got {', '.join(sorted(keywords))})")
-            if not isinstance(options, cls):
+            if not isinstance(options, OptionsSchema):
                 raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
-            return options
+            if isinstance(options, cls):
+                return options
+            given = options.given_values()  # another kind's options (a caller's for either kind of dataset)
+            for name in given:
+                if name not in cls.model_fields:
+                    raise ConfigError(name, f"does not apply to {cls.APPLIES_TO or cls.__name__}")
+            return cls(**given)
         return cls(**keywords)
 
     def __eq__(self, other):

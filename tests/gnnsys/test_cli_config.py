@@ -24,7 +24,9 @@ def test_print_config_gives_the_given_options_and_the_defaults(make_dataset, cap
     assert config["mode"] == "minibatch" and config["lr"] == 0.01 and config["fanouts"] == [5, 5]
     assert config["precision"] == "auto" and config["layers"] is None  # resolved where the file is used
     assert config["lookahead"] is None  # does not apply without a cache
-    assert set(config) == {"mode"} | {n for n in MinibatchOptions.model_fields if n not in ("dataset", "dataset_id", "epoch_table")}
+    assert set(config) == {"mode"} | {
+        n for n in MinibatchOptions.model_fields if n not in ("dataset", "dataset_id", "epoch_table")
+    }
     full = print_config(capsys, str(ds.path), "--mode", "fullgraph")
     assert full["mode"] == "fullgraph" and full["hidden"] == FullGraphOptions().hidden
 
@@ -102,3 +104,12 @@ class _returns:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_the_options_reference_is_generated_from_the_schema():
+    from pathlib import Path
+
+    from gnnsys.cli.options_reference import reference_markdown
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "guides" / "options.md"
+    assert page.read_text() == reference_markdown(), "run: python -m gnnsys.cli.options_reference > " + str(page)

@@ -51,7 +51,11 @@ def shown(info) -> str | None:
 
 MODES = {
     mode: cls.model_fields
-    for mode, cls in (("minibatch", MinibatchOptions), ("heterogeneous", HeteroOptions), ("fullgraph", FullGraphOptions))
+    for mode, cls in (
+        ("minibatch", MinibatchOptions),
+        ("heterogeneous", HeteroOptions),
+        ("fullgraph", FullGraphOptions),
+    )
 }
 TRAIN_ONLY = {"mode": "minibatch"}  # train's flags that are not options, and their defaults
 

@@ -46,8 +46,8 @@ def test_embeddings_are_a_hidden_layers_output(trained):
     "options, name",
     [
         (dict(scratch_dir="/tmp"), "scratch_dir"),
-        (dict(host_mem_budget=10**9), "host_mem_budget"),
-        (dict(dtype="bfloat16"), "dtype"),
+        (dict(host_mem_budget=1.0), "host_mem_budget"),
+        (dict(inference_dtype="bfloat16"), "inference_dtype"),
         (dict(return_stats=True), "return_stats"),
         (dict(nodes=[60]), "nodes"),
         (dict(out="scores.txt"), "out"),
@@ -81,3 +81,6 @@ def test_cli_predicts_for_a_prepared_heterogeneous_dataset(tmp_path, capsys):
     assert main(["predict", str(mag), "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--no-progress"]) == 0
     papers = gnnsys.load_dataset(mag).num_nodes("paper")
     assert np.load(out).shape == (papers, 349) and f"wrote scores {papers}x349" in capsys.readouterr().out
+    predict = ["predict", str(mag), "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out)]
+    assert main([*predict, "--scratch-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "gnnsys predict: error: --scratch-dir: does not apply to a heterogeneous dataset\n"

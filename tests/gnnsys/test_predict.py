@@ -48,7 +48,13 @@ def test_scores_labels_and_embeddings(trained, tmp_path):
     with torch.no_grad():
         first = model.layers[0](ds.features[torch.arange(90)], Block.full_graph(ds.indptr, ds.indices))
     out = gnnsys.predict(
-        ds, ckpt, tmp_path / "emb" / "e.npy", output="embeddings", layer=1, dtype="bfloat16", host_mem_budget=200_000
+        ds,
+        ckpt,
+        tmp_path / "emb" / "e.npy",
+        output="embeddings",
+        layer=1,
+        inference_dtype="bfloat16",
+        host_mem_budget=0.0002,
     )
     assert out == tmp_path / "emb" / "e.npy"
     np.testing.assert_allclose(np.load(out), first.numpy(), rtol=1e-4, atol=1e-5)
@@ -71,7 +77,7 @@ def test_cli_writes_each_output(trained, tmp_path, capsys):
                 str(tmp_path / "ids.npy"),
                 "--host-mem-budget",
                 "0.001",
-                "--dtype",
+                "--inference-dtype",
                 "float16",
                 "--scratch-dir",
                 str(tmp_path),
