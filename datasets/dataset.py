@@ -146,17 +146,24 @@ def as_dataset(dataset):
 
 
 def load_dataset(path, expect: dict | None = None):
-    """Open a prepared dataset directory: a Dataset, or a HeteroDataset when
-    meta.json's kind is "hetero" (datasets/hetero_load.py). Features stay memory-mapped from
-    features.bin (`dataset.features[ids]` reads just those rows), and so do
-    the graph's indptr and indices (the sampler reads them through the page
-    cache, so a graph larger than memory trains); labels and splits are read
-    into memory. meta.json is checked against its
-    schema and the arrays against their invariants (one vectorised pass, no
-    checksums: that is `gnnsys info --verify`); a failure is a DatasetError
-    naming the file. The identity of every file opened is kept in `files`
-    (datasets/file_identity.py); `expect` (a worker's: the identities its
-    parent loaded) refuses files that are not those."""
+    """Open a prepared dataset directory.
+
+    Features stay memory-mapped from features.bin (`dataset.features[ids]`
+    reads just those rows), and so do the graph's indptr and indices (the
+    sampler reads them through the page cache, so a graph larger than memory
+    trains); labels and splits are read into memory. meta.json is checked
+    against its schema and the arrays against their invariants (one
+    vectorised pass, no checksums: that is `gnnsys info --verify`); a failure
+    is a DatasetError naming the file. The identity of every file opened is
+    kept in `files` (datasets/file_identity.py).
+
+    Args:
+        path: the directory `gnnsys prepare` (or a `prepare_*` function) wrote.
+        expect: the file identities a parent process loaded (a worker's); files that are not those are refused.
+
+    Returns:
+        A Dataset, or a HeteroDataset when meta.json's kind is "hetero" (datasets/hetero_load.py).
+    """
     path = Path(path)
     meta = read_any_meta(path)
     record = LoadRecord(path)

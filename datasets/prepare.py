@@ -55,9 +55,15 @@ def _preparer(kind: str):
 
     prepare.__name__ = prepare.__qualname__ = f"prepare_{kind}"
     prepare.__doc__ = (
-        f"Read a `{kind}` input with gnnsys.datasets.{kind}.read_{kind} and write it to `out` "
-        f"as a gnnsys dataset; returns the path. Arguments: the reader's required ones, then "
-        f"`out`, then keywords of read_{kind} or PrepareOptions."
+        f"Read a `{kind}` input with gnnsys.datasets.{kind}.read_{kind} and write it to `out` as a gnnsys "
+        "dataset (atomically: a temporary directory renamed into place when complete).\n\n"
+        "Args:\n"
+        f"    *args: read_{kind}'s required arguments, then `out`.\n"
+        f"    **kwargs: `out` (the dataset directory to write), the other arguments of read_{kind}, and the "
+        "fields of PrepareOptions (how the graph is written: undirected, self-loops, dedup, reorder, align, "
+        "dtype, overwrite, progress, ...).\n\n"
+        "Returns:\n"
+        "    The path of the written dataset."
     )
     return prepare
 

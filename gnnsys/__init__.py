@@ -50,6 +50,8 @@ _API = {  # public name -> the module that defines it
     "HeteroOptions": "gnnsys.training.hetero_options",
     "train_fullgraph": "gnnsys.trainers.fullgraph",
     "predict": "gnnsys.inference.prediction",
+    "PredictOptions": "gnnsys.inference.prediction_options",
+    "HeteroPredictOptions": "gnnsys.inference.prediction_options",
 }
 
 __all__ = sorted(_API)

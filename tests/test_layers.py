@@ -63,7 +63,15 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules; t
             "gnnsys.inference.prediction_io",
         ),
     ),
-    (6, ("gnnsys.trainers", "gnnsys.inference.prediction", "gnnsys.inference.hetero_prediction")),
+    (
+        6,
+        (
+            "gnnsys.trainers",
+            "gnnsys.inference.prediction",
+            "gnnsys.inference.hetero_prediction",
+            "gnnsys.inference.prediction_options",
+        ),
+    ),
     (7, ("gnnsys.cli", "gnnsys.__main__", "gnnsys.api")),
     (7, ("gnnsys.inference", "gnnsys.parallel")),  # their __init__ only (a docstring): their modules are placed above
 ]

@@ -15,7 +15,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (see the module docstring); `--help` shows the usage."""
 
     def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
     def _check_value(self, action, value):

@@ -186,7 +186,9 @@ def build_options(cls, given: dict, applies_to: str, config: dict | None = None,
     config = config or {}
     for name in [*given, *config]:
         if name not in cls.model_fields:
-            raise ConfigError(flag(name) if name in given else f"{path}: {name}", f"does not apply to {applies_to}")
+            why = cls.ABSENT.get(name)
+            refused = f"does not apply to {applies_to}" + (f": {why}" if why else "")
+            raise ConfigError(flag(name) if name in given else f"{path}: {name}", refused)
     try:
         return cls(**{**config, **given})
     except ConfigError as e:

@@ -39,6 +39,10 @@ class HeteroPredictOptions(PredictionSchema):
     """The options of predicting on a heterogeneous dataset (exact in-memory inference)."""
 
     APPLIES_TO: ClassVar[str] = "a heterogeneous dataset"
+    ABSENT: ClassVar[dict] = dict.fromkeys(
+        ("host_mem_budget", "scratch_dir", "inference_dtype"),
+        "it belongs to streaming inference; a heterogeneous graph's holds its layers in memory",
+    )
 
 
 class LayerBudgetSchema(OptionsSchema):

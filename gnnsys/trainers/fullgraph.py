@@ -95,22 +95,24 @@ class ReferenceTrainer:
             o,
             start,
             self.history,
-            self._epoch,
-            self._evaluate,
-            self._save,
+            self.train_epoch,
+            self.evaluate,
+            self.save_checkpoint,
             self.on_epoch_end,
             bar="full-graph",
             control=self.control,
         )
         return make_result(o, self.history, self.units)
 
-    def _save(self, epochs_done: int):
+    def save_checkpoint(self, epochs_done: int):
+        """Write the checkpoint of the run after `epochs_done` epochs (atomically)."""
         save_checkpoint(
             self.options.checkpoint_dir,
             training_state(self.options, epochs_done, self.history, self.units, self.opt, self.precision, self.control),
         )
 
-    def _epoch(self, epoch: int) -> dict:
+    def train_epoch(self, epoch: int) -> dict:
+        """Train epoch `epoch` (0-based); its record (loss, time and what the trainer measures)."""
         t = time.perf_counter()
         self.units.train()
         self.opt.zero_grad(set_to_none=True)
@@ -122,7 +124,8 @@ class ReferenceTrainer:
         return epoch_record(epoch, loss.item(), took, {"compute_s": took}, rank=0, bytes_sent=0)
 
     @torch.no_grad()
-    def _evaluate(self) -> dict:
+    def evaluate(self) -> dict:
+        """The metric on each split with the current weights."""
         self.units.eval()
         with self.precision.autocast():
             logits = full_forward(self.units, self.x, self.block).float().cpu()

@@ -41,8 +41,7 @@ from gnnsys.runtime.allocator import retain_memory
 from gnnsys.runtime.precision import make_precision
 from gnnsys.storage.memory_plan import GB
 from gnnsys.training.checkpoint_lock import run_lock
-from gnnsys.training.checkpoints import resume_training, training_state
-from gnnsys.training.checkpoints import save_checkpoint as write_checkpoint
+from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
 from gnnsys.training.evaluation import EVAL_EPOCH, eval_nodes, sampled_logits, sampled_splits, split_scores
 from gnnsys.training.loop import BREAKDOWN, epoch_record, first_nonfinite, progress_bar, run_epochs
@@ -393,7 +392,7 @@ class MinibatchTrainer:
                 self.control,
             )
             return
-        write_checkpoint(
+        save_checkpoint(
             self.options.checkpoint_dir,
             training_state(
                 self.options, epochs_done, self.history, self.model, self.optimizer, self.precision, self.control

@@ -73,6 +73,18 @@ class HeteroOptions(TrainOptions, SamplingSchema, TierSchema, InferenceSchema, H
     `layers` layers."""
 
     APPLIES_TO: ClassVar[str] = "a heterogeneous dataset"
+    ABSENT: ClassVar[dict] = {
+        **dict.fromkeys(("heads", "norm", "residual"), "it shapes the homogeneous models; the R-GCN has none"),
+        "sampler": "a heterogeneous graph is sampled on the CPU",
+        **dict.fromkeys(
+            ("scratch_dir", "inference_dtype"),
+            "it belongs to streaming inference of a homogeneous graph; a heterogeneous graph's layer-wise "
+            "evaluation holds its layers in memory",
+        ),
+        **dict.fromkeys(
+            ("workers", "replicate_frac"), "data-parallel training of heterogeneous graphs is not implemented"
+        ),
+    }
     model: Literal["sage"] = option("sage", "an R-GCN of SAGE convs (the one model of a heterogeneous dataset)")  # type: ignore[assignment]
     sampler: ClassVar[str] = "cpu"  # what the shared minibatch trainer reads, fixed for a heterogeneous graph
     workers: ClassVar[int] = 1

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import annotated_types
 import pydantic
+import torch
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.fields import FieldInfo
 
@@ -101,12 +102,13 @@ class OptionsSchema(BaseModel):
     _inapplicable: set = PrivateAttr(default_factory=set)
     RESUMABLE: ClassVar[tuple] = ()  # options a resumed run may change; every other one must match the checkpoint
     APPLIES_TO: ClassVar[str | None] = None  # what a run with these options is, in refusals (default: the class)
+    ABSENT: ClassVar[dict] = {}  # {an option other kinds of run have: why this one has it not}
 
     def __init__(self, **values):
         fields = type(self).model_fields
         for name in values:
             if name not in fields:
-                raise ConfigError(name, f"is not an option of {type(self).__name__}{did_you_mean(name, fields)}")
+                raise ConfigError(name, type(self).not_an_option(name))
         given = frozenset(n for n, v in values.items() if v is not None)
         try:
             super().__init__(**{n: v for n, v in values.items() if v is not None or nullable(fields[n])})
@@ -122,8 +124,8 @@ class OptionsSchema(BaseModel):
         """Tuples from lists, strings from paths and devices; integers within INT_MAX, floats finite."""
         field = cls.model_fields[info.field_name]
         if isinstance(value, list) and typing.get_origin(field.annotation) is tuple:
-            return tuple(value)
-        if isinstance(value, os.PathLike) or type(value).__name__ == "device":
+            value = tuple(value)
+        if isinstance(value, (os.PathLike, torch.device)):
             return str(value)
         for v in value if isinstance(value, tuple) else (value,):
             if type(v) is int and v > INT_MAX and not _bounded(field):
@@ -140,6 +142,14 @@ class OptionsSchema(BaseModel):
 
     def _check(self):
         """The rules that relate several options (none here); subclasses call super()._check() first."""
+
+    @classmethod
+    def not_an_option(cls, name: str) -> str:
+        """Why `name` is refused: an option this kind of run has not (ABSENT says why), or a name that is no
+        option (with the nearest that is)."""
+        if name in cls.ABSENT:
+            return f"does not apply to {cls.APPLIES_TO or cls.__name__}: {cls.ABSENT[name]}"
+        return f"is not an option of {cls.__name__}{did_you_mean(name, cls.model_fields)}"
 
     def given(self, name: str) -> bool:
         """Whether the caller gave option `name` (whatever its value)."""
@@ -203,11 +213,7 @@ class OptionsSchema(BaseModel):
                 raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
             if isinstance(options, cls):
                 return options
-            given = options.given_values()  # another kind's options (a caller's for either kind of dataset)
-            for name in given:
-                if name not in cls.model_fields:
-                    raise ConfigError(name, f"does not apply to {cls.APPLIES_TO or cls.__name__}")
-            return cls(**given)
+            return cls(**options.given_values())  # another kind's options (a caller's for either kind of dataset)
         return cls(**keywords)
 
     def __eq__(self, other):

@@ -36,6 +36,7 @@ def input_actions():
 READ = {
     ("info", "path"),
     ("train", "path"),
+    ("train", "--config"),
     ("predict", "path"),
     ("predict", "--checkpoint"),
     ("predict", "--nodes"),

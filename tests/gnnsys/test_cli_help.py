@@ -9,6 +9,7 @@ import re
 import pytest
 
 from gnnsys.cli import build_parser
+from gnnsys.inference.prediction_options import PredictOptions
 from gnnsys.training.fullgraph_options import FullGraphOptions
 from gnnsys.training.hetero_options import HeteroOptions
 from gnnsys.training.options import MinibatchOptions
@@ -57,7 +58,8 @@ MODES = {
         ("fullgraph", FullGraphOptions),
     )
 }
-TRAIN_ONLY = {"mode": "minibatch"}  # train's flags that are not options, and their defaults
+COMMANDS = {"gnnsys train": MODES, "gnnsys predict": {"minibatch": PredictOptions.model_fields}}  # their options
+NOT_OPTIONS = {"gnnsys train": {"mode": "minibatch"}, "gnnsys predict": {"nodes": "every node"}}  # and defaults
 
 
 @pytest.mark.parametrize("parser, action", documented_actions())
@@ -66,13 +68,14 @@ def test_a_help_text_names_the_default_it_has(parser, action):
     mentions = MENTION.findall(text)
     assert not re.search(r"\bdefault\b", MENTION.sub("", text)), f"a default named outside '(default ...)': {text}"
     assert len(mentions) <= 1, text
-    if action.default is argparse.SUPPRESS:  # `train`: the trainers' options hold the defaults
-        defaults = {mode: shown(d[action.dest]) for mode, d in MODES.items() if action.dest in d}
+    if action.default is argparse.SUPPRESS:  # `train`, `predict`: their options hold the defaults
+        modes = COMMANDS[parser.prog]
+        defaults = {mode: shown(d[action.dest]) for mode, d in modes.items() if action.dest in d}
         if "heterogeneous" in defaults:  # shown as minibatch's, which an option of heterogeneous datasets shares
             defaults.setdefault("minibatch", defaults.pop("heterogeneous"))
             defaults.pop("heterogeneous", None)
-        if action.dest in TRAIN_ONLY:
-            defaults = {"minibatch": TRAIN_ONLY[action.dest]}
+        if action.dest in NOT_OPTIONS[parser.prog]:
+            defaults = {"minibatch": NOT_OPTIONS[parser.prog][action.dest]}
         mini, full = defaults.get("minibatch"), defaults.get("fullgraph")
         differ = "minibatch" in defaults and full is not None and full != mini
         if not mentions:

@@ -88,7 +88,7 @@ def test_eval_modes_and_refusals(tmp_path):
         with pytest.raises(ConfigError) as e:
             MinibatchOptions(**keywords)
         assert e.value.option == option and "\n" not in str(e.value)
-    assert {"eval", "scratch_dir", "inference_dtype"} <= set(MinibatchOptions.RESUMABLE)
+    assert {"eval", "scratch_dir", "inference_dtype"} <= set(MinibatchOptions().resumable())
 
 
 def test_cli_eval_flags(make_dataset, tmp_path, capsys):
@@ -116,6 +116,6 @@ def test_cli_eval_flags(make_dataset, tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--eval", "sampled", "--scratch-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gnnsys train: error: scratch_dir: applies to layer-wise evaluation") and "\n" not in err
+    assert err.startswith("gnnsys train: error: --scratch-dir: applies to layer-wise evaluation") and "\n" not in err
     assert main([*argv, "--features", "ssd"]) == 0
     assert json.loads(out.read_text())["epochs"][0]["valid"] is not None

@@ -169,7 +169,7 @@ def test_refresh_makes_every_training_forward_exact(every):
         with torch.no_grad():
             logits = full_forward(run.stage.units, setup.features, block)
         expect = torch.nn.functional.cross_entropy(logits[train], setup.labels[train]).item()
-        exact.append(run._epoch(epoch)["loss"] == pytest.approx(expect, rel=1e-5))
+        exact.append(run.train_epoch(epoch)["loss"] == pytest.approx(expect, rel=1e-5))
     assert exact == [True, every == 1, every == 1]
 
 

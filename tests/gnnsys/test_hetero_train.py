@@ -188,8 +188,8 @@ def test_relation_fanouts_reach_the_sampler():
         (dict(embedding_dim=0), "embedding_dim"),
         (dict(sparse_embeddings=True, weight_decay=5e-4), "sparse_embeddings"),
         (dict(sparse_embeddings=1), "sparse_embeddings"),
-        (dict(relation_fanouts={"paper__cites__paper": [1]}), "--relation-fanouts"),
-        (dict(relation_fanouts={"paper__likes__paper": [1, 1]}), "--relation-fanouts"),
+        (dict(relation_fanouts={"paper__cites__paper": [1]}), "relation_fanouts"),
+        (dict(relation_fanouts={"paper__likes__paper": [1, 1]}), "relation_fanouts"),
     ],
 )
 def test_options_that_do_not_apply_are_refused_in_one_line(options, name):

@@ -21,6 +21,7 @@ from gnnsys.samplers import Block
 from gnnsys.trainers.fullgraph import train_fullgraph
 from gnnsys.training.checkpoints import restore_training_state, training_state
 from gnnsys.training.fullgraph_options import FullGraphOptions
+from gnnsys.training.options import MinibatchOptions
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_fullgraph import FAST, tiny_dataset  # noqa: E402
@@ -103,13 +104,10 @@ def test_every_choice_trains_as_fp32_within_precision(cpu, features):
 
 
 def test_the_cli_takes_auto_as_the_default():
-    import argparse
+    from gnnsys.cli import build_parser
 
-    from gnnsys.cli.train import add_run_arguments
-
-    p = argparse.ArgumentParser()
-    add_run_arguments(p)
-    assert p.parse_args(["--precision", "auto"]).precision == "auto"
+    assert build_parser().parse_args(["train", ".", "--precision", "auto"]).precision == "auto"
+    assert MinibatchOptions.model_fields["precision"].default == "auto"
     assert FullGraphOptions().precision == resolve_precision("auto", "cpu")
 
 

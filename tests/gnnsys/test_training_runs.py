@@ -127,8 +127,8 @@ def test_cli_prints_the_ogb_logger_statistics_and_json_holds_every_run(easy, tmp
 @pytest.mark.parametrize(
     "argv,option",
     [
-        (["--runs", "0"], "runs: must be >= 1"),
-        (["--runs", "-2"], "runs: must be >= 1"),
+        (["--runs", "0"], "--runs: must be in 1..100"),
+        (["--runs", "-2"], "--runs: must be in 1..100"),
         (["--runs", "101"], "--runs: must be in 1..100"),
         (["--patience", "0"], "patience: must be >= 1"),
         (["--lr-gamma", "0.5"], "--lr-gamma: applies to lr_schedule step or plateau"),

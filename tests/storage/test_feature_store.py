@@ -239,7 +239,7 @@ def test_cli_refuses_a_budget_too_small_in_one_line(make_dataset, capsys):
         == 2
     )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error: host_mem_budget: 0.001 GB cannot hold" in err
+    assert err.count("\n") == 1 and "error: --host-mem-budget: 0.001 GB cannot hold" in err
 
 
 def test_info_says_whether_the_table_fits_the_budget(make_dataset, capsys):

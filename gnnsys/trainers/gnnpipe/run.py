@@ -145,16 +145,17 @@ class StageRunner:
             o,
             start,
             self.history,
-            self._epoch,
-            self._evaluate,
-            self._save,
+            self.train_epoch,
+            self.evaluate,
+            self.save_checkpoint,
             self.on_epoch_end,
             bar=f"gnnpipe stage {self.rank}",
             show_bar=o.progress and self.last,
             table=o.epoch_table and self.last,
         )
 
-    def _epoch(self, epoch: int) -> dict:
+    def train_epoch(self, epoch: int) -> dict:
+        """Train epoch `epoch` (0-based); its record (loss, time and what the trainer measures)."""
         link = self.stage.link
         sent0, wait0 = (link.bytes_sent, link.wait_s) if link else (0, 0.0)
         order = epoch_order(len(self.stage.plans), self.options.seed, epoch)
@@ -181,7 +182,8 @@ class StageRunner:
         )
 
     @torch.no_grad()
-    def _evaluate(self) -> dict:
+    def evaluate(self) -> dict:
+        """The metric on each split with the current weights."""
         logits = self.stage.exact_pass()
         if not self.last:
             return {}
@@ -193,7 +195,8 @@ class StageRunner:
     def _slot(self, epoch: int) -> Path:
         return Path(self.options.checkpoint_dir) / f"worker{self.rank}" / f"slot{epoch % 2}"
 
-    def _save(self, epochs_done: int):
+    def save_checkpoint(self, epochs_done: int):
+        """Write the checkpoint of the run after `epochs_done` epochs (atomically)."""
         hist = [h if j > 0 or self.rank > 0 else None for j, h in enumerate(self.stage.hist)]
         save_checkpoint(
             self._slot(epochs_done),
