@@ -9,7 +9,7 @@ combine the components they take; GROUP is the component's group in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError
@@ -151,6 +151,8 @@ class InferenceSchema(OptionsSchema):
 
     GROUP: ClassVar[str] = "evaluation"
     RESUMABLE: ClassVar[tuple] = ("eval",)
+    if TYPE_CHECKING:
+        features: str  # SamplingSchema's, which every options class with this component has
     eval: Literal[EVAL_MODES] = option(  # type: ignore[valid-type]
         "auto",
         "evaluation: exact streaming layer-wise inference over all neighbours, or the training fanouts "

@@ -60,7 +60,7 @@ def option(
     default); `constraints`: pydantic's (ge, gt, le, lt)."""
     extra = {"flag": flag, "metavar": metavar, "choices": choices, "shown": shown, "gb": gb}
     extra |= {"cli": cli, "absent": absent}
-    return Field(default, description=help, json_schema_extra={"gnnsys": extra}, **constraints)  # type: ignore[arg-type]
+    return Field(default, description=help, json_schema_extra={"gnnsys": extra}, **constraints)  # type: ignore[arg-type,dict-item]
 
 
 def cli_info(info: FieldInfo) -> dict:
@@ -244,15 +244,19 @@ def config_error(error: pydantic.ValidationError, fields: dict) -> ConfigError:
 
 def value_range(info: FieldInfo) -> str:
     """A field's range in words: ">= 1", "in [0, 1)", "in 0..18446744073709551615"."""
-    low = next(((m.ge, "[") for m in info.metadata if isinstance(m, annotated_types.Ge)), None)
-    low = low or next(((m.gt, "(") for m in info.metadata if isinstance(m, annotated_types.Gt)), None)
-    high = next(((m.le, "]") for m in info.metadata if isinstance(m, annotated_types.Le)), None)
-    high = high or next(((m.lt, ")") for m in info.metadata if isinstance(m, annotated_types.Lt)), None)
+    low: tuple | None = None
+    high: tuple | None = None
+    for m in info.metadata:
+        if isinstance(m, (annotated_types.Ge, annotated_types.Gt)):
+            low = (m.ge, "[") if isinstance(m, annotated_types.Ge) else (m.gt, "(")
+        elif isinstance(m, (annotated_types.Le, annotated_types.Lt)):
+            high = (m.le, "]") if isinstance(m, annotated_types.Le) else (m.lt, ")")
     if low and high:
         if low[1] == "[" and high[1] == "]" and int in members(info.annotation):
             return f"in {low[0]}..{high[0]}"
         return f"in {low[1]}{low[0]:g}, {high[0]:g}{high[1]}"
     bound, sign = (low, {"[": ">=", "(": ">"}) if low else (high, {"]": "<=", ")": "<"})
+    assert bound is not None  # a range error comes from a field with a bound
     return f"{sign[bound[1]]} {bound[0]:g}"
 
 
