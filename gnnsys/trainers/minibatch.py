@@ -268,6 +268,7 @@ class MinibatchTrainer:
         "loss", the mean over every rank's seeds, "time_s", the time breakdown,
         each feature tier's counters of the epoch under "tiers")."""
         self.store.reset_stats()
+        self.store.start_epoch(epoch)  # a packed tier packs from this epoch
         self.model.train()
         loader.set_epoch(epoch)
         times = dict.fromkeys(BREAKDOWN, 0.0)

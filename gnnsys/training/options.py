@@ -33,7 +33,7 @@ from gnnsys.training.limits import SEED_MAX, check_machine, check_ranges
 from gnnsys.training.tasks import METRICS as TASK_METRICS
 from gnnsys.training.tasks import task_metric
 
-FEATURES = PLACEMENTS + ("ssd",)
+FEATURES = PLACEMENTS + ("ssd", "packed")
 MAX_RUNS = 100  # runs of one call (OGB's leaderboard asks for 10)
 LR_SCHEDULES = {  # schedule -> the options it reads
     "none": (),
