@@ -151,3 +151,11 @@ def test_packed_needs_a_prepared_dataset(make_dataset):
     held = RowTable(np.array(ds.features.table), 12, torch.float32)  # the rows copied into memory
     with pytest.raises(ConfigError, match="^features: 'packed' reads a prepared dataset's features.bin"):
         build_store({HOMOGENEOUS: held}, degree={HOMOGENEOUS: None}, features="packed", draws={HOMOGENEOUS: None})
+
+
+def test_sampled_evaluation_reads_through_the_ssd_tier_and_scores_as_it(make_dataset):
+    ds = packed_dataset(make_dataset)
+    ssd = train(ds, **FAST, features="ssd", cache_rows=60, eval="sampled")
+    through = train(ds, **FAST, features="packed", cache_rows=60, eval="sampled")
+    assert through.test == ssd.test and through.epochs[-1]["valid"] == ssd.epochs[-1]["valid"]
+    assert [r["loss"] for r in through.epochs] == [r["loss"] for r in ssd.epochs]
