@@ -113,12 +113,22 @@ class Packer:
         """(manifest, directory, whether it was packed now) of the window of
         `count` batches from global batch `first`: reused when its manifest
         has this key, else (re)built (stopped early, with the partial
-        directory removed, when `stop` is set: Cancelled)."""
+        directory removed, when `stop` is set: Cancelled); DatasetError
+        when the scratch directory's disk has less free space than it needs."""
         plan = self.plan(first, count, stop)
         key, directory = self.window_key(first, count, plan), self.directory(first, count)
         found = Manifest.read(directory, key)
         if found is not None:
             return found, directory, False
+        need = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, plan.cached])
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.scratch).free
+        if need + plan.cached.nbytes > free:
+            raise DatasetError(
+                self.scratch,
+                f"not enough scratch space for the packed batches {first} to {first + count - 1}: needs "
+                f"{need + plan.cached.nbytes:,} bytes, {free:,} free (free some, or give the cache more rows)",
+            )
         if directory.exists():
             log.info("packed window %s is stale (packed for another run or incomplete): rebuilt", directory)
             shutil.rmtree(directory)

@@ -5,6 +5,7 @@ a stale one rebuilt, and a changed file refused in one line."""
 
 import json
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -116,3 +117,16 @@ def test_a_replaced_rows_file_is_refused(make_dataset, tmp_path):
     with pytest.raises(DatasetError, match="replaced or changed"):
         make_packer(ds, tmp_path / "scratch").pack(0, 1)
     assert list((tmp_path / "scratch").iterdir()) == []  # the partial window is removed
+
+
+def test_a_window_the_disk_cannot_hold_is_refused_before_writing(make_dataset, tmp_path, monkeypatch):
+    ds = packed_dataset(make_dataset)
+    import gnnsys.storage.packer as packer_module
+
+    monkeypatch.setattr(packer_module.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
+    scratch = tmp_path / "scratch"
+    with pytest.raises(DatasetError) as e:
+        make_packer(ds, scratch).pack(0, 2)
+    said = str(e.value)
+    assert said.startswith(f"{scratch}: not enough scratch space for the packed batches 0 to 1: needs ")
+    assert "1,000 free" in said and "\n" not in said and not any(scratch.iterdir())
