@@ -34,7 +34,7 @@ from .direct_io import open_rows_file
 from .packer import Packer
 from .packing import PAD, Manifest, Segment, ids_crc, read_segment, scatter_packed
 from .source import CacheTier
-from .ssd import rows_file
+from .ssd import SSDFeatures, rows_file
 
 DEFAULT_AHEAD = 2
 _COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
@@ -53,8 +53,9 @@ class PackedFeatures(CacheTier):
     `draws`, packed in windows under a scratch directory (see the module
     docstring); a cache tier, whose cache is the window's most read rows.
 
-    base: the tier that serves unplanned gathers (an SSDFeatures over the
-    same file). draws: the batches (storage.packer.Packer). capacity: the
+    base: the SSDFeatures over the same file, which serves the gathers
+    that are no planned batch (and whose O_DIRECT mode the packer's scan
+    takes). draws: the batches (storage.packer.Packer). capacity: the
     cache's rows. ahead: batches whose files are read ahead. window: batches
     a window holds (default: an epoch's). scratch_dir: where windows are
     written; None (default) makes a directory of its own (in the system's
@@ -69,7 +70,7 @@ class PackedFeatures(CacheTier):
 
     def __init__(self, base, table, draws, *, capacity: int, ahead: int = DEFAULT_AHEAD, window=None, scratch_dir=None):
         path, self.shape, self.dtype, stride = rows_file(table)
-        if base.shape != self.shape or base.dtype != self.dtype:
+        if not isinstance(base, SSDFeatures) or base.shape != self.shape or base.dtype != self.dtype:
             raise ConfigError("features", f"the packed tier's base {base!r} is not {path}'s rows")
         if ahead < 1:
             raise ConfigError("ahead", f"must be at least 1 batch, got {ahead}")
@@ -83,9 +84,8 @@ class PackedFeatures(CacheTier):
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         self._own = scratch_dir is None
         self.scratch, self.direct = _scratch(path) if self._own else (Path(scratch_dir), _takes_direct(scratch_dir))
-        direct = getattr(base, "direct", False)
         self.packer = Packer(
-            path, self.shape, self.dtype, stride, draws, capacity, self.scratch, direct, table.identity
+            path, self.shape, self.dtype, stride, draws, capacity, self.scratch, base.direct, table.identity
         )
         self._word = math.gcd(8, self.row_bytes)
         self._slot = np.full(self.shape[0], -1, np.int32)

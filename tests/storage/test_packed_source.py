@@ -4,6 +4,8 @@ its base, restarts at an epoch, stale windows rebuilt and changed ones
 refused; training through it equals training in memory and through the SSD tier."""
 
 import json
+import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -159,3 +161,16 @@ def test_sampled_evaluation_reads_through_the_ssd_tier_and_scores_as_it(make_dat
     through = train(ds, **FAST, features="packed", cache_rows=60, eval="sampled")
     assert through.test == ssd.test and through.epochs[-1]["valid"] == ssd.epochs[-1]["valid"]
     assert [r["loss"] for r in through.epochs] == [r["loss"] for r in ssd.epochs]
+
+
+def test_windows_go_beside_the_dataset_when_the_temporary_directory_refuses_o_direct(make_dataset, monkeypatch):
+    ds = packed_dataset(make_dataset)
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm to stand for a temporary directory without O_DIRECT")
+    monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
+    tier = packed(ds)
+    assert tier.scratch.parent == ds.path.parent and tier.scratch.name.startswith("gnnsys-packed-")
+    ids = batch(ds, 0, 0)
+    assert torch.equal(tier.gather(ids), ds.features.gather(ids)) and tier.stats()["batches"] == 1
+    tier.close()
+    assert not tier.scratch.exists() and not [p for p in os.listdir("/dev/shm") if p.startswith("gnnsys-packed-")]
