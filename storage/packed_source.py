@@ -30,9 +30,9 @@ import torch
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
-from .direct_io import open_rows_file
+from .direct_io import aligned, open_rows_file
 from .packer import Packer
-from .packing import PAD, Manifest, Segment, ids_crc, read_segment, scatter_packed
+from .packing import PAD, Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
@@ -93,7 +93,8 @@ class PackedFeatures(CacheTier):
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
         self._stop = threading.Event()
         self._windows: dict[int, Future] = {}
-        self._reads: dict[int, tuple[Future, int]] = {}
+        self._reads: dict[int, tuple[Future, memoryview]] = {}  # global batch -> (its read, its buffer)
+        self._spare: list[memoryview] = []  # read buffers to reuse (fresh ones cost a page fault per page)
         self._cursor: int | None = None
         self._start = 0
         self._current: _Window | None = None
@@ -141,7 +142,7 @@ class PackedFeatures(CacheTier):
                 return
             assert window is not None
             began = time.perf_counter()
-            rows = self._take(self._cursor)
+            rows, buffer = self._take(self._cursor)
             self._stats["read_wait_s"] += time.perf_counter() - began
             slot = self._slot[distinct]
             missed = slot < 0
@@ -158,6 +159,7 @@ class PackedFeatures(CacheTier):
                 at.numpy(),
                 words,
             )
+            self._spare.append(buffer)
             _remove(window.directory / segment.file)  # consumed
             self._stats["hits"] += distinct.shape[0] - segment.rows
             self._stats["misses"] += segment.rows
@@ -231,23 +233,33 @@ class PackedFeatures(CacheTier):
         self._windows.pop(window.first, None)
         shutil.rmtree(window.directory, ignore_errors=True)
 
-    def _take(self, g: int):
-        """The content of global batch `g`'s file (read now unless read ahead)."""
-        pending = self._reads.pop(g, None)
-        if pending is None:
-            pending = (self._submit_read(g), 0)
-        assert pending[0] is not None  # g is in the current window
-        return pending[0].result()
+    def _take(self, g: int) -> tuple[memoryview, memoryview]:
+        """(the content of global batch `g`'s file, the buffer it was read
+        into), read now unless it was read ahead."""
+        pending = self._reads.pop(g, None) or self._submit_read(g)
+        assert pending is not None  # g is in the current window, which is packed
+        return pending[0].result(), pending[1]
 
-    def _submit_read(self, g: int) -> Future | None:
-        """Read global batch `g`'s file on the reader thread, once its window is packed (else None)."""
+    def _submit_read(self, g: int) -> tuple[Future, memoryview] | None:
+        """Read global batch `g`'s file on the reader thread into a spare
+        buffer, once its window is packed (else None)."""
         first = self._first(g)
         job = self._windows.get(first)
         if job is None or not job.done() or job.exception() is not None:
             return None
         manifest, directory = job.result()
         segment: Segment = manifest.segments[g - first]
-        return self._reading.submit(read_segment, directory / segment.file, segment, self.direct)
+        buffer = self._buffer(segment.nbytes)
+        return self._reading.submit(read_segment, directory / segment.file, segment, self.direct, buffer), buffer
+
+    def _buffer(self, nbytes: int) -> memoryview:
+        """A spare read buffer of at least `nbytes` (a new one a quarter
+        larger, when none is, replacing the smaller spares)."""
+        for i, buffer in enumerate(self._spare):
+            if len(buffer) >= nbytes:
+                return self._spare.pop(i)
+        self._spare.clear()
+        return memoryview(aligned(padded(nbytes + nbytes // 4)))
 
     def _read_ahead(self) -> None:
         """Read the files of the next `ahead` batches (those whose window is packed)."""
@@ -256,11 +268,10 @@ class PackedFeatures(CacheTier):
             if not self._planned(g):
                 return
             if g not in self._reads:
-                job = self._submit_read(g)
-                if job is None:
+                pending = self._submit_read(g)
+                if pending is None:
                     return
-                segment = self._windows[self._first(g)].result()[0].segments[g - self._first(g)]
-                self._reads[g] = (job, segment.nbytes)
+                self._reads[g] = pending
 
     def _drop_all(self) -> None:
         """Stop packing and reading, and remove every window of this tier."""
@@ -275,7 +286,7 @@ class PackedFeatures(CacheTier):
         if self._current is not None:
             self._slot[self._current.ids] = -1
             self._close_window(self._current)
-        self._reads, self._windows, self._current, self._cursor = {}, {}, None, None
+        self._reads, self._windows, self._current, self._cursor, self._spare = {}, {}, None, None, []
         self._stop = threading.Event()
 
     def set_window(self, batches) -> None:
@@ -303,9 +314,10 @@ class PackedFeatures(CacheTier):
         self._packed = dict.fromkeys(_PACKING, 0)
 
     def host_bytes(self) -> dict:
-        """{part: bytes}: the window's cached rows, the row-to-slot map and the files read ahead."""
+        """{part: bytes}: the window's cached rows, the row-to-slot map and the read buffers."""
         cache = len(self._current.cache) if self._current is not None else 0
-        return {"cache": cache, "slots": self._slot.nbytes, "read_ahead": sum(n for _, n in self._reads.values())}
+        reads = sum(len(b) for _, b in self._reads.values()) + sum(len(b) for b in self._spare)
+        return {"cache": cache, "slots": self._slot.nbytes, "read_buffers": reads}
 
     def close(self) -> None:
         """Stop the threads, remove the windows (and the scratch directory the tier made), close the base."""

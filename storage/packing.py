@@ -101,10 +101,11 @@ def padded(nbytes: int) -> int:
     return -(-nbytes // PAD) * PAD
 
 
-def read_segment(path: Path, segment: Segment, direct: bool) -> memoryview:
-    """The content of the packed file `path` (padded, page-aligned), read
-    with large O_DIRECT reads when `direct`; DatasetError naming the file
-    when it is missing or its size or crc32 is not the manifest's."""
+def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memoryview:
+    """The content of the packed file `path` (padded), read with large
+    O_DIRECT reads when `direct` into the page-aligned buffer `into` (at
+    least segment.nbytes; None: a new one); DatasetError naming the file when
+    it is missing or its size or crc32 is not the manifest's."""
     try:
         file = open_rows_file(path, direct and segment.nbytes >= PAD)
     except DatasetError:
@@ -112,7 +113,7 @@ def read_segment(path: Path, segment: Segment, direct: bool) -> memoryview:
     try:
         if file.size != segment.nbytes:
             raise _refused(path, f"size {file.size} bytes, its manifest says {segment.nbytes}")
-        buffer = memoryview(aligned(segment.nbytes))[: segment.nbytes]
+        buffer = memoryview(aligned(segment.nbytes) if into is None else into)[: segment.nbytes]
         done = 0
         while done < segment.nbytes:
             n = os.preadv(file.fd, [buffer[done : done + min(READ_BYTES, segment.nbytes - done)]], done)
