@@ -84,8 +84,9 @@ class PackedFeatures(CacheTier):
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         self._own = scratch_dir is None
         self.scratch, self.direct = _scratch(path) if self._own else (Path(scratch_dir), _takes_direct(scratch_dir))
+        shape, scratch = self.shape, self.scratch
         self.packer = Packer(
-            path, self.shape, self.dtype, stride, draws, capacity, self.scratch, base.direct, table.identity
+            path, shape, self.dtype, stride, draws, capacity, scratch, base.direct, table.identity, self.direct
         )
         self._word = math.gcd(8, self.row_bytes)
         self._slot = np.full(self.shape[0], -1, np.int32)

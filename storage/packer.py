@@ -27,9 +27,10 @@ from gnnsys.errors import DatasetError
 from gnnsys.identity import check_identity
 
 from .direct_io import aligned, open_rows_file
-from .packing import READ_BYTES, Manifest, Segment, ids_crc, padded
+from .packing import PAD, READ_BYTES, Manifest, Segment, ids_crc, padded
 
 CHUNK_BYTES = 32 << 20  # the rows file is scanned in reads of about this size
+STAGE_ALL, STAGE_MIN, STAGE_MAX = 64 << 20, 256 << 10, 4 << 20  # a window's write staging, shared by its files
 log = logging.getLogger(__name__)
 
 
@@ -64,14 +65,29 @@ class Packer:
     what decides the draws); `key` here adds the file's, the cache's and the
     window's own and the rows file's (its path and `identity`, the
     FileIdentity its table's load recorded, checked when the file is
-    opened). direct: whether the rows file is read with O_DIRECT.
+    opened). direct: whether the rows file is read with O_DIRECT;
+    write_direct: whether the packed files are written with O_DIRECT (from
+    staging buffers, so a window does not fill the page cache).
     """
 
-    def __init__(self, path, shape, dtype, stride: int, draws, capacity: int, scratch, direct: bool, identity=None):
+    def __init__(
+        self,
+        path,
+        shape,
+        dtype,
+        stride: int,
+        draws,
+        capacity: int,
+        scratch,
+        direct: bool,
+        identity=None,
+        write_direct=False,
+    ):
         self.path, self.shape, self.stride, self.draws = Path(path), tuple(shape), int(stride), draws
         self.identity = identity
         self.row_bytes = int(shape[1]) * dtype.itemsize
         self.capacity, self.scratch, self.direct = int(min(capacity, shape[0])), Path(scratch), direct
+        self.write_direct = write_direct
         recorded = None if identity is None else [identity.dev, identity.ino, identity.size, identity.mtime_ns]
         self.key = {
             **draws.key,
@@ -146,7 +162,8 @@ class Packer:
         """Scan the rows file once, appending each chunk's rows to every segment that needs them."""
         lists = [*plan.uncached, plan.cached]
         names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))] + ["cache.seg"]
-        writers = [_Writer(directory / name) for name in names]
+        stage = min(STAGE_MAX, max(STAGE_MIN, STAGE_ALL // len(names))) // PAD * PAD
+        writers = [_Writer(directory / name, self.write_direct, stage) for name in names]
         try:
             (directory / "cache.ids").write_bytes(plan.cached.tobytes())
             self._scan(lists, writers, stop)
@@ -205,31 +222,45 @@ def _read(file, buffer: memoryview, offset: int, want: int, path) -> int:
 
 
 class _Writer:
-    """Appends rows to one packed file, keeping its rows, bytes and crc32."""
+    """Appends rows to one packed file through a staging buffer written in
+    multiples of PAD (with O_DIRECT when `direct`), keeping its rows, bytes and crc32."""
 
-    def __init__(self, path: Path):
-        self.path, self.rows, self.nbytes, self.crc = path, 0, 0, 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    def __init__(self, path: Path, direct: bool, stage: int):
+        self.path, self.rows, self.nbytes, self.crc, self.fill = path, 0, 0, 0, 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DIRECT if direct else 0), 0o600)
+        self.stage = memoryview(aligned(stage))
 
     def write(self, rows: np.ndarray) -> None:
         data = memoryview(np.ascontiguousarray(rows)).cast("B")
-        self._put(data)
-        self.rows += rows.shape[0]
-
-    def _put(self, data) -> None:
-        try:
-            done = 0
-            while done < len(data):
-                done += os.write(self.fd, data[done:])
-        except OSError as e:
-            raise DatasetError(self.path, f"cannot write the packed segment ({e.strerror})") from None
         self.crc = zlib.crc32(data, self.crc)
         self.nbytes += len(data)
+        self.rows += rows.shape[0]
+        done = 0
+        while done < len(data):
+            take = min(len(data) - done, len(self.stage) - self.fill)
+            self.stage[self.fill : self.fill + take] = data[done : done + take]
+            self.fill, done = self.fill + take, done + take
+            if self.fill == len(self.stage):
+                self._flush(self.fill)
+
+    def _flush(self, nbytes: int) -> None:
+        """Write the first `nbytes` (a multiple of PAD) of the staging buffer."""
+        try:
+            done = 0
+            while done < nbytes:
+                done += os.write(self.fd, self.stage[done:nbytes])
+        except OSError as e:
+            raise DatasetError(self.path, f"cannot write the packed segment ({e.strerror})") from None
+        self.fill = 0
 
     def finish(self) -> tuple[str, int, int, int]:
-        """Pad to a multiple of PAD; (name, rows, bytes, crc32)."""
-        self._put(bytes(padded(self.nbytes) - self.nbytes))
-        return self.path.name, self.rows, self.nbytes, self.crc
+        """Pad to a multiple of PAD and write what is staged; (name, rows, bytes, crc32)."""
+        end = padded(self.fill)
+        pad = bytes(end - self.fill)
+        self.stage[self.fill : end] = pad
+        self.crc = zlib.crc32(pad, self.crc)
+        self._flush(end)
+        return self.path.name, self.rows, padded(self.nbytes), self.crc
 
     def close(self) -> None:
         if self.fd >= 0:
