@@ -64,6 +64,19 @@ def test_gathers_equal_the_table_through_windows_that_cross_epochs(make_dataset,
     assert list(scratch.iterdir()) == []
 
 
+@pytest.mark.parametrize("dim, dtype, align", [(7, "float16", 1), (300, "bfloat16", 128), (5, "float32", 4)])
+def test_rows_of_any_width_and_stride_come_back_exactly(make_dataset, scratch, dim, dtype, align):
+    ds = packed_dataset(make_dataset, dim=dim, dtype=dtype, align=align)  # rows straddling 512 B blocks too
+    tier = packed(ds, scratch, capacity=20, epochs=2)
+    for epoch in range(2):
+        for index in range(BATCHES):
+            ids = batch(ds, epoch, index)
+            got = tier.gather(ids)
+            assert torch.equal(got.view(torch.uint8), ds.features.gather(ids).view(torch.uint8))
+    assert tier.stats()["batches"] == 2 * BATCHES
+    tier.close()
+
+
 def test_gather_into_writes_rows_in_place_and_repeats(make_dataset, scratch):
     ds = packed_dataset(make_dataset)
     tier = packed(ds, scratch)

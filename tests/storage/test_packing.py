@@ -31,8 +31,9 @@ class Draws:
         return np.random.default_rng([self.seed, epoch, batch]).integers(0, self.num_nodes, self.size)
 
 
-def packed_dataset(make_dataset, dim=12, **kwargs):
-    ds, _ = make_dataset(num_nodes=300, num_edges=1200, dim=dim, options=PrepareOptions(progress=False, align=512))
+def packed_dataset(make_dataset, dim=12, dtype="float32", align=512):
+    options = PrepareOptions(progress=False, align=align, dtype=dtype)
+    ds, _ = make_dataset(num_nodes=300, num_edges=1200, dim=dim, options=options)
     return ds
 
 
