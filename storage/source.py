@@ -16,6 +16,8 @@ tier has no use for, so that code above never probes a tier with hasattr:
   override the default's temporary copy);
 - set_window(batches): the ids of the batches sampled ahead, passed down
   the stack (a cache uses it for eviction and reading ahead);
+- start_epoch(epoch): training's epoch `epoch` comes next (the packed
+  tier packs from it; passed down by default);
 - stats() / reset_stats(): the tier's own counters (empty by default);
 - host_bytes(): {part: bytes} of host memory the tier itself holds now, so a
   stack's memory is the sum over its tiers (storage.base.stack_host_bytes);
@@ -95,6 +97,12 @@ class FeatureSource:
         a tier that does not use them passes them down."""
         if self.base is not None:
             self.base.set_window(batches)
+
+    def start_epoch(self, epoch: int) -> None:
+        """Training's epoch `epoch` is gathered next (a tier that packs
+        batches ahead starts from it); a tier that does not use it passes it down."""
+        if self.base is not None:
+            self.base.start_epoch(epoch)
 
     def stats(self) -> dict:
         """This tier's counters since the last reset_stats ({} when it counts nothing)."""

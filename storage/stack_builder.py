@@ -19,6 +19,7 @@ from gnnsys.errors import ConfigError
 from .base import check_stack, tiers
 from .cache import CachedFeatures, SharedCachedFeatures, VictimBuffer, run_policy
 from .memory_plan import SSD_ENGINE_BYTES, plan_host_memory
+from .packed_source import DEFAULT_AHEAD, PackedFeatures
 from .placement import unified
 from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
 
@@ -42,6 +43,7 @@ def build_stack(
     ranks=None,
     replicate_frac: float = 0.0,
     batch_rows: int = 0,
+    draws=None,
 ):
     """The FeatureSource stack over the RowTable `table` (see the module docstring).
 
@@ -60,7 +62,8 @@ def build_stack(
     of several data-parallel ranks: the cache is one `SharedCachedFeatures`
     of world_size x its rows on a gloo group of its own (replicate_frac: the
     share of each rank's slots holding the hottest rows on every rank), with
-    no victim buffer. Returns (source, HostMemoryPlan).
+    no victim buffer. features "packed": the packed tier (`_packed`) over
+    the SSD tier, packing the batches draws() gives. Returns (source, HostMemoryPlan).
     """
     if ranks is not None and ranks.multi:
         if victim_rows:
@@ -76,6 +79,8 @@ def build_stack(
         batch_rows=batch_rows,
         cache_on_host=not on_gpu,
     )
+    if features == "packed":
+        return _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes)
     source, plan = _bottom(table, features, device, host_mem_budget, progress, sizes)
     if plan.cache_rows == 0:
         return check_stack(source), plan
@@ -123,3 +128,39 @@ def _bottom(table, features, device, host_mem_budget, progress, sizes):
         **sizes,
     )
     return SSDFeatures(table, host_mem_budget=plan.staging_bytes), plan
+
+
+PACKED_BASE = dict(engine="threads", threads=4, max_gap=0, host_mem_budget=4 * DEFAULT_MAX_READ)  # unplanned gathers
+
+
+def _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes):
+    """(PackedFeatures over an SSDFeatures of `table`'s file, HostMemoryPlan):
+    its cache is the window's most read rows (cache_rows or cache_gb), its
+    files read `lookahead` batches ahead (DEFAULT_AHEAD without one);
+    ConfigError for the options it has no use for."""
+    if draws is None:
+        raise ConfigError("features", "'packed' needs the training batches' draws (open_feature_store passes them)")
+    refused = {
+        "cache_policy": sizes["cache_policy"] != "static",
+        "victim_rows": bool(victim_rows),
+        "replicate_frac": bool(replicate_frac),
+        "host_mem_budget": host_mem_budget is not None,
+    }
+    for name, given in refused.items():
+        if given:
+            raise ConfigError(
+                name, "does not apply to features='packed' (its cache is the rows each window reads most)"
+            )
+    num_nodes, dim = table.shape
+    plan = plan_host_memory(
+        num_nodes, dim * table.dtype.itemsize, cache_rows=sizes["cache_rows"], cache_gb=sizes["cache_gb"]
+    )
+    base = SSDFeatures(table, **PACKED_BASE)
+    try:
+        ahead = sizes["lookahead"] or DEFAULT_AHEAD
+        source = PackedFeatures(base, table, draws(), capacity=plan.cache_rows, ahead=ahead)
+    except BaseException:
+        base.close()
+        raise
+    log.info("feature tiers: %s", " over ".join(repr(t) for t in tiers(source)))
+    return check_stack(source), plan

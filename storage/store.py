@@ -61,6 +61,11 @@ class FeatureStore(Mapping):
         """{key: {tier name: its stats()}} for every tier that counts (cache, victim, ssd)."""
         return {k: {t.name: s for t in tiers(stack) if (s := t.stats())} for k, stack in self._stacks.items()}
 
+    def start_epoch(self, epoch: int) -> None:
+        """Tell every stack that training's epoch `epoch` is gathered next."""
+        for stack in self._stacks.values():
+            stack.start_epoch(epoch)
+
     def reset_stats(self) -> None:
         """Zero the counters of every tier of every stack (at an epoch's start)."""
         for stack in self._stacks.values():
@@ -119,6 +124,7 @@ def build_store(
     cache_gb: float | None = None,
     victim_rows: int | None = None,
     host_mem_budget: float | None = None,
+    draws: Mapping | None = None,
     **options,
 ) -> FeatureStore:
     """A FeatureStore of one stack per key of `tables`, the run's sizes
@@ -131,13 +137,15 @@ def build_store(
         presample: {key: a function giving the pre-sampled hotness score},
             called only when the policy needs it.
         batch_rows: {key: the rows a batch reads} (the lookahead's memory plan).
-        features: a placement ("auto", "gpu", "pinned", "cpu-gather") or
-            "ssd", which reads each table's file, so every table must then be
-            memory-mapped (ConfigError otherwise).
+        features: a placement ("auto", "gpu", "pinned", "cpu-gather"),
+            "ssd" or "packed", which read each table's file, so every table
+            must then be memory-mapped (ConfigError otherwise).
         cache_rows: the cache's rows in all (or cache_gb its GB), shared by rows.
         cache_gb: the cache's GB in all, shared by bytes.
         victim_rows: the victim buffer's rows in all (None: a quarter of the cache with a lookahead).
         host_mem_budget: GB of host memory every stack together may hold, shared by bytes.
+        draws: {key: a function giving the training batches' draws}
+            (gnnsys.loading.batch_draws.BatchDraws), which "packed" packs.
         **options: build_stack's (device, cache_policy, lookahead, progress, ranks, replicate_frac).
 
     Returns:
@@ -152,8 +160,8 @@ def build_store(
     stacks: dict = {}
     try:
         for key, table in tables.items():
-            if features == "ssd" and not table.mapped:
-                raise ConfigError("features", _held_in_memory(key))
+            if features in ("ssd", "packed") and not table.mapped:
+                raise ConfigError("features", _held_in_memory(key, features))
             stacks[key], _ = build_stack(
                 table,
                 features=features,
@@ -164,6 +172,7 @@ def build_store(
                 victim_rows=share_rows(victim_rows, key),
                 host_mem_budget=share_gb(host_mem_budget, key),
                 batch_rows=0 if batch_rows is None else batch_rows[key],
+                draws=None if draws is None else draws[key],
                 **options,
             )
     except BaseException:
@@ -172,7 +181,7 @@ def build_store(
     return FeatureStore(stacks)
 
 
-def _held_in_memory(key) -> str:
+def _held_in_memory(key, features: str) -> str:
     if key is HOMOGENEOUS:
-        return "'ssd' reads a prepared dataset's features.bin; got an in-memory dataset"
-    return f"'ssd' reads each node type's features file; {key}'s are held in memory"
+        return f"'{features}' reads a prepared dataset's features.bin; got an in-memory dataset"
+    return f"'{features}' reads each node type's features file; {key}'s are held in memory"

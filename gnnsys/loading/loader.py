@@ -101,15 +101,7 @@ class MinibatchLoader:
         pipeline = pipeline or PipelineOptions()
         ids = dataset.split(split) if isinstance(split, str) else torch.as_tensor(split)
         self.dataset = dataset
-        self.seeds = SeedBatches(
-            ids,
-            batches.batch_size,
-            shuffle=batches.shuffle,
-            drop_last=batches.drop_last,
-            seed=batches.seed,
-            rank=batches.rank,
-            world_size=batches.world_size,
-        )
+        self.seeds = seed_batches(ids, batches)
         self.device = normalize_device(device)
         self.sampler = _sampler(sampling, dataset, self.device, batches.seed)
         self.features = dataset.features if features is None else features
@@ -284,6 +276,19 @@ class MinibatchLoader:
         for pending in item.pending:
             pending.check()
         return item.mb
+
+
+def seed_batches(ids, batches: BatchOptions) -> SeedBatches:
+    """The SeedBatches of `ids` that `batches` (a BatchOptions) describes."""
+    return SeedBatches(
+        ids,
+        batches.batch_size,
+        shuffle=batches.shuffle,
+        drop_last=batches.drop_last,
+        seed=batches.seed,
+        rank=batches.rank,
+        world_size=batches.world_size,
+    )
 
 
 def _window(ahead) -> list:

@@ -261,13 +261,13 @@ class MinibatchTrainer:
         return list(self.options.fanouts)
 
     def train_epoch(self, loader, epoch: int) -> dict:
-        """One pass of `loader` (a MinibatchLoader over this trainer's feature
-        tiers, such as `train_loader()`), set to `epoch` (sampling is a function
-        of the seed, epoch and batch), one optimizer step per batch. Returns
-        the epoch's record without metrics (gnnsys.training.loop.epoch_record:
-        "loss", the mean over every rank's seeds, "time_s", the time breakdown,
-        each feature tier's counters of the epoch under "tiers")."""
+        """One pass of `loader` (a MinibatchLoader over this trainer's feature tiers, such as
+        `train_loader()`), set to `epoch` (sampling is a function of the seed, epoch and batch), one
+        optimizer step per batch. Returns the epoch's record without metrics (gnnsys.training.loop.epoch_record:
+        "loss", the mean over every rank's seeds, "time_s", the time breakdown, each feature tier's counters
+        of the epoch under "tiers")."""
         self.store.reset_stats()
+        self.store.start_epoch(epoch)  # a packed tier packs from this epoch
         self.model.train()
         loader.set_epoch(epoch)
         times = dict.fromkeys(BREAKDOWN, 0.0)

@@ -22,7 +22,8 @@ from gnnsys.storage.placement import PLACEMENTS
 from gnnsys.training.schema import OptionsSchema, option
 from gnnsys.training.tasks import METRICS as TASK_METRICS
 
-FEATURES = PLACEMENTS + ("ssd",)
+OUT_OF_CORE = ("ssd", "packed")  # where rows are read from the disk as batches need them
+FEATURES = PLACEMENTS + OUT_OF_CORE
 EVAL_MODES = ("auto", "sampled", "layerwise")
 METRICS = ("auto", *TASK_METRICS)
 MAX_RUNS = 100  # runs of one call (OGB's leaderboard asks for 10)
@@ -156,7 +157,7 @@ class InferenceSchema(OptionsSchema):
     eval: Literal[EVAL_MODES] = option(  # type: ignore[valid-type]
         "auto",
         "evaluation: exact streaming layer-wise inference over all neighbours, or the training fanouts "
-        "through the training loader (sampled); auto: sampled with --features ssd",
+        "through the training loader (sampled); auto: sampled with --features ssd or packed",
     )
     eval_batch_size: int = option(4096, "nodes per inference batch", ge=1)
 
@@ -164,7 +165,7 @@ class InferenceSchema(OptionsSchema):
     def eval_mode(self) -> str:
         """ "sampled" or "layerwise": the evaluation `eval` asks for ("auto": sampled when features="ssd")."""
         if self.eval == "auto":
-            return "sampled" if self.features == "ssd" else "layerwise"
+            return "sampled" if self.features in OUT_OF_CORE else "layerwise"
         return self.eval
 
 
@@ -240,7 +241,8 @@ class SamplingSchema(OptionsSchema):
     features: Literal[FEATURES] = option(  # type: ignore[valid-type]
         "auto",
         "where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by the CPU from memory "
-        "or a memory map, or read from the SSD with O_DIRECT (ssd)",
+        "or a memory map, read from the SSD with O_DIRECT (ssd), or packed: each batch's rows written ahead into "
+        "one file per batch, read whole (packed)",
     )
 
     def _complete(self):
@@ -304,7 +306,9 @@ class TierSchema(OptionsSchema):
             raise ConfigError("cache_gb", "give the cache size as cache_rows or cache_gb, not both")
         run_policy(self.cache_policy)
         if not self.cached:
-            self._refuse_given(("lookahead", "victim_rows", "cache_policy"), "needs a cache (cache_rows or cache_gb)")
+            read_ahead = self.features == "packed"  # packed batches are read `lookahead` ahead, cached or not
+            names = ("victim_rows", "cache_policy") if read_ahead else ("lookahead", "victim_rows", "cache_policy")
+            self._refuse_given(names, "needs a cache (cache_rows or cache_gb)")
         if self.victim_rows is not None and not self.lookahead:
             raise ConfigError("victim_rows", f"needs lookahead > 0, got {self.victim_rows}")
         if self.host_mem_budget is not None and self.features != "ssd":

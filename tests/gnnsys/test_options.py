@@ -176,7 +176,7 @@ def test_the_python_api_of_prepare_refuses_non_finite_and_huge_floats(make):
         ({"cache_policy": "lr"}, "cache_policy: must be one of static, .*, got 'lr' \\(did you mean 'lru'\\?\\)"),
         ({"norm": "btch"}, "norm: must be one of batch, layer or None, got 'btch' \\(did you mean 'batch'\\?\\)"),
         ({"hiden": 3}, "hiden: is not an option of MinibatchOptions \\(did you mean 'hidden'\\?\\)"),
-        ({"features": "zzz"}, "features: must be one of auto, gpu, pinned, cpu-gather, ssd, got 'zzz'$"),
+        ({"features": "zzz"}, "features: must be one of auto, gpu, pinned, cpu-gather, ssd, packed, got 'zzz'$"),
     ],
 )
 def test_a_mistyped_name_or_choice_is_answered_with_the_nearest(keywords, message):

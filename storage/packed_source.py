@@ -1,0 +1,387 @@
+"""`PackedFeatures`: the packed tier, which trains from batches packed on
+disk ahead of training (DiskGNN's offline sampling, with online sampling's
+batches: storage/packer.py draws exactly the batches the loader will).
+
+Training's batches are known in advance (every draw is a function of seed,
+epoch, batch, layer and node), so a window of them is packed on a thread
+while the previous window trains: its cache (the rows the window reads most)
+and, per batch, its uncached rows in id order as one file (storage/packing.py).
+A gather that is the next planned batch (its sorted distinct ids have the
+manifest's crc32) reads that batch's file whole with large O_DIRECT reads,
+`ahead` batches ahead on a reader thread, scatters the rows from the cache
+and the file into the caller's order and deletes the file; any other gather
+(evaluation, or an epoch the tier was not told of) is served by `base`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.ids import check_ids, gather_output
+
+from .direct_io import aligned, open_rows_file
+from .packer import Packer
+from .packing import PAD, Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
+from .source import CacheTier
+from .ssd import SSDFeatures, rows_file
+
+DEFAULT_AHEAD = 2
+_COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
+_PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
+
+
+class _Window:
+    """The window being trained: its first global batch, manifest, directory and cached rows."""
+
+    def __init__(self, first: int, manifest: Manifest, directory: Path, cache: memoryview, ids: np.ndarray):
+        self.first, self.manifest, self.directory, self.cache, self.ids = first, manifest, directory, cache, ids
+
+
+class PackedFeatures(CacheTier):
+    """The rows of `table` (a memory-mapped RowTable) for the batches of
+    `draws`, packed in windows under a scratch directory (see the module
+    docstring); a cache tier, whose cache is the window's most read rows.
+
+    base: the SSDFeatures over the same file, which serves the gathers
+    that are no planned batch (and whose O_DIRECT mode the packer's scan
+    takes). draws: the batches (storage.packer.Packer). capacity: the
+    cache's rows. ahead: batches whose files are read ahead. window: batches
+    a window holds (default: an epoch's). scratch_dir: where windows are
+    written; None (default) makes a directory of its own (in the system's
+    temporary directory where it takes O_DIRECT reads, else beside the
+    dataset) and removes it at close. `start_epoch(e)` says epoch e is next
+    (packing starts from it; a run that resumes at e packs e); without it
+    the first gather starts at epoch 0 and epochs follow in order, up to
+    draws.epochs (None: no end).
+    """
+
+    name = "packed"
+
+    def __init__(self, base, table, draws, *, capacity: int, ahead: int = DEFAULT_AHEAD, window=None, scratch_dir=None):
+        path, self.shape, self.dtype, stride = rows_file(table)
+        if not isinstance(base, SSDFeatures) or base.shape != self.shape or base.dtype != self.dtype:
+            raise ConfigError("features", f"the packed tier's base {base!r} is not {path}'s rows")
+        if ahead < 1:
+            raise ConfigError("ahead", f"must be at least 1 batch, got {ahead}")
+        self.base, self.per_epoch, self.ahead = base, int(draws.batches), int(ahead)
+        self.window = self.per_epoch if window is None else int(window)
+        self._end = None if draws.epochs is None else int(draws.epochs) * self.per_epoch  # no batch from here on
+        if self.per_epoch < 1 or self.window < 1:
+            raise ConfigError(
+                "window", f"a window and an epoch need at least 1 batch, got {self.window}, {draws.batches}"
+            )
+        self.row_bytes = self.shape[1] * self.dtype.itemsize
+        self._own = scratch_dir is None
+        self.scratch, self.direct = _scratch(path) if self._own else (Path(scratch_dir), _takes_direct(scratch_dir))
+        shape, scratch = self.shape, self.scratch
+        self.packer = Packer(
+            path, shape, self.dtype, stride, draws, capacity, scratch, base.direct, table.identity, self.direct
+        )
+        self._word = math.gcd(8, self.row_bytes)
+        self._slot = np.full(self.shape[0], -1, np.int32)
+        self._packing = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack")
+        self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
+        self._stop = threading.Event()
+        self._windows: dict[int, Future] = {}
+        self._reads: dict[int, tuple[Future, memoryview]] = {}  # global batch -> (its read, its buffer)
+        self._spare: list[memoryview] = []  # read buffers to reuse (fresh ones cost a page fault per page)
+        self._cursor: int | None = None
+        self._start = 0
+        self._current: _Window | None = None
+        self._lock = threading.RLock()
+        self.reset_stats()
+
+    def start_epoch(self, epoch: int) -> None:
+        """Epoch `epoch`'s batches are gathered next: packing restarts from
+        it unless the tier is already there (the previous epoch just ended)."""
+        first = int(epoch) * self.per_epoch
+        with self._lock:
+            if self._cursor == first:
+                return
+            self._drop_all()
+            self._start = self._cursor = first
+            self._ensure(first)
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids` as a [len(ids), dim] tensor (in `out` if given); IndexError for ids out of range."""
+        ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        out = gather_output(out, ids.shape[0], self.shape[1], self.dtype)
+        self._gather_to(ids, out, torch.arange(ids.shape[0]))
+        return out
+
+    def gather_into(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
+        """Row ids[i] into out[at[i]], in place for a contiguous CPU `out` of this dtype."""
+        ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        if out.device.type != "cpu" or out.dtype != self.dtype or not out.is_contiguous():
+            return super().gather_into(ids, out, at)
+        self._gather_to(ids, out, at.long())
+
+    def _gather_to(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
+        if not ids.shape[0]:
+            return
+        with self._lock:
+            distinct, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
+            if self._cursor is None:
+                self.start_epoch(0)
+            assert self._cursor is not None
+            window = self._enter(self._cursor) if self._planned(self._cursor) else None
+            segment = window.manifest.segments[self._cursor - window.first] if window is not None else None
+            if segment is None or segment.unique != distinct.shape[0] or segment.ids != ids_crc(distinct):
+                self._stats["unplanned"] += 1
+                self.base.gather_into(ids, out, at)
+                return
+            assert window is not None
+            began = time.perf_counter()
+            rows, buffer = self._take(self._cursor)
+            self._stats["read_wait_s"] += time.perf_counter() - began
+            slot = self._slot[distinct]
+            missed = slot < 0
+            if int(missed.sum()) != segment.rows:
+                raise DatasetError(window.directory / segment.file, "does not hold its batch's rows; refused")
+            seg_row = np.cumsum(missed) - 1
+            words = out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(f"u{self._word}")
+            scatter_packed(
+                self._rows(window.cache, window.ids.shape[0]),
+                self._rows(rows, segment.rows),
+                slot,
+                seg_row,
+                inverse.reshape(-1),
+                at.numpy(),
+                words,
+            )
+            self._spare.append(buffer)
+            _remove(window.directory / segment.file)  # consumed
+            self._stats["hits"] += distinct.shape[0] - segment.rows
+            self._stats["misses"] += segment.rows
+            self._stats["batches"] += 1
+            self._stats["bytes_read"] += segment.nbytes
+            self._stats["useful_bytes"] += segment.rows * self.row_bytes
+            self._cursor += 1
+            self._read_ahead()
+
+    def _rows(self, buffer, rows: int) -> np.ndarray:
+        """The first `rows` packed rows of `buffer` as [rows, words] of this tier's word width."""
+        width = self.row_bytes // self._word
+        return np.frombuffer(buffer, dtype=f"u{self._word}", count=rows * width).reshape(rows, width)
+
+    def _first(self, g: int) -> int:
+        """The first global batch of the window holding global batch `g`."""
+        return self._start + (g - self._start) // self.window * self.window
+
+    def _planned(self, g: int) -> bool:
+        """Whether global batch `g` is one of the run's (before its last epoch's end)."""
+        return self._end is None or g < self._end
+
+    def _count(self, first: int) -> int:
+        """The batches of the window from global batch `first` (the last one may be cut at the run's end)."""
+        return self.window if self._end is None else min(self.window, self._end - first)
+
+    def _ensure(self, first: int) -> Future | None:
+        """The packing of the window from global batch `first` (submitted now
+        if it was not); None past the run's last batch."""
+        if not self._planned(first):
+            return None
+        if first not in self._windows:
+            self._windows[first] = self._packing.submit(self._pack, first, self._stop)
+        return self._windows[first]
+
+    def _pack(self, first: int, stop: threading.Event):
+        began = time.perf_counter()
+        manifest, directory, packed = self.packer.pack(first, self._count(first), stop)
+        self._packed["windows_packed" if packed else "windows_reused"] += 1
+        self._packed["pack_s"] += time.perf_counter() - began
+        if packed:
+            self._packed["packed_bytes"] += sum(s.nbytes for s in manifest.segments) + manifest.cache.nbytes
+        return manifest, directory
+
+    def _enter(self, g: int) -> _Window:
+        """The window of global batch `g`, made current (its cache loaded, the
+        previous window's files removed, the next window's packing started)."""
+        first = self._first(g)
+        if self._current is not None and self._current.first == first:
+            return self._current
+        began = time.perf_counter()
+        job = self._ensure(first)
+        assert job is not None  # g is planned
+        manifest, directory = job.result()
+        ids = np.fromfile(directory / "cache.ids", dtype=np.int64)
+        if ids.shape[0] != manifest.cache.rows or [ids.shape[0], ids_crc(ids)] != manifest.key["cached"]:
+            raise DatasetError(directory / "cache.ids", "is not the cached set of its manifest; refused")
+        cache = read_segment(directory / manifest.cache.file, manifest.cache, self.direct)
+        if self._current is not None:
+            self._slot[self._current.ids] = -1
+            self._close_window(self._current)
+        self._slot[ids] = np.arange(ids.shape[0], dtype=np.int32)
+        self._current = _Window(first, manifest, directory, cache, ids)
+        self._stats["bytes_read"] += manifest.cache.nbytes
+        self._stats["useful_bytes"] += ids.shape[0] * self.row_bytes
+        self._stats["read_wait_s"] += time.perf_counter() - began
+        self._ensure(first + self.window)
+        return self._current
+
+    def _close_window(self, window: _Window) -> None:
+        self._windows.pop(window.first, None)
+        shutil.rmtree(window.directory, ignore_errors=True)
+
+    def _take(self, g: int) -> tuple[memoryview, memoryview]:
+        """(the content of global batch `g`'s file, the buffer it was read
+        into), read now unless it was read ahead."""
+        pending = self._reads.pop(g, None) or self._submit_read(g)
+        assert pending is not None  # g is in the current window, which is packed
+        return pending[0].result(), pending[1]
+
+    def _submit_read(self, g: int) -> tuple[Future, memoryview] | None:
+        """Read global batch `g`'s file on the reader thread into a spare
+        buffer, once its window is packed (else None)."""
+        first = self._first(g)
+        job = self._windows.get(first)
+        if job is None or not job.done() or job.exception() is not None:
+            return None
+        manifest, directory = job.result()
+        segment: Segment = manifest.segments[g - first]
+        buffer = self._buffer(segment.nbytes)
+        return self._reading.submit(read_segment, directory / segment.file, segment, self.direct, buffer), buffer
+
+    def _buffer(self, nbytes: int) -> memoryview:
+        """A spare read buffer of at least `nbytes` (a new one a quarter
+        larger, when none is, replacing the smaller spares)."""
+        for i, buffer in enumerate(self._spare):
+            if len(buffer) >= nbytes:
+                return self._spare.pop(i)
+        self._spare.clear()
+        return memoryview(aligned(padded(nbytes + nbytes // 4)))
+
+    def _read_ahead(self) -> None:
+        """Read the files of the next `ahead` batches (those whose window is packed)."""
+        assert self._cursor is not None
+        for g in range(self._cursor, self._cursor + self.ahead):
+            if not self._planned(g):
+                return
+            if g not in self._reads:
+                pending = self._submit_read(g)
+                if pending is None:
+                    return
+                self._reads[g] = pending
+
+    def _drop_all(self) -> None:
+        """Stop packing and reading, and remove every window of this tier."""
+        self._stop.set()
+        for job, _ in self._reads.values():
+            job.cancel()
+            _quiet(job)
+        for first, job in list(self._windows.items()):
+            job.cancel()
+            if _quiet(job) and (self._current is None or self._current.first != first):
+                shutil.rmtree(self.packer.directory(first, self._count(first)), ignore_errors=True)
+        if self._current is not None:
+            self._slot[self._current.ids] = -1
+            self._close_window(self._current)
+        self._reads, self._windows, self._current, self._cursor, self._spare = {}, {}, None, None, []
+        self._stop = threading.Event()
+
+    def set_window(self, batches) -> None:
+        """The loader's window of sampled batches: not needed (the batches are packed); passed down."""
+        self.base.set_window(batches)
+
+    def stats(self) -> dict:
+        """Counters since the last reset: hits / misses (distinct rows from the
+        cache / the packed files), hit_rate, batches (gathers served packed),
+        unplanned (gathers served by the base), bytes_read (packed files and
+        caches read), useful_bytes, read_amplification, file_fraction (bytes
+        read / the rows file's size), read_wait_s (gathers waiting for a read or
+        a window), and the packing done meanwhile: windows_packed,
+        windows_reused, pack_s, packed_bytes."""
+        s = {**self._stats, **self._packed}
+        rows = s["hits"] + s["misses"]
+        s["hit_rate"] = s["hits"] / rows if rows else 0.0
+        s["read_amplification"] = s["bytes_read"] / s["useful_bytes"] if s["useful_bytes"] else 1.0
+        s["file_fraction"] = s["bytes_read"] / max(1, self.shape[0] * self.packer.stride)
+        return s
+
+    def reset_stats(self) -> None:
+        """Zero the counters of stats()."""
+        self._stats = dict.fromkeys(_COUNTERS, 0)
+        self._packed = dict.fromkeys(_PACKING, 0)
+
+    def host_bytes(self) -> dict:
+        """{part: bytes}: the window's cached rows, the row-to-slot map and the read buffers."""
+        cache = len(self._current.cache) if self._current is not None else 0
+        reads = sum(len(b) for _, b in self._reads.values()) + sum(len(b) for b in self._spare)
+        return {"cache": cache, "slots": self._slot.nbytes, "read_buffers": reads}
+
+    def close(self) -> None:
+        """Stop the threads, remove the windows (and the scratch directory the tier made), close the base."""
+        if not hasattr(self, "_packing"):
+            return
+        with self._lock:
+            self._drop_all()
+        self._packing.shutdown(wait=True)
+        self._reading.shutdown(wait=True)
+        if self._own:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        self.base.close()
+
+    def __repr__(self):
+        return f"PackedFeatures({self.packer.path}, windows of {self.window} batches in {self.scratch})"
+
+
+def _quiet(job: Future) -> bool:
+    """Wait for `job`; whether it finished without an error (its error is not this caller's)."""
+    try:
+        job.result()
+    except BaseException:  # noqa: BLE001 -- a cancelled or failed job is dropped
+        return False
+    return True
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _takes_direct(directory) -> bool:
+    """Whether files in `directory` can be read with O_DIRECT (a probe file written and removed)."""
+    probe = Path(tempfile.mkstemp(prefix=".gnnsys-direct-", dir=directory)[1])
+    try:
+        probe.write_bytes(bytes(2 * PAD))
+        try:
+            os.close(open_rows_file(probe, True).fd)
+        except ConfigError:
+            return False
+        return True
+    finally:
+        _remove(probe)
+
+
+def _scratch(rows_path: Path) -> tuple[Path, bool]:
+    """(a new directory for the windows, whether it takes O_DIRECT): in the
+    system's temporary directory where it does, else beside the dataset."""
+    made = []
+    for parent in (tempfile.gettempdir(), rows_path.parent.parent):
+        try:
+            directory = Path(tempfile.mkdtemp(prefix="gnnsys-packed-", dir=parent))
+        except OSError:
+            continue
+        if _takes_direct(directory):
+            for other in made:
+                shutil.rmtree(other, ignore_errors=True)
+            return directory, True
+        made.append(directory)
+    if not made:
+        raise ConfigError("features", f"'packed' found no writable scratch directory ({tempfile.gettempdir()})")
+    for other in made[1:]:
+        shutil.rmtree(other, ignore_errors=True)
+    return made[0], False

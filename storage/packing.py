@@ -1,0 +1,150 @@
+"""The on-disk format of packed batches (storage/packer.py writes it,
+storage/packed_source.py reads it).
+
+A window of consecutive batches (numbered globally: epoch x batches an
+epoch + batch, so a window may cross epochs) lives in one directory:
+
+- `bNNNNNNNN.seg` per batch: the batch's distinct rows that the window's
+  cache does not hold, in id order, each `row_bytes` long with no per-row
+  metadata (the reader recomputes the batch's sorted uncached ids), the file
+  padded with zeros to a multiple of PAD bytes so it is read whole with
+  O_DIRECT;
+- `cache.seg`: the rows the window's cache holds, in id order, and
+  `cache.ids`: their ids (int64);
+- `manifest.json`, written last (atomically): the key the window was packed
+  for (the dataset's identity and file, split, seed, batch size, fanouts,
+  sampler, rank and world size, the window's batches, the cache's capacity
+  and cached set) and per file its rows, bytes and crc32, per batch also the
+  crc32 of its sorted distinct ids (what tells the reader a gather is that
+  batch's).
+
+A window whose manifest is missing, unreadable or packed for another key is
+stale (rebuilt); a file whose size or crc32 differs from its manifest is
+refused (DatasetError), never read into a batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from gnnsys.atomic import atomic_write_bytes
+from gnnsys.errors import DatasetError
+
+from .direct_io import aligned, open_rows_file
+
+FORMAT = 1
+PAD = 4096  # segments end on a multiple of this: whole-file O_DIRECT reads on any logical block up to 4 KiB
+READ_BYTES = 8 << 20  # the largest single read of a segment
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One packed file: its name in the window's directory, the rows it
+    holds, its size on disk (padded) and the crc32 of its whole content; for
+    a batch, `ids`: the crc32 of the batch's sorted distinct ids and `unique`
+    their count."""
+
+    file: str
+    rows: int
+    nbytes: int
+    crc: int
+    ids: int = 0
+    unique: int = 0
+
+
+@dataclass
+class Manifest:
+    """A packed window: its key, first global batch, its batches' segments in
+    order and the cache's segment."""
+
+    key: dict
+    first: int
+    segments: list[Segment]
+    cache: Segment
+
+    def write(self, directory: Path) -> None:
+        """manifest.json in `directory`, written atomically (the last file of a window)."""
+        payload = {"format": FORMAT, "key": self.key, "first": self.first}
+        payload["segments"] = [asdict(s) for s in self.segments]
+        payload["cache"] = asdict(self.cache)
+        atomic_write_bytes(directory / MANIFEST, json.dumps(payload, sort_keys=True).encode())
+
+    @classmethod
+    def read(cls, directory: Path, key: dict) -> Manifest | None:
+        """The manifest of `directory` if it was packed for `key` (None: stale,
+        missing or unreadable: the window must be rebuilt)."""
+        try:
+            payload = json.loads((directory / MANIFEST).read_text())
+            if payload.get("format") != FORMAT or payload.get("key") != key:
+                return None
+            segments = [Segment(**s) for s in payload["segments"]]
+            return cls(payload["key"], int(payload["first"]), segments, Segment(**payload["cache"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+
+def ids_crc(ids: np.ndarray) -> int:
+    """The crc32 of sorted distinct int64 ids (a batch's fingerprint)."""
+    return zlib.crc32(np.ascontiguousarray(ids, dtype=np.int64))
+
+
+def padded(nbytes: int) -> int:
+    """`nbytes` rounded up to a multiple of PAD."""
+    return -(-nbytes // PAD) * PAD
+
+
+def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memoryview:
+    """The content of the packed file `path` (padded), read with large
+    O_DIRECT reads when `direct` into the page-aligned buffer `into` (at
+    least segment.nbytes; None: a new one); DatasetError naming the file when
+    it is missing or its size or crc32 is not the manifest's."""
+    try:
+        file = open_rows_file(path, direct and segment.nbytes >= PAD)
+    except DatasetError:
+        raise DatasetError(path, "packed segment is missing; refused (the window is rebuilt by a new run)") from None
+    try:
+        if file.size != segment.nbytes:
+            raise _refused(path, f"size {file.size} bytes, its manifest says {segment.nbytes}")
+        buffer = memoryview(aligned(segment.nbytes) if into is None else into)[: segment.nbytes]
+        done = 0
+        while done < segment.nbytes:
+            n = os.preadv(file.fd, [buffer[done : done + min(READ_BYTES, segment.nbytes - done)]], done)
+            if n <= 0:
+                raise _refused(path, f"ended after {done} of {segment.nbytes} bytes")
+            done += n
+    finally:
+        os.close(file.fd)
+    if zlib.crc32(buffer) != segment.crc:
+        raise _refused(path, "content does not match its manifest's crc32")
+    return buffer
+
+
+def _refused(path: Path, problem: str) -> DatasetError:
+    return DatasetError(path, f"packed segment {problem}; refused (changed since it was packed)")
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def scatter_packed(cache, segment, slot, seg_row, inverse, dest, out):
+    """out[dest[p]] = the row of distinct id inverse[p]: cache row slot[u]
+    when slot[u] >= 0, else segment row seg_row[u] (all [rows, words] arrays
+    of one word width)."""
+    width = out.shape[1]
+    for p in numba.prange(inverse.shape[0]):
+        u = inverse[p]
+        d = dest[p]
+        if slot[u] >= 0:
+            s = slot[u]
+            for j in range(width):
+                out[d, j] = cache[s, j]
+        else:
+            s = seg_row[u]
+            for j in range(width):
+                out[d, j] = segment[s, j]

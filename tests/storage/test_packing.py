@@ -1,0 +1,133 @@
+"""The packed format and its writer (storage/packing.py, storage/packer.py):
+a window's segments hold each batch's uncached rows in id order, the cache
+holds the window's most read rows, a window packed for this key is reused,
+a stale one rebuilt, and a changed file refused in one line."""
+
+import json
+import logging
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from gnnsys.datasets import PrepareOptions
+from gnnsys.errors import DatasetError
+from gnnsys.storage.packer import Packer
+from gnnsys.storage.packing import PAD, Manifest, ids_crc, read_segment
+from gnnsys.storage.ssd import rows_file
+
+BATCHES = 4
+
+
+class Draws:
+    """Batches of random ids, a function of (seed, epoch, batch), as BatchDraws gives them."""
+
+    def __init__(self, num_nodes: int, seed: int = 0, batches: int = BATCHES, epochs=None, size: int = 40):
+        self.num_nodes, self.seed, self.batches, self.epochs, self.size = num_nodes, seed, batches, epochs, size
+        self.key = {"seed": seed, "batches_per_epoch": batches}
+
+    def draw(self, epoch: int, batch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch, batch]).integers(0, self.num_nodes, self.size)
+
+
+def packed_dataset(make_dataset, dim=12, dtype="float32", align=512):
+    options = PrepareOptions(progress=False, align=align, dtype=dtype)
+    ds, _ = make_dataset(num_nodes=300, num_edges=1200, dim=dim, options=options)
+    return ds
+
+
+def make_packer(ds, scratch, capacity=30, **draws) -> Packer:
+    path, shape, dtype, stride = rows_file(ds.features)
+    return Packer(path, shape, dtype, stride, Draws(shape[0], **draws), capacity, scratch, False, ds.features.identity)
+
+
+def rows_of(ds, ids) -> np.ndarray:
+    rows = ds.features.gather(torch.as_tensor(ids, dtype=torch.int64)).numpy()
+    return rows.view(np.uint8).reshape(len(ids), -1)
+
+
+def test_a_window_holds_each_batchs_uncached_rows_in_id_order_and_its_most_read_rows(make_dataset, tmp_path):
+    ds = packed_dataset(make_dataset)
+    packer = make_packer(ds, tmp_path)
+    manifest, directory, packed = packer.pack(2, 5)  # crosses from epoch 0 into epoch 1
+    assert packed and len(manifest.segments) == 5
+    plan = packer.plan(2, 5)
+    counts = np.bincount(np.concatenate(plan.batches), minlength=300)
+    cached = np.fromfile(directory / "cache.ids", dtype=np.int64)
+    assert cached.shape[0] == 30 and np.all(np.diff(cached) > 0)
+    assert counts[cached].min() >= counts[np.setdiff1d(np.arange(300), cached)].max()  # the most read rows
+    for g, segment in zip(range(2, 7), manifest.segments, strict=True):
+        epoch, batch = divmod(g, BATCHES)
+        ids = np.unique(Draws(300).draw(epoch, batch))
+        missing = np.setdiff1d(ids, cached)
+        assert segment.ids == ids_crc(ids) and segment.unique == ids.shape[0] and segment.rows == missing.shape[0]
+        content = np.frombuffer(read_segment(directory / segment.file, segment, False), np.uint8)
+        assert segment.nbytes % PAD == 0 and content.shape[0] == segment.nbytes
+        assert np.array_equal(content[: missing.shape[0] * 48].reshape(-1, 48), rows_of(ds, missing))
+    cache = np.frombuffer(read_segment(directory / "cache.seg", manifest.cache, False), np.uint8)
+    assert np.array_equal(cache[: 30 * 48].reshape(30, 48), rows_of(ds, cached))
+
+
+def test_a_window_packed_for_this_key_is_reused_and_a_stale_one_rebuilt(make_dataset, tmp_path, caplog):
+    ds = packed_dataset(make_dataset)
+    caplog.set_level(logging.INFO, logger="gnnsys.storage.packer")
+    first, directory, _ = make_packer(ds, tmp_path).pack(0, 3)
+    again, _, packed = make_packer(ds, tmp_path).pack(0, 3)
+    assert not packed and again == first
+    for stale in (
+        lambda: make_packer(ds, tmp_path, seed=1),  # other batches
+        lambda: make_packer(ds, tmp_path, capacity=10),  # another cache
+    ):
+        _, _, packed = stale().pack(0, 3)
+        assert packed
+        assert "is stale" in caplog.text
+        make_packer(ds, tmp_path).pack(0, 3)  # back to the first key (rebuilt)
+    payload = json.loads((directory / "manifest.json").read_text())
+    payload["key"]["seed"] = 7  # a manifest edited by hand
+    (directory / "manifest.json").write_text(json.dumps(payload))
+    assert Manifest.read(directory, first.key) is None
+    assert make_packer(ds, tmp_path).pack(0, 3)[2]
+    (directory / "manifest.json").write_text("{not json")
+    assert Manifest.read(directory, first.key) is None
+
+
+@pytest.mark.parametrize("change", ["byte", "size", "missing"])
+def test_a_changed_segment_is_refused_in_one_line(make_dataset, tmp_path, change):
+    ds = packed_dataset(make_dataset)
+    manifest, directory, _ = make_packer(ds, tmp_path).pack(0, 2)
+    segment = manifest.segments[1]
+    path = directory / segment.file
+    if change == "byte":
+        data = bytearray(path.read_bytes())
+        data[5] ^= 1
+        path.write_bytes(bytes(data))
+    elif change == "size":
+        path.write_bytes(path.read_bytes() + bytes(PAD))
+    else:
+        path.unlink()
+    with pytest.raises(DatasetError) as e:
+        read_segment(path, segment, False)
+    assert str(e.value).startswith(str(path)) and "refused" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_replaced_rows_file_is_refused(make_dataset, tmp_path):
+    ds = packed_dataset(make_dataset)
+    path = rows_file(ds.features)[0]
+    path.write_bytes(path.read_bytes())  # same content, another file
+    with pytest.raises(DatasetError, match="replaced or changed"):
+        make_packer(ds, tmp_path / "scratch").pack(0, 1)
+    assert list((tmp_path / "scratch").iterdir()) == []  # the partial window is removed
+
+
+def test_a_window_the_disk_cannot_hold_is_refused_before_writing(make_dataset, tmp_path, monkeypatch):
+    ds = packed_dataset(make_dataset)
+    import gnnsys.storage.packer as packer_module
+
+    monkeypatch.setattr(packer_module.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
+    scratch = tmp_path / "scratch"
+    with pytest.raises(DatasetError) as e:
+        make_packer(ds, scratch).pack(0, 2)
+    said = str(e.value)
+    assert said.startswith(f"{scratch}: not enough scratch space for the packed batches 0 to 1: needs ")
+    assert "1,000 free" in said and "\n" not in said and not any(scratch.iterdir())
