@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import numpy as np
 
 from gnnsys.datasets.hetero_dataset import HeteroDataset
-from gnnsys.errors import ConfigError
 from gnnsys.loading.batch_draws import BatchDraws
 from gnnsys.samplers.seeds import SeedBatches
 from gnnsys.storage.cache import out_degree, presample_hotness
@@ -87,23 +86,23 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
     sampler = functools.cache(lambda: training_sampler(dataset, options))  # built only if a score or plan needs it
     seeds = SeedBatches(dataset.split("train"), options.batch_size, shuffle=True, seed=options.seed)
     if isinstance(dataset, HeteroDataset):
-        if options.features == "packed":
-            raise ConfigError("features", "'packed' trains a homogeneous graph; use 'ssd' for a heterogeneous one")
         tables = dict(dataset.features)
         view = lambda t: TypeInputs(sampler(), t)  # noqa: E731
         degree = {t: lambda t=t: type_out_degree(dataset, t) for t in tables}
+        draws = None  # HeteroOptions refuses features "packed"
     else:
         tables = {HOMOGENEOUS: dataset.features}
         view = lambda key: sampler()  # noqa: E731
         degree = {HOMOGENEOUS: lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)}
+        rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
+        draws = {HOMOGENEOUS: lambda: BatchDraws(dataset, options, sampler(), rank, world_size)}
     rows = {k: table.shape[0] for k, table in tables.items()}
-    rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
     return build_store(
         tables,
         degree=degree,
         presample={k: lambda k=k: presampled_hotness(view(k), seeds) for k in tables},
         batch_rows={k: largest_batch_rows(view(k), seeds, rows[k]) if options.lookahead else 0 for k in tables},
-        draws={HOMOGENEOUS: lambda: BatchDraws(dataset, options, sampler(), rank, world_size)},
+        draws=draws,
         features=options.features,
         device=device,
         cache_rows=options.cache_rows,

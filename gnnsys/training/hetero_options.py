@@ -53,6 +53,8 @@ class HeteroSchema(OptionsSchema):
 
     def _check(self):
         super()._check()
+        if self.features == "packed":
+            raise ConfigError("features", "'packed' trains a homogeneous graph; use 'ssd' for a heterogeneous one")
         if self.sparse_embeddings and self.weight_decay > 0:
             raise ConfigError(
                 "sparse_embeddings",
