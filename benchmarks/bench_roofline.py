@@ -25,17 +25,21 @@ epoch:
 Then, with the loader stopped, the machine's rates at each torch thread count
 used: the GEMM rate at every product's shape at the epoch's mean rows, fp32
 and bf16 (`gnnsys.runtime.cpu_features.gemm_gflops`, the best of at least
---gemm-repeats products and --gemm-seconds of them),
-and the memory bandwidth (a torch copy of --bandwidth-mib MiB, read + write
-bytes, median of 5). A piece's floor is max(its FLOPs at its GEMM rates, its
-compulsory aggregation bytes / bandwidth) (`roofline_floor`; the bytes with a
-row read per edge are reported too); the optimizer's is Adam's 7 fp32 reads
-and writes per parameter at the bandwidth; the epoch's is the sum of the
-pieces' floors. Each piece's distance to its floor is measured / floor.
+--gemm-repeats products and --gemm-seconds of them), and the memory bandwidth
+(a torch copy of --bandwidth-mib MiB, read + write bytes, median of 5). A
+piece's floor is max(its FLOPs at its GEMM rates, its compulsory aggregation
+bytes / bandwidth) (`roofline_floor`; the bytes with a row read per edge are
+reported too); the optimizer's is Adam's 7 fp32 reads and writes per
+parameter at the bandwidth; the epoch's is the sum of the pieces' floors.
+Each piece's distance to its floor is measured / floor.
 
 Threads: --threads runs one timed epoch at each torch intra-op thread count
 while the loader's threads (sampling and gather, --prefetch batches ahead)
-run; --prefetch 0 takes the loader's background threads away (sampling and
+run; --alternate runs one timed epoch instead whose steps take the counts in
+turn (step i at the i-th modulo), so load from other jobs on a shared machine
+falls on every count alike, and sums each count's steps apart (its compute is
+then the steps' time from the first forward to the optimizer step's end).
+--prefetch 0 takes the loader's background threads away (sampling and
 gathering run between steps in the training thread), so comparing the
 compute times says whether those threads take the GEMMs' cores. Every
 (precision, prefetch) builds a fresh trainer, runs --warmup untimed epochs,
@@ -46,7 +50,7 @@ count, every run with its counts, times and floors) and a .png of measured
 against floor per layer, atomically. Only the homogeneous SAGE model.
 
     python benchmarks/bench_roofline.py /work/bench-data/arxiv-1.0 --precisions 32,bf16-mixed \\
-        --threads 2,1 --prefetch 4,0
+        --threads 2,1 --alternate --prefetch 4,0
 """
 
 from __future__ import annotations
@@ -75,8 +79,10 @@ ADAM_BYTES_PER_PARAM = 7 * 4  # reads param, grad, exp_avg, exp_avg_sq; writes p
 class LayerClock:
     """Per-step times of each layer's forward and backward, the loss and the
     optimizer step of `model` (a gnnsys GNN of SAGE layers) trained by
-    `optimizer`, summed over steps, and the counts (sage_layer_counts) of
-    every block a layer ran on in training; see the module docstring."""
+    `optimizer`, and the counts (sage_layer_counts) of every block a layer ran
+    on in training, summed per torch thread count (`groups`: {threads: sums});
+    see the module docstring. `reset(rotate)`: new sums, and with several
+    thread counts in `rotate`, step i runs at rotate[i % len(rotate)]."""
 
     def __init__(self, model, optimizer):
         self.layers = list(model.layers)
@@ -101,14 +107,29 @@ class LayerClock:
             + ["optimizer"]
         )
 
-    def reset(self):
-        """Start a new sum (of times, counts and rows)."""
+    def reset(self, rotate: list | None = None):
+        """Start new sums; with several thread counts in `rotate`, each step sets its own."""
+        self.rotate = rotate if rotate and len(rotate) > 1 else None
         self.marks: dict = {}
-        self.seconds = dict.fromkeys(self.segments(), 0.0)
-        self.counts: list[dict] = [{} for _ in self.layers]
-        self.rows = [dict.fromkeys(("blocks", "dst", "src", "edges", "x_size", "agg_size"), 0) for _ in self.layers]
-        self.steps = self.incomplete = 0
+        self.groups: dict = {}
+        self.started = self.incomplete = 0
         self.thread_names: list = []
+
+    def _group(self) -> dict:
+        import torch
+
+        threads = torch.get_num_threads()
+        if threads not in self.groups:
+            self.groups[threads] = {
+                "seconds": dict.fromkeys(self.segments(), 0.0),
+                "counts": [{} for _ in self.layers],
+                "rows": [
+                    dict.fromkeys(("blocks", "dst", "src", "edges", "x_size", "agg_size"), 0) for _ in self.layers
+                ],
+                "steps": 0,
+                "step_s": 0.0,
+            }
+        return self.groups[threads]
 
     def close(self):
         for handle in self.handles:
@@ -124,11 +145,15 @@ class LayerClock:
         x, block = args[0], args[1]
         if i == 0:
             self.marks = {}
+            if self.rotate:
+                torch.set_num_threads(self.rotate[self.started % len(self.rotate)])
+            self.started += 1
+            self.group = self._group()
             if not self.thread_names:
                 self.thread_names = sorted(t.name for t in threading.enumerate())
         x_size = x.element_size()
         agg_size = (low_precision(x) or x.dtype).itemsize
-        rows = self.rows[i]
+        rows = self.group["rows"][i]
         rows.update(x_size=x_size, agg_size=agg_size)
         for key, value in (("blocks", 1), ("dst", block.num_dst), ("src", block.num_src), ("edges", block.num_edges)):
             rows[key] += value
@@ -142,7 +167,7 @@ class LayerClock:
             x_size,
             agg_size,
         )
-        add_counts(self.counts[i], counts)
+        add_counts(self.group["counts"][i], counts)
         self.marks[("forward", i)] = time.perf_counter()
 
     def _forward_end(self, i, module, args, out):
@@ -170,19 +195,23 @@ class LayerClock:
         if any(k not in m for k in needed):
             self.incomplete += 1
             return
+        seconds = self.group["seconds"]
         for i in range(n):
-            self.seconds[f"layer{i}.forward"] += m[("forward_end", i)] - m[("forward", i)]
+            seconds[f"layer{i}.forward"] += m[("forward_end", i)] - m[("forward", i)]
             end = m[("backward", i - 1)] if i else m["step"]
-            self.seconds[f"layer{i}.backward"] += end - m[("backward", i)]
-        self.seconds["loss"] += m[("backward", n - 1)] - m[("forward_end", n - 1)]
-        self.seconds["optimizer"] += m["step_end"] - m["step"]
-        self.steps += 1
+            seconds[f"layer{i}.backward"] += end - m[("backward", i)]
+        seconds["loss"] += m[("backward", n - 1)] - m[("forward_end", n - 1)]
+        seconds["optimizer"] += m["step_end"] - m["step"]
+        self.group["steps"] += 1
+        self.group["step_s"] += m["step_end"] - m[("forward", 0)]
         self.marks = {}
 
 
 # -- one configuration: a trainer, its warm-up and timed epochs ---------------------------------
 def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
-    """The timed epochs (one per --threads) of a fresh trainer at `precision` and `prefetch`."""
+    """The timed epochs of a fresh trainer at `precision` and `prefetch`: one per
+    --threads, or with --alternate one whose steps take the thread counts in turn;
+    a run record per thread count."""
     import numba
     import torch
 
@@ -190,6 +219,7 @@ def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
     from gnnsys.trainers.minibatch import MinibatchTrainer
     from gnnsys.training.options import MinibatchOptions
 
+    schedules = [args.threads] if args.alternate else [[t] for t in args.threads]
     options = MinibatchOptions.build(
         None,
         dict(
@@ -197,7 +227,7 @@ def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
             fanouts=tuple(args.fanouts),
             batch_size=args.batch_size,
             hidden=args.hidden,
-            epochs=args.warmup + len(args.threads),
+            epochs=args.warmup + len(schedules),
             lr=args.lr,
             dropout=0.5,
             seed=args.seed,
@@ -216,40 +246,47 @@ def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
         loader = trainer.train_loader()
         for epoch in range(args.warmup):
             trainer.train_epoch(loader, epoch)
-        for k, threads in enumerate(args.threads):
-            torch.set_num_threads(threads)
-            clock.reset()
+        for k, schedule in enumerate(schedules):
+            torch.set_num_threads(schedule[0])
+            clock.reset(schedule)
             before = os.getloadavg()
             record = trainer.train_epoch(loader, args.warmup + k)
-            runs.append(
-                {
-                    "precision_requested": precision,
-                    "precision": options.precision,
-                    "prefetch": prefetch,
-                    "torch_threads": threads,
-                    "numba_threads": numba.get_num_threads(),
-                    "threads_alive": clock.thread_names,
-                    "epoch": record["epoch"],
-                    "time_s": record["time_s"],
-                    "loss": record["loss"],
-                    "breakdown": record["breakdown"],
-                    "steps": clock.steps,
-                    "steps_untimed": clock.incomplete,
-                    "seconds": dict(clock.seconds),
-                    "layers": [
-                        {"in": layer.in_dim, "out": layer.out_dim, "rows": rows, "counts": counts}
-                        for layer, rows, counts in zip(clock.layers, clock.rows, clock.counts)
-                    ],
-                    "parameters": params,
-                    "loadavg_before": before,
-                    "loadavg_after": os.getloadavg(),
-                }
-            )
-            print(
-                f"{options.precision} prefetch {prefetch} threads {threads}: epoch {record['time_s']:.2f} s, "
-                f"compute {record['breakdown']['compute_s']:.2f} s (load {before[0]:.2f})",
-                flush=True,
-            )
+            after = os.getloadavg()
+            for threads, group in sorted(clock.groups.items(), reverse=True):
+                alternated = len(schedule) > 1
+                runs.append(
+                    {
+                        "precision_requested": precision,
+                        "precision": options.precision,
+                        "prefetch": prefetch,
+                        "torch_threads": threads,
+                        "alternated": alternated,
+                        "numba_threads": numba.get_num_threads(),
+                        "threads_alive": clock.thread_names,
+                        "epoch": record["epoch"],
+                        "time_s": record["time_s"],
+                        "loss": record["loss"],
+                        "breakdown": record["breakdown"],
+                        # the trainer's compute time; alternated, this count's steps from forward to step end
+                        "compute_s": group["step_s"] if alternated else record["breakdown"]["compute_s"],
+                        "steps": group["steps"],
+                        "steps_untimed": clock.incomplete,
+                        "seconds": group["seconds"],
+                        "layers": [
+                            {"in": layer.in_dim, "out": layer.out_dim, "rows": rows, "counts": counts}
+                            for layer, rows, counts in zip(clock.layers, group["rows"], group["counts"])
+                        ],
+                        "parameters": params,
+                        "loadavg_before": before,
+                        "loadavg_after": after,
+                    }
+                )
+                print(
+                    f"{options.precision} prefetch {prefetch} threads {threads}"
+                    f"{' (alternated)' if alternated else ''}: epoch {record['time_s']:.2f} s, "
+                    f"compute {runs[-1]['compute_s']:.2f} s over {group['steps']} steps (load {before[0]:.2f})",
+                    flush=True,
+                )
     finally:
         torch.set_num_threads(default_threads)
         clock.close()
@@ -344,11 +381,12 @@ def roofline(run: dict, rates: dict, rows: list) -> dict:
         piece["measured_s"] = run["seconds"][name]
         piece["measured_over_floor"] = piece["measured_s"] / piece["floor_s"] if piece["floor_s"] else None
     pieces["loss"] = {"measured_s": run["seconds"]["loss"]}
-    compute = run["breakdown"]["compute_s"]
+    compute = run["compute_s"]
     pieces["other"] = {"measured_s": compute - sum(run["seconds"].values())}
     floor = sum(p.get("floor_s", 0.0) for p in pieces.values())
     return {
         "pieces": pieces,
+        "gflop": sum(p.get("gflop", 0.0) for p in pieces.values()),
         "floor_s": floor,
         "gemm_s": sum(p.get("gemm_s", 0.0) for p in pieces.values()),
         "memory_s": sum(p.get("memory_s", 0.0) for p in pieces.values()),
@@ -362,7 +400,8 @@ def table(run: dict) -> str:
     """The run's roofline as text lines."""
     r = run["roofline"]
     head = (
-        f"{run['precision']}, prefetch {run['prefetch']}, {run['torch_threads']} torch threads: epoch "
+        f"{run['precision']}, prefetch {run['prefetch']}, {run['torch_threads']} torch threads"
+        f"{' (alternated)' if run['alternated'] else ''}: {run['steps']} steps, epoch "
         f"{run['time_s']:.2f} s, compute {r['compute_s']:.2f} s, floor {r['floor_s']:.2f} s "
         f"({r['compute_over_floor']:.2f}x)"
     )
@@ -401,11 +440,13 @@ def plot(result: dict, path: Path):
         ax.set_title(f"{run['precision']}: compute {run['roofline']['compute_over_floor']:.2f}x floor", fontsize=10)
         ax.legend(fontsize=8)
     ax = axes[0][-1]
-    labels = [f"{r['precision']}\npf{r['prefetch']} t{r['torch_threads']}" for r in runs]
-    ax.bar(labels, [r["breakdown"]["compute_s"] for r in runs], color="tab:blue", label="compute")
+    labels = [
+        f"{r['precision']}\npf{r['prefetch']} t{r['torch_threads']}{'a' if r['alternated'] else ''}" for r in runs
+    ]
+    ax.bar(labels, [r["compute_s"] for r in runs], color="tab:blue", label="compute")
     ax.scatter(labels, [r["roofline"]["floor_s"] for r in runs], color="black", marker="_", s=400, label="floor")
     ax.set_ylabel("seconds per epoch")
-    ax.set_title("compute by precision, prefetch, torch threads", fontsize=10)
+    ax.set_title("compute: precision, prefetch (pf), torch threads (t; a: alternated)", fontsize=10)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=8)
     fig.suptitle(f"{result['dataset']}: SAGE {result['config']['hidden']} x {len(result['config']['fanouts'])}")
@@ -429,6 +470,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precisions", default="32,bf16-mixed", help=f"comma-separated, of {', '.join(PRECISIONS)}")
     p.add_argument(
         "--threads", default=None, help="torch intra-op thread counts, one timed epoch each (default: torch's)"
+    )
+    p.add_argument(
+        "--alternate",
+        action="store_true",
+        help="one timed epoch whose steps take the --threads counts in turn (load falls on each alike)",
     )
     p.add_argument("--prefetch", default="4", help="loader prefetch settings; 0 runs no background loader threads")
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")

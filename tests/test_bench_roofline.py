@@ -123,9 +123,26 @@ def test_a_tiny_run_counts_the_loaders_blocks_and_adds_up(arxiv, tmp_path):
         assert roofline["floor_s"] == pytest.approx(sum(p.get("floor_s", 0) for p in pieces.values()))
         assert all(p["floor_s"] > 0 for name, p in pieces.items() if name.startswith("layer"))
         assert sum(p["measured_s"] for p in pieces.values()) == pytest.approx(roofline["compute_s"])
+        assert roofline["compute_s"] == run["breakdown"]["compute_s"]
         assert pieces["other"]["measured_s"] >= 0
     assert result["runs"][0]["threads_alive"] != result["runs"][1]["threads_alive"]  # prefetch 0: no loader threads
     assert (tmp_path / "roofline_arxiv.png").stat().st_size > 0
+
+
+def test_alternated_threads_split_one_epochs_steps(arxiv, tmp_path):
+    argv = [str(arxiv), "--precisions", "32", "--threads", "2,1", "--alternate", "--warmup", "0", "--batch-size", "16"]
+    argv += ["--hidden", "8", "--fanouts", "4,3", "--gemm-repeats", "1", "--gemm-seconds", "0", "--bandwidth-mib", "1"]
+    assert bench_roofline.main([*argv, "--out", str(tmp_path)]) == 0
+    runs = json.loads((tmp_path / "roofline_arxiv.json").read_text())["runs"]
+    assert [(r["torch_threads"], r["alternated"], r["epoch"]) for r in runs] == [(2, True, 0), (1, True, 0)]
+    expected = recount(arxiv, [4, 3], 16, 0, epoch=0)
+    batches = expected[0][0]
+    assert [r["steps"] for r in runs] == [(batches + 1) // 2, batches // 2]  # steps 0, 2, ... at 2 threads
+    for i in range(2):  # the two counts' blocks are the epoch's
+        assert [sum(r["layers"][i]["rows"][k] for r in runs) for k in ("blocks", "dst", "src", "edges")] == expected[i]
+    for run in runs:
+        assert run["compute_s"] == pytest.approx(sum(p["measured_s"] for p in run["roofline"]["pieces"].values()))
+        assert run["compute_s"] < run["breakdown"]["compute_s"]
 
 
 @pytest.mark.parametrize(
