@@ -325,9 +325,34 @@ def gemm_rates(shape: tuple, args) -> dict:
     return {dtype: max(first[dtype], more[dtype]) for dtype in first}
 
 
+def new_shape_rates(product: str, rows: int, layer: dict, repeats: int) -> dict:
+    """{"fp32_new_shape", "bf16_new_shape"}: GFLOP/s of `product` at `rows` rows when every
+    product has a row count not multiplied before (rows + 1, rows + 2, ...), as sampled
+    blocks have: the median over `repeats` such products. A bf16 product then pays for
+    oneDNN's primitive of the new shape (gnnsys bounds their caches, and sampled row
+    counts seldom repeat); an fp32 one does not go through oneDNN."""
+    import statistics
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        times, flops = [], 0
+        for i in range(1, repeats + 1):
+            m, k, n = gemm_shape(product, rows + i, layer["in"], layer["out"])
+            a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+            flops = 2 * m * k * n
+        out[f"{name}_new_shape"] = flops / statistics.median(times) / 1e9
+    return out
+
+
 def measure_rates(runs: list, args) -> dict:
     """At each thread count of `runs`: {threads: {"bandwidth": copy_bandwidth,
-    "gemm": {"m,k,n": {"fp32", "bf16"} GFLOP/s}}}, with the loader stopped."""
+    "gemm": {"m,k,n": {"fp32", "bf16"} GFLOP/s, and new_shape_rates}}}, with the loader stopped."""
     import torch
 
     default_threads = torch.get_num_threads()
@@ -344,6 +369,7 @@ def measure_rates(runs: list, args) -> dict:
                     key = shape_key(product, rows, layer)
                     if key not in gemm:
                         gemm[key] = gemm_rates(tuple(int(v) for v in key.split(",")), args)
+                        gemm[key].update(new_shape_rates(product, rows, layer, args.gemm_repeats))
             bandwidth = copy_bandwidth(args.bandwidth_mib)
             rates[str(threads)] = {"bandwidth": bandwidth, "gemm": gemm, "loadavg": os.getloadavg()}
     finally:
@@ -364,8 +390,10 @@ def roofline(run: dict, rates: dict, rows: list) -> dict:
             c = layer["counts"].get(direction, {"gemm_flops": {}, "bytes_compulsory": 0, "bytes_gathered": 0})
             gflops = {p: mine["gemm"][shape_key(p, rows[i], layer)][dtype] for p in c["gemm_flops"]}
             floor = roofline_floor(c["gemm_flops"], gflops, c["bytes_compulsory"], bandwidth)
+            fresh = {p: mine["gemm"][shape_key(p, rows[i], layer)][f"{dtype}_new_shape"] for p in c["gemm_flops"]}
             pieces[f"layer{i}.{direction}"] = {
                 "gflop": sum(c["gemm_flops"].values()) / 1e9,
+                "gemm_new_shape_s": roofline_floor(c["gemm_flops"], fresh, 0, bandwidth)["gemm_s"],
                 "gb_compulsory": c["bytes_compulsory"] / 1e9,
                 "gb_gathered": c["bytes_gathered"] / 1e9,
                 "gathered_memory_s": c["bytes_gathered"] / bandwidth,
@@ -405,16 +433,18 @@ def table(run: dict) -> str:
         f"{run['time_s']:.2f} s, compute {r['compute_s']:.2f} s, floor {r['floor_s']:.2f} s "
         f"({r['compute_over_floor']:.2f}x)"
     )
-    lines = [head, f"  {'piece':<16}{'GFLOP':>8}{'GB':>8}{'gemm s':>9}{'mem s':>8}{'floor s':>9}{'meas s':>9}{'x':>7}"]
+    widths = {"GFLOP": 8, "GB": 8, "gemm s": 9, "mem s": 8, "floor s": 9, "meas s": 9, "x": 7, "new-shape gemm s": 18}
+    lines = [head, f"  {'piece':<16}" + "".join(f"{c:>{w}}" for c, w in widths.items())]
     for name, p in r["pieces"].items():
-        if "floor_s" in p:
-            ratio = f"{p['measured_over_floor']:.2f}" if p["measured_over_floor"] is not None else "-"
-            lines.append(
-                f"  {name:<16}{p['gflop']:>8.1f}{p['gb_compulsory']:>8.2f}"
-                f"{p['gemm_s']:>9.3f}{p['memory_s']:>8.3f}{p['floor_s']:>9.3f}{p['measured_s']:>9.3f}{ratio:>7}"
-            )
-        else:
-            lines.append(f"  {name:<16}{'':>50}{p['measured_s']:>9.3f}")
+        if "floor_s" not in p:
+            lines.append(f"  {name:<16}{'':>{sum(list(widths.values())[:5])}}{p['measured_s']:>9.3f}")
+            continue
+        ratio = f"{p['measured_over_floor']:.2f}" if p["measured_over_floor"] is not None else "-"
+        fresh = f"{p['gemm_new_shape_s']:.3f}" if "gemm_new_shape_s" in p else "-"
+        lines.append(
+            f"  {name:<16}{p['gflop']:>8.1f}{p['gb_compulsory']:>8.2f}{p['gemm_s']:>9.3f}{p['memory_s']:>8.3f}"
+            f"{p['floor_s']:>9.3f}{p['measured_s']:>9.3f}{ratio:>7}{fresh:>18}"
+        )
     return "\n".join(lines)
 
 
@@ -436,7 +466,7 @@ def plot(result: dict, path: Path):
         ax.bar([x - 0.2 for x in xs], [pieces[n]["measured_s"] for n in names], 0.4, label="measured")
         ax.bar([x + 0.2 for x in xs], [pieces[n].get("floor_s", 0) for n in names], 0.4, label="floor")
         ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=8)
-        ax.set_ylabel("seconds per epoch")
+        ax.set_ylabel("seconds over the run's steps")
         ax.set_title(f"{run['precision']}: compute {run['roofline']['compute_over_floor']:.2f}x floor", fontsize=10)
         ax.legend(fontsize=8)
     ax = axes[0][-1]
@@ -445,7 +475,7 @@ def plot(result: dict, path: Path):
     ]
     ax.bar(labels, [r["compute_s"] for r in runs], color="tab:blue", label="compute")
     ax.scatter(labels, [r["roofline"]["floor_s"] for r in runs], color="black", marker="_", s=400, label="floor")
-    ax.set_ylabel("seconds per epoch")
+    ax.set_ylabel("seconds over the run's steps")
     ax.set_title("compute: precision, prefetch (pf), torch threads (t; a: alternated)", fontsize=10)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=8)

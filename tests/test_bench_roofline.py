@@ -122,11 +122,14 @@ def test_a_tiny_run_counts_the_loaders_blocks_and_adds_up(arxiv, tmp_path):
         pieces = roofline["pieces"]
         assert roofline["floor_s"] == pytest.approx(sum(p.get("floor_s", 0) for p in pieces.values()))
         assert all(p["floor_s"] > 0 for name, p in pieces.items() if name.startswith("layer"))
+        assert all(p["gemm_new_shape_s"] > 0 for name, p in pieces.items() if name.startswith("layer"))
         assert sum(p["measured_s"] for p in pieces.values()) == pytest.approx(roofline["compute_s"])
         assert roofline["compute_s"] == run["breakdown"]["compute_s"]
         assert pieces["other"]["measured_s"] >= 0
     assert result["runs"][0]["threads_alive"] != result["runs"][1]["threads_alive"]  # prefetch 0: no loader threads
     assert (tmp_path / "roofline_arxiv.png").stat().st_size > 0
+    for rates in result["rates"]["1"]["gemm"].values():
+        assert set(rates) == {"fp32", "bf16", "fp32_new_shape", "bf16_new_shape"}
 
 
 def test_alternated_threads_split_one_epochs_steps(arxiv, tmp_path):
