@@ -526,6 +526,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.threads = int_list("--threads", args.threads, 1) if args.threads is not None else None
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
+    if args.alternate and (args.threads is None or len(args.threads) < 2):
+        p.error("--alternate: needs at least two --threads counts to alternate")
     args.precisions = args.precisions.split(",")
     unknown = [x for x in args.precisions if x not in PRECISIONS]
     if unknown:
@@ -577,7 +579,7 @@ def main(argv=None) -> int:
             "torch_default": torch.get_num_threads(),
             "torch_interop": torch.get_num_interop_threads(),
             "numba": numba.get_num_threads(),
-            "loader": "sampling and gather threads per run's threads_alive; none with prefetch 0",
+            "loader": "each run's threads_alive: gnnsys-sample-N and gnnsys-gather, none with prefetch 0",
         },
         "runs": [],
     }

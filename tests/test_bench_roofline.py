@@ -157,6 +157,7 @@ def test_alternated_threads_split_one_epochs_steps(arxiv, tmp_path):
         (["--prefetch", "-1"], "--prefetch: every value must be >= 0"),
         (["--fanouts", "5,0"], "--fanouts: 0 is not a fanout"),
         (["--warmup", "-1"], "--warmup: must be >= 0"),
+        (["--alternate", "--threads", "2"], "--alternate: needs at least two --threads counts"),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(arxiv, capsys, extra, message):
