@@ -23,13 +23,14 @@ named ..._avx2; the GEMM rates show whether the emulation reproduces the
 bf16 cliff of such CPUs.
 
 Roofline: the dense FLOP of one epoch counted from the sampled blocks of
-gnnsys's epoch 0 (per SAGE layer with n destination rows, in -> out: two
-GEMMs forward, 4 n in out; weight gradients the same; input gradients the
-same again except in the first layer), applied to every configuration (DGL
-samples blocks of the same sizes in distribution); the GEMM rate of this
-machine at 2 threads, fp32 and bf16 (a 50000x256 by 256x256 matmul, median
-of 5), measured in a fresh process before the first and after the last run;
-the floor is FLOP / rate and each configuration reports compute_s / floor.
+gnnsys's epoch 0 (helpers.sage_layer_counts: per SAGE layer with n destination
+rows, in -> out, two GEMMs forward, 4 n in out; weight gradients the same;
+input gradients the same again except in the first layer), applied to
+every configuration (DGL samples blocks of the same sizes in distribution);
+the GEMM rate of this machine at 2 threads, fp32 and bf16 (a 50000x256 by
+256x256 matmul, median of 5), measured in a fresh process before the first
+and after the last run; the floor is FLOP / rate and each configuration
+reports compute_s / floor (benchmarks/bench_roofline.py has it per layer).
 
 Accuracy: --acc-seeds runs of --acc-epochs epochs each for gnnsys fp32,
 bf16-mixed and auto (fp32 stored features), test accuracy after the last epoch
@@ -58,7 +59,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import SYSTEMS, median_of, warm
+from helpers import SYSTEMS, median_of, sage_layer_counts, warm
 from plotting import can_plot, save_figure
 
 HERE = Path(__file__).resolve().parent
@@ -160,7 +161,8 @@ def child_flops(dataset: str, fanouts: list, batch_size: int, hidden: int, seed:
         batches += 1
         for i, block in enumerate(mb.blocks):
             rows[i] += block.num_dst
-            flop += 4.0 * block.num_dst * dims[i] * dims[i + 1] * (2 if i == 0 else 3)
+            counts = sage_layer_counts(block.num_dst, block.num_src, block.num_edges, dims[i], dims[i + 1], i > 0, 4, 4)
+            flop += sum(sum(d["gemm_flops"].values()) for d in counts.values())
     return {"gflop_per_epoch": flop / 1e9, "batches": batches, "mean_dst_rows_per_layer": [r / batches for r in rows]}
 
 

@@ -6,7 +6,10 @@
 - the device under the SSD benchmarks (`fio`, `fio_version`, `fio_machine`,
   `measure_device`, `read_size`, `read_bytes`);
 - a minibatch sampler's input-node trace (`record_trace`);
-- a measured child process (`run_child`: wall time, peak RSS and disk use).
+- a measured child process (`run_child`: wall time, peak RSS and disk use);
+- the roofline of a SAGE layer (`sage_layer_counts`: the FLOPs of its dense
+  products and the bytes its aggregation moves on one block, `gemm_shape`,
+  `add_counts`, `roofline_floor`) and the memory bandwidth (`copy_bandwidth`).
 
 Plots are in plotting.py, peak sampling in peaks.py, the gnnsys-against-DGL
 timings of bench_proteins.py and bench_mag.py in side_by_side.py. Imports only
@@ -188,3 +191,104 @@ def run_child(argv: list[str], disk: Path) -> dict:
         "peak_rss_anon_mib": round(peaks["rss_anon"] / 2**20, 1),
         "loadavg_end": os.getloadavg(),
     }
+
+
+# -- the roofline of a SAGE layer (bench_roofline.py, bench_precision.py) ----------------------
+# The dense products of one GraphSAGE (mean) layer as gnnsys runs it on a block (gnnsys/models/gnn.py):
+# lin_l on the num_dst aggregated rows, lin_r on the num_dst root rows, both in -> out. Backward: each
+# weight's gradient (out x rows @ rows x in), and each input's gradient (rows x out @ out x in) unless
+# the layer's input needs none (the first layer reads the features). {product: (direction, m, k, n)}.
+SAGE_PRODUCTS = {
+    "lin_l": ("forward", "rows", "in", "out"),
+    "lin_r": ("forward", "rows", "in", "out"),
+    "lin_l.weight_grad": ("backward", "out", "rows", "in"),
+    "lin_r.weight_grad": ("backward", "out", "rows", "in"),
+    "lin_l.input_grad": ("backward", "rows", "out", "in"),
+    "lin_r.input_grad": ("backward", "rows", "out", "in"),
+}
+CSR_ENTRY_BYTES = 8 + 4  # an int64 column index and a float32 weight per edge
+INDPTR_BYTES = 8
+
+
+def gemm_shape(product: str, rows: int, d_in: int, d_out: int) -> tuple:
+    """(m, k, n) of SAGE_PRODUCTS' `product` for a block of `rows` destination rows, d_in -> d_out."""
+    sizes = {"rows": rows, "in": d_in, "out": d_out}
+    return tuple(sizes[name] for name in SAGE_PRODUCTS[product][1:])
+
+
+def sage_layer_counts(
+    num_dst: int, num_src: int, edges: int, d_in: int, d_out: int, input_grad: bool, x_size: int, agg_size: int
+) -> dict:
+    """What one SAGE layer computes and moves on one block, forward and backward:
+    {"forward"|"backward": {"gemm_flops": {product: FLOPs (2 m k n)}, "bytes_gathered",
+    "bytes_compulsory"}}. input_grad: the layer's input takes a gradient (not the
+    first layer); x_size, agg_size: bytes per element of the rows it reads and of
+    the aggregated rows (and their gradients).
+
+    The aggregation's bytes: forward it reads, per edge, the source row and the
+    CSR entry, the row pointers, and writes num_dst rows; backward (input_grad
+    only) the same over the transpose: a row of the output's gradient per edge,
+    and num_src rows of the input's gradient written. "gathered" counts a row
+    read per edge (what the kernel asks of memory); "compulsory" each distinct
+    row once (num_src forward, num_dst backward), the lower bound a perfect
+    cache allows (the floor's figure)."""
+    out = {}
+    for direction in ("forward", "backward"):
+        flops = {}
+        for product, (d, *_) in SAGE_PRODUCTS.items():
+            if d == direction and (input_grad or not product.endswith("input_grad")):
+                m, k, n = gemm_shape(product, num_dst, d_in, d_out)
+                flops[product] = 2 * m * k * n
+        out[direction] = {"gemm_flops": flops, "bytes_gathered": 0, "bytes_compulsory": 0}
+    csr = edges * CSR_ENTRY_BYTES
+    fwd = out["forward"]
+    written = num_dst * d_in * agg_size
+    fwd["bytes_gathered"] = edges * d_in * x_size + csr + (num_dst + 1) * INDPTR_BYTES + written
+    fwd["bytes_compulsory"] = num_src * d_in * x_size + csr + (num_dst + 1) * INDPTR_BYTES + written
+    if input_grad:
+        bwd = out["backward"]
+        written = num_src * d_in * x_size
+        bwd["bytes_gathered"] = edges * d_in * agg_size + csr + (num_src + 1) * INDPTR_BYTES + written
+        bwd["bytes_compulsory"] = num_dst * d_in * agg_size + csr + (num_src + 1) * INDPTR_BYTES + written
+    return out
+
+
+def add_counts(total: dict, counts: dict) -> dict:
+    """`total` (nested dicts of numbers, as sage_layer_counts returns) with `counts` added in place."""
+    for key, value in counts.items():
+        if isinstance(value, dict):
+            add_counts(total.setdefault(key, {}), value)
+        else:
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def roofline_floor(gemm_flops: dict, gflops: dict, nbytes: float, bandwidth: float) -> dict:
+    """The floor of one piece of work: its products at their GEMM rates
+    (gemm_flops {product: FLOPs}, gflops {product: GFLOP/s}) against its bytes at
+    `bandwidth` (bytes/s); {"gemm_s", "memory_s", "floor_s" (the larger), "bound"}."""
+    gemm_s = sum(flops / (gflops[product] * 1e9) for product, flops in gemm_flops.items())
+    memory_s = nbytes / bandwidth
+    return {
+        "gemm_s": gemm_s,
+        "memory_s": memory_s,
+        "floor_s": max(gemm_s, memory_s),
+        "bound": "gemm" if gemm_s >= memory_s else "memory",
+    }
+
+
+def copy_bandwidth(mib: int = 256, repeats: int = 5) -> dict:
+    """Memory bandwidth by a torch copy of `mib` MiB into another buffer at torch's
+    threads: bytes read plus written per second, median (and best) of `repeats` after a warm-up."""
+    import torch
+
+    n = mib * 2**20 // 4
+    src, dst = torch.ones(n), torch.empty(n)
+    dst.copy_(src)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - start)
+    moved = 2 * n * 4
+    return {"bytes_per_s": moved / statistics.median(times), "best_bytes_per_s": moved / min(times), "mib": mib}
