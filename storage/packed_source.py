@@ -60,7 +60,8 @@ class PackedFeatures(CacheTier):
     a window holds (default: an epoch's). scratch_dir: where windows are
     written; None (default) makes a directory of its own (in the system's
     temporary directory where it takes O_DIRECT reads, else beside the
-    dataset) and removes it at close. `start_epoch(e)` says epoch e is next
+    dataset) and removes it at close. scratch_bytes: the most the windows
+    may hold on disk together (None: what the disk has free). `start_epoch(e)` says epoch e is next
     (packing starts from it; a run that resumes at e packs e); without it
     the first gather starts at epoch 0 and epochs follow in order, up to
     draws.epochs (None: no end).
@@ -68,7 +69,18 @@ class PackedFeatures(CacheTier):
 
     name = "packed"
 
-    def __init__(self, base, table, draws, *, capacity: int, ahead: int = DEFAULT_AHEAD, window=None, scratch_dir=None):
+    def __init__(
+        self,
+        base,
+        table,
+        draws,
+        *,
+        capacity: int,
+        ahead: int = DEFAULT_AHEAD,
+        window=None,
+        scratch_dir=None,
+        scratch_bytes: int | None = None,
+    ):
         path, self.shape, self.dtype, stride = rows_file(table)
         if not isinstance(base, SSDFeatures) or base.shape != self.shape or base.dtype != self.dtype:
             raise ConfigError("features", f"the packed tier's base {base!r} is not {path}'s rows")
@@ -86,7 +98,17 @@ class PackedFeatures(CacheTier):
         self.scratch, self.direct = _scratch(path) if self._own else (Path(scratch_dir), _takes_direct(scratch_dir))
         shape, scratch = self.shape, self.scratch
         self.packer = Packer(
-            path, shape, self.dtype, stride, draws, capacity, scratch, base.direct, table.identity, self.direct
+            path,
+            shape,
+            self.dtype,
+            stride,
+            draws,
+            capacity,
+            scratch,
+            base.direct,
+            table.identity,
+            self.direct,
+            window_bytes=None if scratch_bytes is None else scratch_bytes // 2,  # two windows are held at a time
         )
         self._word = math.gcd(8, self.row_bytes)
         self._slot = np.full(self.shape[0], -1, np.int32)

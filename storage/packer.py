@@ -23,7 +23,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from gnnsys.errors import DatasetError
+from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.identity import check_identity
 
 from .direct_io import aligned, open_rows_file
@@ -68,6 +68,7 @@ class Packer:
     opened). direct: whether the rows file is read with O_DIRECT;
     write_direct: whether the packed files are written with O_DIRECT (from
     staging buffers, so a window does not fill the page cache).
+    window_bytes: the most one window may hold on disk (None: what the disk has free).
     """
 
     def __init__(
@@ -82,12 +83,13 @@ class Packer:
         direct: bool,
         identity=None,
         write_direct=False,
+        window_bytes: int | None = None,
     ):
         self.path, self.shape, self.stride, self.draws = Path(path), tuple(shape), int(stride), draws
         self.identity = identity
         self.row_bytes = int(shape[1]) * dtype.itemsize
         self.capacity, self.scratch, self.direct = int(min(capacity, shape[0])), Path(scratch), direct
-        self.write_direct = write_direct
+        self.write_direct, self.window_bytes = write_direct, window_bytes
         recorded = None if identity is None else [identity.dev, identity.ino, identity.size, identity.mtime_ns]
         self.key = {
             **draws.key,
@@ -139,6 +141,13 @@ class Packer:
         need = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, plan.cached])
         self.scratch.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.scratch).free
+        if self.window_bytes is not None and need + plan.cached.nbytes > self.window_bytes:
+            raise ConfigError(
+                "scratch_gb",
+                f"the packed batches {first} to {first + count - 1} need {need + plan.cached.nbytes:,} bytes, more "
+                f"than a window's share of the budget ({self.window_bytes:,} bytes, half of it: two windows are "
+                "held at a time); raise it or give the cache more rows",
+            )
         if need + plan.cached.nbytes > free:
             raise DatasetError(
                 self.scratch,

@@ -18,7 +18,7 @@ from gnnsys.errors import ConfigError
 
 from .base import check_stack, tiers
 from .cache import CachedFeatures, SharedCachedFeatures, VictimBuffer, run_policy
-from .memory_plan import SSD_ENGINE_BYTES, plan_host_memory
+from .memory_plan import GB, SSD_ENGINE_BYTES, plan_host_memory
 from .packed_source import DEFAULT_AHEAD, PackedFeatures
 from .placement import unified
 from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
@@ -44,6 +44,8 @@ def build_stack(
     replicate_frac: float = 0.0,
     batch_rows: int = 0,
     draws=None,
+    scratch_dir=None,
+    scratch_gb: float | None = None,
 ):
     """The FeatureSource stack over the RowTable `table` (see the module docstring).
 
@@ -63,7 +65,9 @@ def build_stack(
     of world_size x its rows on a gloo group of its own (replicate_frac: the
     share of each rank's slots holding the hottest rows on every rank), with
     no victim buffer. features "packed": the packed tier (`_packed`) over
-    the SSD tier, packing the batches draws() gives. Returns (source, HostMemoryPlan).
+    the SSD tier, packing the batches draws() gives in `scratch_dir`
+    (default a directory of its own), at most `scratch_gb` GB on disk.
+    Returns (source, HostMemoryPlan).
     """
     if ranks is not None and ranks.multi:
         if victim_rows:
@@ -80,7 +84,11 @@ def build_stack(
         cache_on_host=not on_gpu,
     )
     if features == "packed":
-        return _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes)
+        scratch = dict(scratch_dir=scratch_dir, scratch_bytes=None if scratch_gb is None else int(scratch_gb * GB))
+        return _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes, scratch)
+    for name, value in (("scratch_dir", scratch_dir), ("scratch_gb", scratch_gb)):
+        if value is not None:
+            raise ConfigError(name, "holds packed batches; needs features='packed'")
     source, plan = _bottom(table, features, device, host_mem_budget, progress, sizes)
     if plan.cache_rows == 0:
         return check_stack(source), plan
@@ -133,10 +141,11 @@ def _bottom(table, features, device, host_mem_budget, progress, sizes):
 PACKED_BASE = dict(engine="threads", threads=4, max_gap=0, host_mem_budget=4 * DEFAULT_MAX_READ)  # unplanned gathers
 
 
-def _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes):
+def _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes, scratch):
     """(PackedFeatures over an SSDFeatures of `table`'s file, HostMemoryPlan):
     its cache is the window's most read rows (cache_rows or cache_gb), its
-    files read `lookahead` batches ahead (DEFAULT_AHEAD without one);
+    files read `lookahead` batches ahead (DEFAULT_AHEAD without one), its
+    windows where `scratch` (scratch_dir, scratch_bytes) says;
     ConfigError for the options it has no use for."""
     if draws is None:
         raise ConfigError("features", "'packed' needs the training batches' draws (open_feature_store passes them)")
@@ -158,7 +167,7 @@ def _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes):
     base = SSDFeatures(table, **PACKED_BASE)
     try:
         ahead = sizes["lookahead"] or DEFAULT_AHEAD
-        source = PackedFeatures(base, table, draws(), capacity=plan.cache_rows, ahead=ahead)
+        source = PackedFeatures(base, table, draws(), capacity=plan.cache_rows, ahead=ahead, **scratch)
     except BaseException:
         base.close()
         raise

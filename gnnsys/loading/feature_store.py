@@ -103,6 +103,11 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         presample={k: lambda k=k: presampled_hotness(view(k), seeds) for k in tables},
         batch_rows={k: largest_batch_rows(view(k), seeds, rows[k]) if options.lookahead else 0 for k in tables},
         draws=draws,
+        **(
+            {"scratch_dir": options.scratch_dir, "scratch_gb": options.scratch_gb}
+            if options.features == "packed"
+            else {}
+        ),
         features=options.features,
         device=device,
         cache_rows=options.cache_rows,

@@ -175,7 +175,9 @@ class StreamingInferenceSchema(OptionsSchema):
     GROUP: ClassVar[str] = "evaluation"
     RESUMABLE: ClassVar[tuple] = ("scratch_dir", "inference_dtype")
     scratch_dir: str | None = option(
-        None, "where layer-wise inference keeps hidden layers' outputs", shown="a temporary directory"
+        None,
+        "where layer-wise inference keeps hidden layers' outputs (and --features packed its packed batches)",
+        shown="a temporary directory",
     )
     inference_dtype: Literal[OUTPUT_DTYPES] = option(  # type: ignore[valid-type]
         "float32", "dtype of hidden layers' outputs kept by layer-wise inference"
@@ -273,7 +275,7 @@ class TierSchema(OptionsSchema):
 
     GROUP: ClassVar[str] = "feature tiers"
     RESUMABLE: ClassVar[tuple] = ("cache_rows", "cache_gb", "cache_policy", "lookahead", "victim_rows")
-    RESUMABLE += ("host_mem_budget", "retain_memory")
+    RESUMABLE += ("host_mem_budget", "retain_memory", "scratch_gb")
     cache_rows: int = option(0, "software cache of this many hot feature rows (0: none)", ge=0)
     cache_gb: float | None = option(None, "software cache of this many GB of feature rows", gt=0, gb=True)
     cache_policy: Literal[RUN_POLICIES] = option(  # type: ignore[valid-type]
@@ -293,6 +295,13 @@ class TierSchema(OptionsSchema):
     host_mem_budget: float | None = option(
         None, "host memory the SSD tier's cache, victim buffer and staging may use", gt=0, gb=True
     )
+    scratch_gb: float | None = option(
+        None,
+        "disk space the packed batches may hold in --scratch-dir (two windows at a time; --features packed)",
+        gt=0,
+        gb=True,
+        shown="what the disk has free",
+    )
     retain_memory: bool = option(True, "keep freed memory in the process for the next step's reuse (glibc malloc)")
 
     @property
@@ -311,6 +320,8 @@ class TierSchema(OptionsSchema):
             self._refuse_given(names, "needs a cache (cache_rows or cache_gb)")
         if self.victim_rows is not None and not self.lookahead:
             raise ConfigError("victim_rows", f"needs lookahead > 0, got {self.victim_rows}")
+        if self.features != "packed":
+            self._refuse_given(("scratch_gb",), "bounds the packed batches on disk; needs features='packed'")
         if self.host_mem_budget is not None and self.features != "ssd":
             raise ConfigError("host_mem_budget", "bounds the SSD tier's host memory; needs features='ssd'")
 

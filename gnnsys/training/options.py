@@ -75,8 +75,9 @@ class MinibatchOptions(
     def _check(self):
         super()._check()
         if self.eval_mode == "sampled":
+            packed = self.features == "packed"  # whose packed batches the scratch directory holds
             self._refuse_given(
-                ("scratch_dir", "inference_dtype"),
+                ("inference_dtype",) if packed else ("scratch_dir", "inference_dtype"),
                 "applies to layer-wise evaluation, but this run evaluates sampled "
                 f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'",
             )

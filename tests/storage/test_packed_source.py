@@ -187,3 +187,36 @@ def test_windows_go_beside_the_dataset_when_the_temporary_directory_refuses_o_di
     assert torch.equal(tier.gather(ids), ds.features.gather(ids)) and tier.stats()["batches"] == 1
     tier.close()
     assert not tier.scratch.exists() and not [p for p in os.listdir("/dev/shm") if p.startswith("gnnsys-packed-")]
+
+
+def test_the_scratch_budget_refuses_a_window_it_cannot_hold_and_leaves_nothing(make_dataset, scratch):
+    ds = packed_dataset(make_dataset)
+    tier = packed(ds, scratch, window=3, epochs=1, scratch_bytes=1024)
+    with pytest.raises(ConfigError, match=r"^scratch_gb: the packed batches 0 to 2 need [\d,]+ bytes, more than"):
+        tier.gather(batch(ds, 0, 0))
+    tier.close()
+    assert list(scratch.iterdir()) == []
+
+
+def test_train_packs_in_the_scratch_directory_and_within_the_budget_it_is_given(make_dataset, tmp_path, capsys):
+    import shutil as real
+
+    ds = packed_dataset(make_dataset)
+    scratch = tmp_path / "packs"
+    scratch.mkdir()
+    full = type("Usage", (), {"free": 0})()
+    with pytest.MonkeyPatch.context() as mp:  # a full disk where the packs are asked to go, and only there
+        usage = real.disk_usage
+        mp.setattr(real, "disk_usage", lambda p: full if str(p).startswith(str(scratch)) else usage(p))
+        with pytest.raises(DatasetError, match=f"^{scratch}: not enough scratch space"):
+            train(ds, **FAST, features="packed", scratch_dir=scratch)
+    args = ["train", str(ds.path), "--features", "packed", "--epochs", "1", "--no-progress"]
+    assert main([*args, "--scratch-dir", str(scratch), "--scratch-gb", "1e-9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gnnsys train: error: --scratch-gb: the packed batches 0 to") and err.count("\n") == 1
+    assert list(scratch.iterdir()) == []
+    assert main(["train", str(ds.path), "--scratch-gb", "1", "--no-progress"]) == 2
+    assert "--scratch-gb: bounds the packed batches on disk; needs features='packed'" in capsys.readouterr().err
+    result = train(ds, **FAST, features="packed", scratch_dir=scratch, scratch_gb=1.0)
+    assert result.config["scratch_dir"] == str(scratch) and result.config["eval"] == "auto"
+    assert list(scratch.iterdir()) == []  # the windows are removed at the end
