@@ -15,6 +15,14 @@ ceiling, so that benchmark accuracy means something. The generative model:
    p, else from all nodes; p is set so the expected edge homophily (share of
    edges joining same-class nodes) equals `homophily`. A self-loop is redrawn
    once from all nodes and, if it persists, moved to the next node id.
+   With `communities` K > 1 and `locality` q > 0 the nodes are split into K
+   communities of equal size (contiguous id ranges; with `shuffle_ids`, a
+   random partition, so that relabelling can recover the locality) and each
+   in-edge's source is drawn from v's community with probability q (from v's
+   class there when the draw is same-class, unless the community has none of
+   it), else as above: in-degrees, popularity and the class mixing stay as
+   without communities, and the share of edges inside a community is about
+   q + (1 - q) / K. q = 0 gives the graph without communities.
 4. Observed label = z_v, replaced with probability `label_noise` by a uniform
    class; nodes outside every split of a partly labelled shape get -1.
 
@@ -34,6 +42,7 @@ the generator parameters land in `GraphSource.extra["synthetic"]`.
 from __future__ import annotations
 
 import math
+import numbers
 
 from gnnsys.errors import DatasetError
 from gnnsys.numbers import FLOAT_MAX, number
@@ -53,13 +62,14 @@ PROTEINS = "ogbn-proteins"  # multi-label with edge features: datasets/synthetic
 OTHERS = (PROTEINS, MAG)
 ALIASES = {name.removeprefix("ogbn-"): name for name in [*SHAPES, *OTHERS]}
 DEFAULTS = {"feature_signal": 2.0, "label_noise": 0.1, "degree_exponent": 2.5, "max_degree_factor": 1000.0}
+COMMUNITY_DEFAULTS = {"communities": 1, "locality": 0.0, "shuffle_ids": False}
 
 
-def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor):
+def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor, locality):
     if like not in SHAPES and like not in OTHERS:
         raise DatasetError("--like", f"must be one of {', '.join([*SHAPES, *OTHERS, *ALIASES])}, got {like!r}")
     floats = dict(scale=scale, homophily=homophily, feature_signal=feature_signal, label_noise=label_noise)
-    floats.update(degree_exponent=degree_exponent, max_degree_factor=max_degree_factor)
+    floats.update(degree_exponent=degree_exponent, max_degree_factor=max_degree_factor, locality=locality)
     for name, value in floats.items():
         if value is not None and not (math.isfinite(value) and abs(value) <= FLOAT_MAX):
             raise DatasetError(
@@ -81,6 +91,20 @@ def _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exp
         raise DatasetError("--max-degree-factor", f"must be >= 1, got {max_degree_factor}")
 
 
+def _check_communities(like, communities, locality, shuffle_ids):
+    if not isinstance(communities, numbers.Integral) or isinstance(communities, bool) or communities < 1:
+        raise DatasetError("--communities", f"must be an integer >= 1, got {communities!r}")
+    if not 0 <= locality <= 1:
+        raise DatasetError("--locality", f"must be in [0, 1], got {locality}")
+    if like == MAG and (communities, locality, shuffle_ids) != tuple(COMMUNITY_DEFAULTS.values()):
+        given = "--communities" if communities != 1 else "--locality" if locality else "--shuffle-ids"
+        raise DatasetError(given, "shapes the homogeneous graphs (arxiv, products, papers100M), not ogbn-mag")
+    if locality > 0 and communities == 1:
+        raise DatasetError("--locality", "needs --communities >= 2 (one community is the whole graph)")
+    if shuffle_ids and communities == 1:
+        raise DatasetError("--shuffle-ids", "needs --communities >= 2 (it shuffles the communities' ids)")
+
+
 def read_synthetic(
     like: str,
     scale: float = 1.0,
@@ -91,6 +115,9 @@ def read_synthetic(
     label_noise: float = DEFAULTS["label_noise"],
     degree_exponent: float = DEFAULTS["degree_exponent"],
     max_degree_factor: float = DEFAULTS["max_degree_factor"],
+    communities: int = COMMUNITY_DEFAULTS["communities"],
+    locality: float = COMMUNITY_DEFAULTS["locality"],
+    shuffle_ids: bool = COMMUNITY_DEFAULTS["shuffle_ids"],
     add_reverse_relations="auto",
     reverse_names: str | None = None,
 ):
@@ -102,11 +129,15 @@ def read_synthetic(
     heterogeneous model, a HeteroSource, with reverse relations as
     `add_reverse_relations` and `reverse_names` ask: hetero_source.apply_reverse_choice);
     homophily defaults to the shape's (about the real graph's edge homophily);
-    the other knobs are described in the module docstring. The result's
+    communities, locality and shuffle_ids plant communities (id ranges, or
+    shuffled ids) that keep a share `locality` of the edges inside (arxiv,
+    products and papers100M shapes); the other knobs are described in the
+    module docstring. The result's
     extra["synthetic"] holds every parameter and the attainable accuracy.
     """
     like = ALIASES.get(like, like)
-    _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor)
+    _check(like, scale, seed, homophily, feature_signal, label_noise, degree_exponent, max_degree_factor, locality)
+    _check_communities(like, communities, locality, shuffle_ids)
     if like == MAG:
         knobs = dict(feature_signal=feature_signal, label_noise=label_noise, degree_exponent=degree_exponent)
         source = read_synthetic_mag(scale, seed, homophily=homophily, max_degree_factor=max_degree_factor, **knobs)
@@ -117,7 +148,9 @@ def read_synthetic(
 
         knobs = dict(homophily=homophily, feature_signal=feature_signal, label_noise=label_noise)
         knobs.update(degree_exponent=degree_exponent, max_degree_factor=max_degree_factor)
-        refuse_knobs([k for k, v in knobs.items() if v is not None and v != DEFAULTS.get(k)])
+        knobs.update(communities=communities, locality=locality, shuffle_ids=shuffle_ids)
+        defaults = {**DEFAULTS, **COMMUNITY_DEFAULTS}
+        refuse_knobs([k for k, v in knobs.items() if v is not None and v != defaults.get(k)])
         return read_synthetic_proteins(scale, seed)
     shape = SHAPES[like]
     model = _Model(
@@ -129,6 +162,9 @@ def read_synthetic(
         label_noise,
         degree_exponent,
         max_degree_factor,
+        communities,
+        locality,
+        shuffle_ids,
     )
     return _source(like, scale, model, degree_exponent, max_degree_factor)
 
@@ -158,6 +194,9 @@ def _source(like, scale, model: _Model, degree_exponent, max_degree_factor) -> G
         "label_noise": model.label_noise,
         "degree_exponent": degree_exponent,
         "max_degree_factor": max_degree_factor,
+        "communities": model.communities,
+        "locality": model.locality,
+        "shuffle_ids": model.shuffle_ids,
         "class_prior_exponent": CLASS_PRIOR_EXPONENT,
         "split_order": model.shape.split_order,
         "label_ceiling": (1 - model.label_noise) + model.label_noise / c,
@@ -226,6 +265,24 @@ def add_arguments(parser):
         default=DEFAULTS["max_degree_factor"],
         help="truncate the power law at about this many times the mean degree (default: %(default)s)",
     )
+    parser.add_argument(
+        "--communities",
+        type=int,
+        default=COMMUNITY_DEFAULTS["communities"],
+        help="split the nodes into this many communities of equal size, contiguous id ranges (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--locality",
+        type=number,
+        default=COMMUNITY_DEFAULTS["locality"],
+        help="probability that an edge's source is drawn from its target's community, else from the whole graph; "
+        "needs --communities >= 2 (default: %(default)s, no locality)",
+    )
+    parser.add_argument(
+        "--shuffle-ids",
+        action="store_true",
+        help="give the communities' nodes random ids instead of contiguous ranges (to test relabelling)",
+    )
     add_reverse_arguments(parser)
 
 
@@ -240,6 +297,9 @@ def source_from_args(args):
         label_noise=args.label_noise,
         degree_exponent=args.degree_exponent,
         max_degree_factor=args.max_degree_factor,
+        communities=args.communities,
+        locality=args.locality,
+        shuffle_ids=args.shuffle_ids,
         add_reverse_relations=args.add_reverse_relations,
         reverse_names=args.reverse_names,
     )

@@ -16,7 +16,8 @@ EDGES_PER_CHUNK = 1 << 22
 ROWS_PER_CHUNK = 1 << 16
 CLASS_PRIOR_EXPONENT = 0.5
 BAYES_SAMPLE = 4000
-_GLOBAL, _EDGES, _FEATURES, _BAYES = range(4)
+LOCAL_LOOP_REDRAWS = 3
+_GLOBAL, _EDGES, _FEATURES, _BAYES, _COMMUNITIES = range(5)
 
 
 @dataclass(frozen=True)
@@ -113,28 +114,42 @@ def chunk_bounds(counts: np.ndarray) -> np.ndarray:
 
 class ClassSampler:
     """Draws of nodes weighted by `weights`, from a given class or from all
-    nodes, by Walker alias tables (_alias_tables): segment c < C holds class
-    c's nodes, segment C all nodes, both in by_class order, so position p is
-    node by_class[p % N]."""
+    nodes, optionally within a group (a community), by Walker alias tables
+    (_alias_tables). Nodes are in by_class order, sorted by (group, class), so
+    position p is node by_class[p % N]: segment g * C + c (positions 0..N)
+    holds group g's class-c nodes and segment G * C + g (positions N..2N) all
+    of group g's nodes. Without groups there is one group: segment c < C holds
+    class c's nodes, segment C all nodes."""
 
-    def __init__(self, classes: np.ndarray, weights: np.ndarray, num_classes: int):
+    def __init__(self, classes: np.ndarray, weights: np.ndarray, num_classes: int, groups=None, num_groups: int = 1):
         n = classes.shape[0]
         positions = np.int32 if 2 * n < 2**31 else np.int64
-        self.num_nodes, self.num_classes = n, num_classes
-        self.by_class = np.argsort(classes, kind="stable").astype(positions)
-        class_start = np.searchsorted(classes[self.by_class], np.arange(num_classes + 1)).astype(np.int64)
-        starts = np.concatenate([class_start, [2 * n]])
+        self.num_nodes, self.num_classes, self.num_groups = n, num_classes, num_groups
+        keys = classes if groups is None else groups.astype(np.int64) * num_classes + classes
+        self.by_class = np.argsort(keys, kind="stable").astype(positions)
+        ordered = keys[self.by_class]
+        key_start = np.searchsorted(ordered, np.arange(num_groups * num_classes + 1)).astype(np.int64)
+        group_end = np.searchsorted(ordered, np.arange(1, num_groups + 1) * num_classes).astype(np.int64)
+        starts = np.concatenate([key_start, n + group_end])
         self.segment_start, self.segment_size = starts[:-1], np.diff(starts)
         self.prob, self.alias = np.empty(2 * n, np.float32), np.empty(2 * n, positions)
         _alias_tables(
             weights, self.by_class, starts, self.prob, self.alias, np.empty(n, positions), np.empty(n, positions)
         )
 
-    def draw(self, rng, classes: np.ndarray) -> np.ndarray:
+    def has(self, classes: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """Whether group groups[i] has nodes of class classes[i] (>= 0)."""
+        return self.segment_size[groups.astype(np.int64) * self.num_classes + classes] > 0
+
+    def draw(self, rng, classes: np.ndarray, groups=None) -> np.ndarray:
         """One weighted node (int64) per entry of `classes`: from that class,
-        or from all nodes where it is -1 or the class has no nodes."""
-        known = np.where(classes >= 0, classes, self.num_classes)
-        segment = np.where(self.segment_size[known] > 0, known, self.num_classes)
+        or from all nodes where it is -1 or the class has no nodes; within
+        groups[i] where groups are given (a sampler made with groups)."""
+        c = self.num_classes
+        whole = c * self.num_groups + (0 if groups is None else groups)
+        keyed = classes if groups is None else groups.astype(np.int64) * c + classes
+        known = np.where(classes >= 0, keyed, whole)
+        segment = np.where(self.segment_size[known] > 0, known, whole)
         size = self.segment_size[segment]
         at = self.segment_start[segment] + np.minimum((rng.random(classes.shape[0]) * size).astype(np.int64), size - 1)
         keep = rng.random(classes.shape[0]) < self.prob[at]
@@ -154,6 +169,9 @@ class _Model:
         label_noise: float,
         degree_exponent: float,
         max_degree_factor: float,
+        communities: int = 1,
+        locality: float = 0.0,
+        shuffle_ids: bool = False,
     ):
         self.shape, self.seed = shape, seed
         self.signal, self.label_noise = feature_signal, label_noise
@@ -168,6 +186,13 @@ class _Model:
         self.in_degree = power_law_counts(rng, n, self.target_edges, degree_exponent, max_degree_factor)
         self.popularity = _power_law(rng, n, degree_exponent, max_degree_factor)
         self.sampler = ClassSampler(self.z, self.popularity, c)
+        self.communities, self.locality, self.shuffle_ids = communities, locality, shuffle_ids
+        if communities > n:
+            raise DatasetError("--communities", f"must be at most the node count {n}, got {communities}")
+        if locality > 0:
+            ids = _rng(seed, _COMMUNITIES).permutation(n) if shuffle_ids else np.arange(n)
+            self.community = (ids * communities // n).astype(np.int32)
+            self.local_sampler = ClassSampler(self.z, self.popularity, c, self.community, communities)
         weight = np.bincount(self.z, weights=self.popularity, minlength=c)
         self.total_weight = weight.sum()
         self.source_share = weight / self.total_weight
@@ -223,12 +248,37 @@ class _Model:
         rng = _rng(self.seed, _EDGES, k)
         dst = np.repeat(np.arange(a, b, dtype=np.int64), self.in_degree[a:b])
         same = rng.random(dst.shape[0]) < self.p_same
-        src = self.sampler.draw(rng, np.where(same, self.z[dst], -1))
+        classes = np.where(same, self.z[dst], -1)
+        if self.locality > 0:
+            src = self._draw_local(rng, dst, classes)
+        else:
+            src = self.sampler.draw(rng, classes)
         loops = np.flatnonzero(src == dst)
         src[loops] = self.sampler.draw(rng, np.full(loops.shape[0], -1))
         loops = loops[src[loops] == dst[loops]]
         src[loops] = (dst[loops] + 1) % self.num_nodes
         return src, dst
+
+    def _draw_local(self, rng, dst, classes):
+        """Sources for in-edges of dst, from dst's community with probability
+        `locality` (from its class there where `classes` asks, unless the
+        community has none of that class: then from the class anywhere), else
+        as without communities. A local draw that gives dst itself is redrawn
+        the same way up to LOCAL_LOOP_REDRAWS times (a class's share of a
+        community can be a few nodes), then as without communities."""
+        group = self.community[dst]
+        local = rng.random(dst.shape[0]) < self.locality
+        asks = local & (classes >= 0)
+        local[asks] = self.local_sampler.has(classes[asks], group[asks])
+        src = np.empty(dst.shape[0], np.int64)
+        src[~local] = self.sampler.draw(rng, classes[~local])
+        src[local] = self.local_sampler.draw(rng, classes[local], group[local])
+        for _ in range(LOCAL_LOOP_REDRAWS):
+            loops = np.flatnonzero(local & (src == dst))
+            src[loops] = self.local_sampler.draw(rng, classes[loops], group[loops])
+        loops = np.flatnonzero(local & (src == dst))
+        src[loops] = self.sampler.draw(rng, classes[loops])
+        return src
 
     def feature_chunk(self, k: int) -> np.ndarray:
         """[rows, dim] float32 features of nodes k * ROWS_PER_CHUNK onwards."""
