@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,9 +29,10 @@ import torch
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
-from .direct_io import aligned, open_rows_file
+from .direct_io import aligned
+from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
-from .packing import PAD, Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
+from .packing import Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
@@ -95,7 +95,7 @@ class PackedFeatures(CacheTier):
             )
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         self._own = scratch_dir is None
-        self.scratch, self.direct = _scratch(path) if self._own else (Path(scratch_dir), _takes_direct(scratch_dir))
+        self.scratch, self.direct = new_scratch(path) if self._own else (Path(scratch_dir), takes_direct(scratch_dir))
         shape, scratch = self.shape, self.scratch
         self.packer = Packer(
             path,
@@ -372,38 +372,3 @@ def _remove(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _takes_direct(directory) -> bool:
-    """Whether files in `directory` can be read with O_DIRECT (a probe file written and removed)."""
-    probe = Path(tempfile.mkstemp(prefix=".gnnsys-direct-", dir=directory)[1])
-    try:
-        probe.write_bytes(bytes(2 * PAD))
-        try:
-            os.close(open_rows_file(probe, True).fd)
-        except ConfigError:
-            return False
-        return True
-    finally:
-        _remove(probe)
-
-
-def _scratch(rows_path: Path) -> tuple[Path, bool]:
-    """(a new directory for the windows, whether it takes O_DIRECT): in the
-    system's temporary directory where it does, else beside the dataset."""
-    made = []
-    for parent in (tempfile.gettempdir(), rows_path.parent.parent):
-        try:
-            directory = Path(tempfile.mkdtemp(prefix="gnnsys-packed-", dir=parent))
-        except OSError:
-            continue
-        if _takes_direct(directory):
-            for other in made:
-                shutil.rmtree(other, ignore_errors=True)
-            return directory, True
-        made.append(directory)
-    if not made:
-        raise ConfigError("features", f"'packed' found no writable scratch directory ({tempfile.gettempdir()})")
-    for other in made[1:]:
-        shutil.rmtree(other, ignore_errors=True)
-    return made[0], False
