@@ -276,7 +276,7 @@ def add_arguments(parser):
         type=number,
         default=COMMUNITY_DEFAULTS["locality"],
         help="probability that an edge's source is drawn from its target's community, else from the whole graph; "
-        "needs --communities >= 2 (default: %(default)s, no locality)",
+        "needs --communities >= 2; 0: no locality (default: %(default)s)",
     )
     parser.add_argument(
         "--shuffle-ids",

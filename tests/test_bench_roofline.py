@@ -4,6 +4,7 @@ aggregation's bytes by hand, the floor's arithmetic, a whole run on a tiny
 graph (its counts against the real loader's blocks, recounted), and its
 refusals of bad arguments."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -127,7 +128,8 @@ def test_a_tiny_run_counts_the_loaders_blocks_and_adds_up(arxiv, tmp_path):
         assert roofline["compute_s"] == run["breakdown"]["compute_s"]
         assert pieces["other"]["measured_s"] >= 0
     assert result["runs"][0]["threads_alive"] != result["runs"][1]["threads_alive"]  # prefetch 0: no loader threads
-    assert (tmp_path / "roofline_arxiv.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is not None:  # the plot is drawn where matplotlib is installed
+        assert (tmp_path / "roofline_arxiv.png").stat().st_size > 0
     for rates in result["rates"]["1"]["gemm"].values():
         assert set(rates) == {"fp32", "bf16", "fp32_new_shape", "bf16_new_shape"}
 

@@ -17,6 +17,7 @@ command line win over the file's values.
 from __future__ import annotations
 
 import argparse
+import re
 import typing
 
 import yaml
@@ -153,12 +154,21 @@ def given_options(args, exclude) -> dict:
     return {k: dict(v) if isinstance(v, list) and v and isinstance(v[0], tuple) else v for k, v in given.items()}
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader reading `5e-4` as the number YAML 1.2 (and every user) means, not a string."""
+
+
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+.0123456789")
+)
+
+
 def read_config(path) -> dict:
     """The options of a YAML file `path` (a mapping of option names to values); DatasetError naming the file
     when it cannot be read or is not such a mapping."""
     try:
         with open(path) as f:
-            values = yaml.safe_load(f)
+            values = yaml.load(f, Loader=_ConfigLoader)  # a SafeLoader: plain data only
     except OSError as e:
         raise DatasetError(path, f"cannot read: {e.strerror or e}") from None
     except yaml.YAMLError as e:

@@ -48,9 +48,10 @@ def test_a_printed_config_trains_as_the_flags_do(make_dataset, tmp_path, capsys)
 def test_flags_win_over_the_config_file(make_dataset, tmp_path, capsys):
     ds, _ = make_dataset()
     path = tmp_path / "c.yaml"
-    path.write_text("mode: fullgraph\nhidden: 8\nepochs: 3\n")
+    path.write_text("mode: fullgraph\nhidden: 8\nepochs: 3\nweight_decay: 5e-4\nlr: 1E-2\n")
     config = print_config(capsys, str(ds.path), "--config", str(path), "--epochs", "5")
     assert (config["mode"], config["hidden"], config["epochs"]) == ("fullgraph", 8, 5)
+    assert (config["weight_decay"], config["lr"]) == (5e-4, 1e-2)  # numbers, as YAML 1.2 reads them
 
 
 @pytest.mark.parametrize(
