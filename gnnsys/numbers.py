@@ -23,10 +23,20 @@ def number(text: str) -> float:
 
 def gigabytes(text: str) -> float:
     """argparse type for a memory size in GB (10^9 bytes): a number > 0 and at most FLOAT_MAX."""
+    return _gigabytes(text, zero=False)
+
+
+def gigabytes_or_zero(text: str) -> float:
+    """argparse type for a size in GB that may be 0 (none): a number >= 0 and at most FLOAT_MAX."""
+    return _gigabytes(text, zero=True)
+
+
+def _gigabytes(text: str, zero: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value <= FLOAT_MAX:
-        raise argparse.ArgumentTypeError(f"must be a number of GB > 0 and at most {FLOAT_MAX:g}, got {text!r}")
+    if not (0 <= value if zero else 0 < value) or not value <= FLOAT_MAX:
+        low = ">= 0" if zero else "> 0"
+        raise argparse.ArgumentTypeError(f"must be a number of GB {low} and at most {FLOAT_MAX:g}, got {text!r}")
     return value

@@ -29,7 +29,8 @@ class HostMemoryPlan:
     """Rows of the cache, of the victim buffer and read ahead (None: bounded
     only by the window), bytes of SSD read staging (None: the tier's
     default), for rows of `row_bytes` bytes; `parts`: the planned bytes of
-    every part ("tier.part"), `budget` the bytes it had to fit (or None)."""
+    every part ("tier.part"), `budget` the bytes it had to fit (or None),
+    `note` one line on which tier reads the rows and why (out-of-core stacks)."""
 
     cache_rows: int
     victim_rows: int
@@ -38,6 +39,7 @@ class HostMemoryPlan:
     row_bytes: int
     parts: dict = field(default_factory=dict)
     budget: int | None = None
+    note: str = ""
 
     @property
     def total(self) -> int:

@@ -240,10 +240,11 @@ class PackedFeatures(CacheTier):
         ids = np.fromfile(directory / "cache.ids", dtype=np.int64)
         if ids.shape[0] != manifest.cache.rows or [ids.shape[0], ids_crc(ids)] != manifest.key["cached"]:
             raise DatasetError(directory / "cache.ids", "is not the cached set of its manifest; refused")
-        cache = read_segment(directory / manifest.cache.file, manifest.cache, self.direct)
-        if self._current is not None:
+        if self._current is not None:  # done: its cache is freed before the next one is read
             self._slot[self._current.ids] = -1
             self._close_window(self._current)
+            self._current = None
+        cache = read_segment(directory / manifest.cache.file, manifest.cache, self.direct)
         self._slot[ids] = np.arange(ids.shape[0], dtype=np.int32)
         self._current = _Window(first, manifest, directory, cache, ids)
         self._stats["bytes_read"] += manifest.cache.nbytes

@@ -40,10 +40,12 @@ class Cancelled(Exception):
 
 @dataclass
 class WindowPlan:
-    """What a window holds: its batches' sorted distinct ids, the sorted ids
-    the cache holds, and each batch's sorted ids missing it (its segment)."""
+    """What a window holds: each batch's (count, crc32) of its sorted
+    distinct ids (storage.packing.ids_crc), the sorted ids the cache holds,
+    and each batch's sorted ids missing it (its segment; int32 below 2^31
+    rows, so a window's ids take 4 bytes a row)."""
 
-    batches: list[np.ndarray]
+    batches: list[tuple[int, int]]
     cached: np.ndarray
     uncached: list[np.ndarray]
 
@@ -108,20 +110,25 @@ class Packer:
 
     def plan(self, first: int, count: int, stop: threading.Event | None = None) -> WindowPlan:
         """Draw the window's batches and decide its cache by exact counts."""
-        batches = []
+        counts = np.zeros(self.shape[0], np.int32)
+        narrow = np.int32 if self.shape[0] < 2**31 else np.int64
+        batches, drawn = [], []
         for g in range(first, first + count):
             _check(stop)
             epoch, batch = divmod(g, self.draws.batches)
-            batches.append(np.unique(np.asarray(self.draws.draw(epoch, batch), dtype=np.int64)))
-        counts = np.zeros(self.shape[0], np.int32)
-        for ids in batches:
+            ids = np.unique(np.asarray(self.draws.draw(epoch, batch), dtype=np.int64))
             _count(counts, ids)
+            batches.append((int(ids.shape[0]), ids_crc(ids)))
+            drawn.append(ids.astype(narrow))
         read = np.flatnonzero(counts)
         if read.shape[0] > self.capacity:
             read = np.sort(read[np.argsort(-counts[read], kind="stable")[: self.capacity]])
+        del counts
         held = np.zeros(self.shape[0], np.bool_)
         held[read] = True
-        return WindowPlan(batches, read, [ids[~held[ids]] for ids in batches])
+        for j, ids in enumerate(drawn):
+            drawn[j] = ids[~held[ids]]
+        return WindowPlan(batches, read, drawn)
 
     def window_key(self, first: int, count: int, plan: WindowPlan) -> dict:
         """The key of a window: this packer's and the window's batches and cached set."""
@@ -171,8 +178,7 @@ class Packer:
         """Scan the rows file once, appending each chunk's rows to every segment that needs them."""
         lists = [*plan.uncached, plan.cached]
         names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))] + ["cache.seg"]
-        stage = min(STAGE_MAX, max(STAGE_MIN, STAGE_ALL // len(names))) // PAD * PAD
-        writers = [_Writer(directory / name, self.write_direct, stage) for name in names]
+        writers = [_Writer(directory / name, self.write_direct, stage_size(len(names))) for name in names]
         try:
             (directory / "cache.ids").write_bytes(plan.cached.tobytes())
             self._scan(lists, writers, stop)
@@ -181,8 +187,8 @@ class Packer:
             for w in writers:
                 w.close()
         segments = [
-            Segment(n, r, b, c, ids_crc(ids), int(ids.shape[0]))
-            for (n, r, b, c), ids in zip(done[:-1], plan.batches, strict=True)
+            Segment(n, r, b, c, crc, unique)
+            for (n, r, b, c), (unique, crc) in zip(done[:-1], plan.batches, strict=True)
         ]
         return segments, Segment(*done[-1])
 
@@ -214,6 +220,16 @@ class Packer:
                     start[j] = ends[j]
         finally:
             os.close(file.fd)
+
+
+def stage_size(files: int) -> int:
+    """The write staging of each of a window's `files` packed files: STAGE_ALL shared, within [STAGE_MIN, STAGE_MAX]."""
+    return min(STAGE_MAX, max(STAGE_MIN, STAGE_ALL // files)) // PAD * PAD
+
+
+def staging_bytes(files: int) -> int:
+    """The write staging a window of `files` packed files holds while it is packed."""
+    return files * stage_size(files)
 
 
 def _read(file, buffer: memoryview, offset: int, want: int, path) -> int:

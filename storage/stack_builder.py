@@ -11,17 +11,24 @@ data-parallel ranks) on top, every part sized by the host-memory plan
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
+from dataclasses import replace
 
+import numpy as np
 import torch
 
-from gnnsys.errors import ConfigError
+from gnnsys.errors import ConfigError, DatasetError
 
 from .base import check_stack, tiers
 from .cache import CachedFeatures, SharedCachedFeatures, VictimBuffer, run_policy
+from .direct_io import open_rows_file, row_blocks
+from .io_probe import io_model
 from .memory_plan import GB, SSD_ENGINE_BYTES, plan_host_memory
+from .packed_plan import PACKED_BASE_STAGING, free_space, packing_pays, plan_packed
 from .packed_source import DEFAULT_AHEAD, PackedFeatures
 from .placement import unified
-from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
+from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures, rows_file
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +73,10 @@ def build_stack(
     share of each rank's slots holding the hottest rows on every rank), with
     no victim buffer. features "packed": the packed tier (`_packed`) over
     the SSD tier, packing the batches draws() gives in `scratch_dir`
-    (default a directory of its own), at most `scratch_gb` GB on disk.
-    Returns (source, HostMemoryPlan).
+    (default a directory of its own), at most `scratch_gb` GB on disk;
+    "ssd" packs them too where it pays and no option of the random-read
+    tier is given (`_packs`), else reads rows at random.
+    Returns (source, HostMemoryPlan), whose `note` says which and why.
     """
     if ranks is not None and ranks.multi:
         if victim_rows:
@@ -83,13 +92,29 @@ def build_stack(
         batch_rows=batch_rows,
         cache_on_host=not on_gpu,
     )
-    if features == "packed":
-        scratch = dict(scratch_dir=scratch_dir, scratch_bytes=None if scratch_gb is None else int(scratch_gb * GB))
-        return _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes, scratch)
-    for name, value in (("scratch_dir", scratch_dir), ("scratch_gb", scratch_gb)):
-        if value is not None:
-            raise ConfigError(name, "holds packed batches; needs features='packed'")
+    if features in ("ssd", "packed"):
+        scratch_bytes = None if scratch_gb is None else int(scratch_gb * GB)
+        random_reads = {
+            "cache_policy": sizes["cache_policy"] != "static",
+            "lookahead": features == "ssd" and bool(lookahead),
+            "victim_rows": bool(victim_rows),
+            "replicate_frac": bool(replicate_frac),
+            "workers": ranks is not None and ranks.multi,
+        }
+        packed, note = _packs(
+            table, features, draws, random_reads, batch_rows, host_mem_budget, sizes, scratch_dir, scratch_bytes
+        )
+        if packed is None and scratch_gb:
+            raise ConfigError("scratch_gb", f"bounds packed batches, and none are packed here ({note})")
+        if packed is not None:
+            return _packed(table, packed, note, sizes, dict(scratch_dir=scratch_dir, scratch_bytes=scratch_bytes))
+    else:
+        note = ""
+        for name, value in (("scratch_dir", scratch_dir), ("scratch_gb", scratch_gb)):
+            if value is not None:
+                raise ConfigError(name, "holds packed batches; needs features='ssd' or 'packed'")
     source, plan = _bottom(table, features, device, host_mem_budget, progress, sizes)
+    plan = replace(plan, note=note)
     if plan.cache_rows == 0:
         return check_stack(source), plan
 
@@ -138,38 +163,90 @@ def _bottom(table, features, device, host_mem_budget, progress, sizes):
     return SSDFeatures(table, host_mem_budget=plan.staging_bytes), plan
 
 
-PACKED_BASE = dict(engine="threads", threads=4, max_gap=0, host_mem_budget=4 * DEFAULT_MAX_READ)  # unplanned gathers
+PACKED_BASE = dict(engine="threads", threads=4, max_gap=0, host_mem_budget=PACKED_BASE_STAGING)  # unplanned gathers
 
 
-def _packed(table, draws, host_mem_budget, victim_rows, replicate_frac, sizes, scratch):
-    """(PackedFeatures over an SSDFeatures of `table`'s file, HostMemoryPlan):
-    its cache is the window's most read rows (cache_rows or cache_gb), its
-    files read `lookahead` batches ahead (DEFAULT_AHEAD without one), its
-    windows where `scratch` (scratch_dir, scratch_bytes) says;
-    ConfigError for the options it has no use for."""
-    if draws is None:
-        raise ConfigError("features", "'packed' needs the training batches' draws (open_feature_store passes them)")
-    refused = {
-        "cache_policy": sizes["cache_policy"] != "static",
-        "victim_rows": bool(victim_rows),
-        "replicate_frac": bool(replicate_frac),
-        "host_mem_budget": host_mem_budget is not None,
-    }
-    for name, given in refused.items():
-        if given:
+def _packs(table, features, draws, random_reads, batch_rows, host_mem_budget, sizes, scratch_dir, scratch_bytes):
+    """((PackedPlan, draws) or None, note): the packed tier's plan where
+    `features` is "packed", or "ssd" and packing pays (storage.packed_plan);
+    else None and why rows are read at random. random_reads: {option: whether
+    it was given} for the options only the random-read tier takes."""
+    given = [name for name, on in random_reads.items() if on]
+    if scratch_bytes == 0:
+        if features == "packed":
+            raise ConfigError("scratch_gb", "0 holds no packed batch; give features='ssd' to read rows at random")
+        return None, "rows read at random: scratch_gb 0 allows no packed batches"
+    if features == "packed":
+        if draws is None:
+            raise ConfigError("features", "'packed' needs the training batches' draws (open_feature_store passes them)")
+        for name in given:
             raise ConfigError(
                 name, "does not apply to features='packed' (its cache is the rows each window reads most)"
             )
-    num_nodes, dim = table.shape
-    plan = plan_host_memory(
-        num_nodes, dim * table.dtype.itemsize, cache_rows=sizes["cache_rows"], cache_gb=sizes["cache_gb"]
-    )
+    elif draws is None:
+        return None, "rows read at random: no training batches are drawn ahead to pack"
+    elif given:
+        return None, f"rows read at random: {given[0]} is the random-read tier's"
+    drawn, where = draws(), scratch_dir or tempfile.gettempdir()
+    path, (num_nodes, dim), dtype, stride = rows_file(table)
+    row_bytes = dim * dtype.itemsize
+    largest = max((np.unique(drawn.draw(0, b)).shape[0] for b in range(min(3, drawn.batches))), default=0)
+    rows = min(num_nodes, max(batch_rows, largest + largest // 4))
+    try:
+        plan = plan_packed(
+            num_nodes,
+            row_bytes,
+            per_epoch=drawn.batches,
+            batch_rows=rows,
+            cache_rows=sizes["cache_rows"],
+            cache_gb=sizes["cache_gb"],
+            ahead=sizes["lookahead"] or DEFAULT_AHEAD,
+            host_mem_budget=host_mem_budget,
+            scratch_bytes=scratch_bytes,
+            free_bytes=free_space(where),
+            scratch=where,
+        )
+    except (ConfigError, DatasetError) as e:
+        if features == "packed":
+            raise
+        return None, f"rows read at random: {e}"
+    if features == "packed":
+        return (plan, drawn), f"packed batches in {plan.reason}"
+    pays, why = packing_pays(plan, num_nodes * stride, rows, _device_model(path, row_bytes, stride))
+    if not pays:
+        return None, f"rows read at random: {why}"
+    return (plan, drawn), f"packed batches in {plan.reason}: {why}"
+
+
+def _device_model(path, row_bytes: int, stride: int):
+    """The IOModel of the device holding `path` (storage.io_probe), None where it takes no O_DIRECT reads."""
+    try:
+        file = open_rows_file(path, True)
+    except ConfigError:
+        return None
+    os.close(file.fd)
+    return io_model(path, row_blocks(row_bytes, stride, file.block) * file.block)
+
+
+def _packed(table, packed, note, sizes, scratch):
+    """(PackedFeatures over an SSDFeatures of `table`'s file, HostMemoryPlan)
+    of `packed` (_packs' plan and draws): its cache is the window's most read
+    rows, its files read `lookahead` batches ahead (DEFAULT_AHEAD without
+    one), its windows where `scratch` (scratch_dir, scratch_bytes) says."""
+    plan, drawn = packed
     base = SSDFeatures(table, **PACKED_BASE)
     try:
         ahead = sizes["lookahead"] or DEFAULT_AHEAD
-        source = PackedFeatures(base, table, draws(), capacity=plan.cache_rows, ahead=ahead, **scratch)
+        source = PackedFeatures(
+            base, table, drawn, capacity=plan.memory.cache_rows, ahead=ahead, window=plan.window, **scratch
+        )
     except BaseException:
         base.close()
         raise
-    log.info("feature tiers: %s", " over ".join(repr(t) for t in tiers(source)))
-    return check_stack(source), plan
+    log.info(
+        "feature tiers: %s; %s; host memory planned: %s",
+        " over ".join(repr(t) for t in tiers(source)),
+        note,
+        plan.memory.describe(),
+    )
+    return check_stack(source), replace(plan.memory, note=note)

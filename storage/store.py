@@ -34,10 +34,12 @@ class FeatureStore(Mapping):
 
     Args:
         stacks: the stacks by key (HOMOGENEOUS for a homogeneous graph, else a node type).
+        notes: {key: one line on which tier reads that key's rows from the disk and why} (out-of-core stacks).
     """
 
-    def __init__(self, stacks: dict):
+    def __init__(self, stacks: dict, notes: dict | None = None):
         self._stacks = dict(stacks)
+        self.notes = {k: n for k, n in (notes or {}).items() if n}
 
     def __getitem__(self, key) -> FeatureSource:
         return self._stacks[key]
@@ -158,11 +160,12 @@ def build_store(
     share_rows = lambda total, k: None if total is None else max(1, int(total * row_share[k])) if total else 0  # noqa: E731
     share_gb = lambda total, k: None if total is None else total * byte_share[k]  # noqa: E731
     stacks: dict = {}
+    notes: dict = {}
     try:
         for key, table in tables.items():
             if features in ("ssd", "packed") and not table.mapped:
                 raise ConfigError("features", _held_in_memory(key, features))
-            stacks[key], _ = build_stack(
+            stacks[key], plan = build_stack(
                 table,
                 features=features,
                 degree=degree[key],
@@ -175,10 +178,11 @@ def build_store(
                 draws=None if draws is None else draws[key],
                 **options,
             )
+            notes[key] = plan.note
     except BaseException:
         FeatureStore(stacks).close()
         raise
-    return FeatureStore(stacks)
+    return FeatureStore(stacks, notes)
 
 
 def _held_in_memory(key, features: str) -> str:

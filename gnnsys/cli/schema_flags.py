@@ -23,7 +23,7 @@ import typing
 import yaml
 
 from gnnsys.errors import ConfigError, DatasetError, did_you_mean
-from gnnsys.numbers import gigabytes, number
+from gnnsys.numbers import gigabytes, gigabytes_or_zero, number
 from gnnsys.training.components import GROUPS
 from gnnsys.training.schema import choices, cli_info, members
 
@@ -98,7 +98,8 @@ def _add_flag(g, name: str, owners: list):
         elif typing.get_origin(kind) is dict:
             spec.update(type=keyed_integer_list, action="append")
         elif kind is float:
-            spec["type"] = gigabytes if cli_info(info).get("gb") else number
+            zero = any(getattr(m, "ge", None) == 0 for m in info.metadata)  # a size that may be none
+            spec["type"] = (gigabytes_or_zero if zero else gigabytes) if cli_info(info).get("gb") else number
         elif kind is int:
             spec["type"] = int
         spec["help"] += _default_help(shown)

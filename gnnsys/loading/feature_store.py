@@ -90,12 +90,15 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         view = lambda t: TypeInputs(sampler(), t)  # noqa: E731
         degree = {t: lambda t=t: type_out_degree(dataset, t) for t in tables}
         draws = None  # HeteroOptions refuses features "packed"
+        scratch = {}
     else:
         tables = {HOMOGENEOUS: dataset.features}
         view = lambda key: sampler()  # noqa: E731
         degree = {HOMOGENEOUS: lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)}
         rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
         draws = {HOMOGENEOUS: lambda: BatchDraws(dataset, options, sampler(), rank, world_size)}
+        packs = options.features in ("ssd", "packed")
+        scratch = {"scratch_dir": options.scratch_dir, "scratch_gb": options.scratch_gb} if packs else {}
     rows = {k: table.shape[0] for k, table in tables.items()}
     return build_store(
         tables,
@@ -103,11 +106,7 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         presample={k: lambda k=k: presampled_hotness(view(k), seeds) for k in tables},
         batch_rows={k: largest_batch_rows(view(k), seeds, rows[k]) if options.lookahead else 0 for k in tables},
         draws=draws,
-        **(
-            {"scratch_dir": options.scratch_dir, "scratch_gb": options.scratch_gb}
-            if options.features == "packed"
-            else {}
-        ),
+        **scratch,
         features=options.features,
         device=device,
         cache_rows=options.cache_rows,

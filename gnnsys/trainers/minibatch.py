@@ -40,6 +40,7 @@ from gnnsys.parallel.data_parallel import (
 from gnnsys.runtime.allocator import retain_memory
 from gnnsys.runtime.precision import make_precision
 from gnnsys.storage.memory_plan import GB
+from gnnsys.storage.store import HOMOGENEOUS
 from gnnsys.training.checkpoint_lock import run_lock
 from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
@@ -161,6 +162,9 @@ class MinibatchTrainer:
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
         self.store = open_feature_store(dataset, o, self.device, self.ranks)  # the feature tiers the loaders read
+        if o.features == "ssd" and self.rank == 0:  # which SSD tier reads the rows, and why
+            for key, note in self.store.notes.items():
+                print(f"features ssd{'' if key is HOMOGENEOUS else f' ({key})'}: {note}", flush=True)
         # what inference scans: the stacks' bottoms (a scan of every node would only flush a cache)
         self.rows = self.store.bottom() if self.store.homogeneous else {t: self.store.bottom(t) for t in self.store}
         self.precision = make_precision(o.precision, self.device)

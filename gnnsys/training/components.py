@@ -176,7 +176,7 @@ class StreamingInferenceSchema(OptionsSchema):
     RESUMABLE: ClassVar[tuple] = ("scratch_dir", "inference_dtype")
     scratch_dir: str | None = option(
         None,
-        "where layer-wise inference keeps hidden layers' outputs (and --features packed its packed batches)",
+        "where layer-wise inference keeps hidden layers' outputs (and --features ssd or packed their packed batches)",
         shown="a temporary directory",
     )
     inference_dtype: Literal[OUTPUT_DTYPES] = option(  # type: ignore[valid-type]
@@ -243,8 +243,9 @@ class SamplingSchema(OptionsSchema):
     features: Literal[FEATURES] = option(  # type: ignore[valid-type]
         "auto",
         "where feature rows live: GPU memory, pinned host memory read zero-copy, gathered by the CPU from memory "
-        "or a memory map, read from the SSD with O_DIRECT (ssd), or packed: each batch's rows written ahead into "
-        "one file per batch, read whole (packed)",
+        "or a memory map, read from the SSD with O_DIRECT (ssd: packed batches where the scratch space holds them "
+        "and packing pays, else random reads), or packed: each batch's rows written ahead into one file per batch, "
+        "read whole (packed)",
     )
 
     def _complete(self):
@@ -293,12 +294,17 @@ class TierSchema(OptionsSchema):
         shown="a quarter of the cache",
     )
     host_mem_budget: float | None = option(
-        None, "host memory the SSD tier's cache, victim buffer and staging may use", gt=0, gb=True
+        None,
+        "host memory the SSD tiers may use: the cache, victim buffer and staging, or the packed batches' cache, "
+        "read buffers and packing (whose window it may shrink)",
+        gt=0,
+        gb=True,
     )
     scratch_gb: float | None = option(
         None,
-        "disk space the packed batches may hold in --scratch-dir (two windows at a time; --features packed)",
-        gt=0,
+        "disk space the packed batches may hold in --scratch-dir (two windows at a time, shrunk to fit); "
+        "0 packs nothing: --features ssd reads rows at random",
+        ge=0,
         gb=True,
         shown="what the disk has free",
     )
@@ -320,10 +326,10 @@ class TierSchema(OptionsSchema):
             self._refuse_given(names, "needs a cache (cache_rows or cache_gb)")
         if self.victim_rows is not None and not self.lookahead:
             raise ConfigError("victim_rows", f"needs lookahead > 0, got {self.victim_rows}")
-        if self.features != "packed":
-            self._refuse_given(("scratch_gb",), "bounds the packed batches on disk; needs features='packed'")
-        if self.host_mem_budget is not None and self.features != "ssd":
-            raise ConfigError("host_mem_budget", "bounds the SSD tier's host memory; needs features='ssd'")
+        if self.features not in OUT_OF_CORE:
+            self._refuse_given(("scratch_gb",), "bounds the packed batches on disk; needs features='ssd' or 'packed'")
+        if self.host_mem_budget is not None and self.features not in OUT_OF_CORE:
+            raise ConfigError("host_mem_budget", "bounds the SSD tiers' host memory; needs features='ssd' or 'packed'")
 
 
 class DataParallelSchema(OptionsSchema):

@@ -55,6 +55,7 @@ class HeteroSchema(OptionsSchema):
         super()._check()
         if self.features == "packed":
             raise ConfigError("features", "'packed' trains a homogeneous graph; use 'ssd' for a heterogeneous one")
+        self._refuse_given(("scratch_gb",), "bounds packed batches; a heterogeneous graph's rows are read at random")
         if self.sparse_embeddings and self.weight_decay > 0:
             raise ConfigError(
                 "sparse_embeddings",

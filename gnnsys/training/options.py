@@ -20,6 +20,7 @@ from gnnsys.training.components import (
     FEATURES,  # noqa: F401
     LR_SCHEDULES,  # noqa: F401
     MAX_RUNS,  # noqa: F401
+    OUT_OF_CORE,
     DataParallelSchema,
     EvaluationSchema,
     HiddenLayersSchema,
@@ -75,9 +76,9 @@ class MinibatchOptions(
     def _check(self):
         super()._check()
         if self.eval_mode == "sampled":
-            packed = self.features == "packed"  # whose packed batches the scratch directory holds
+            packs = self.features in OUT_OF_CORE  # the scratch directory may hold packed batches
             self._refuse_given(
-                ("inference_dtype",) if packed else ("scratch_dir", "inference_dtype"),
+                ("inference_dtype",) if packs else ("scratch_dir", "inference_dtype"),
                 "applies to layer-wise evaluation, but this run evaluates sampled "
                 f"(eval={self.eval!r}, features={self.features!r}); add eval='layerwise'",
             )

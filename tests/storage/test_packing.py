@@ -5,6 +5,7 @@ a stale one rebuilt, and a changed file refused in one line."""
 
 import json
 import logging
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -52,8 +53,8 @@ def test_a_window_holds_each_batchs_uncached_rows_in_id_order_and_its_most_read_
     packer = make_packer(ds, tmp_path)
     manifest, directory, packed = packer.pack(2, 5)  # crosses from epoch 0 into epoch 1
     assert packed and len(manifest.segments) == 5
-    plan = packer.plan(2, 5)
-    counts = np.bincount(np.concatenate(plan.batches), minlength=300)
+    drawn = [np.unique(Draws(300).draw(*divmod(g, BATCHES))) for g in range(2, 7)]
+    counts = np.bincount(np.concatenate(drawn), minlength=300)
     cached = np.fromfile(directory / "cache.ids", dtype=np.int64)
     assert cached.shape[0] == 30 and np.all(np.diff(cached) > 0)
     assert counts[cached].min() >= counts[np.setdiff1d(np.arange(300), cached)].max()  # the most read rows
@@ -131,3 +132,36 @@ def test_a_window_the_disk_cannot_hold_is_refused_before_writing(make_dataset, t
     said = str(e.value)
     assert said.startswith(f"{scratch}: not enough scratch space for the packed batches 0 to 1: needs ")
     assert "1,000 free" in said and "\n" not in said and not any(scratch.iterdir())
+
+
+def full_disk_after(monkeypatch, scratch, writes: int):
+    """os.write fails with ENOSPC on files under `scratch` after `writes` writes there succeed."""
+    import errno
+
+    import gnnsys.storage.packer as packer_module
+
+    write, done = packer_module.os.write, [0]
+
+    def filling(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(scratch)):
+            if done[0] >= writes:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done[0] += 1
+        return write(fd, data)
+
+    monkeypatch.setattr(packer_module.os, "write", filling)
+
+
+@pytest.mark.parametrize("writes", [0, 3])
+def test_a_disk_that_fills_while_packing_stops_in_one_line_and_leaves_nothing(
+    make_dataset, tmp_path, monkeypatch, writes
+):
+    ds = packed_dataset(make_dataset)
+    scratch = tmp_path / "scratch"
+    full_disk_after(monkeypatch, scratch, writes)
+    with pytest.raises(DatasetError) as e:
+        make_packer(ds, scratch).pack(0, BATCHES)
+    said = str(e.value)
+    assert said.startswith(str(scratch / "window-0000000000-4")) and "\n" not in said
+    assert said.endswith("cannot write the packed segment (No space left on device)")
+    assert list(scratch.iterdir()) == []  # the partial window is removed

@@ -1,0 +1,142 @@
+"""The plan of the packed tier: how many batches a window holds, the host
+memory its parts take (in the host-memory plan beside the other tiers'),
+and whether reading from the SSD packs batches at all.
+
+A window's batches are sized by what holds them: the scratch space (two
+windows at a time, each batch's rows and the window's cache on disk), the
+host-memory budget (the packer keeps each planned batch's row ids while it
+packs) and the epoch. `--features ssd` packs when a window fits and its one
+sequential scan of the rows file costs less than reading the window's rows
+at random (the device's measured rates, storage/io_probe.py); otherwise it
+reads rows at random, and `reason` says why.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+
+from gnnsys.errors import ConfigError, DatasetError
+
+from .memory_plan import GB, HostMemoryPlan, plan_host_memory
+from .packer import CHUNK_BYTES, staging_bytes
+from .packing import padded
+
+PACKED_BASE_STAGING = 4 * (128 << 10)  # the SSD tier serving unplanned gathers: 4 reads of 128 KiB
+READ_SLACK = 1.25  # a read buffer is a quarter larger than the segment it was made for
+
+
+@dataclass(frozen=True)
+class PackedPlan:
+    """`window` batches a window, `batch_bytes` (a batch's file at most),
+    `memory` the HostMemoryPlan (its parts include the packed tier's),
+    `reason` one line on how the window was sized."""
+
+    window: int
+    batch_bytes: int
+    memory: HostMemoryPlan
+    reason: str
+
+
+def id_bytes(num_nodes: int) -> int:
+    """Bytes the packer keeps per planned row id (int32 below 2^31 nodes)."""
+    return 4 if num_nodes < 2**31 else 8
+
+
+def packed_parts(num_nodes: int, row_bytes: int, cache_rows: int, ahead: int, batch_rows: int, window: int) -> dict:
+    """{part: bytes} the packed tier holds in host memory for windows of
+    `window` batches of at most `batch_rows` distinct rows each, a cache of
+    `cache_rows` rows and files read `ahead` batches ahead."""
+    return {
+        "packed.cache": cache_rows * row_bytes,
+        "packed.slots": 4 * num_nodes,
+        "packed.read_buffers": (ahead + 1) * padded(int(READ_SLACK * batch_rows * row_bytes)),
+        "packer.counts": 5 * num_nodes,
+        "packer.ids": window * batch_rows * id_bytes(num_nodes),
+        "packer.staging": staging_bytes(window + 1) + CHUNK_BYTES,
+        "ssd.staging": PACKED_BASE_STAGING,
+    }
+
+
+def plan_packed(
+    num_nodes: int,
+    row_bytes: int,
+    *,
+    per_epoch: int,
+    batch_rows: int,
+    cache_rows: int = 0,
+    cache_gb: float | None = None,
+    ahead: int,
+    host_mem_budget: float | None = None,
+    scratch_bytes: int | None = None,
+    free_bytes: int,
+    scratch="the scratch directory",
+) -> PackedPlan:
+    """The PackedPlan of a table of `num_nodes` rows of `row_bytes` for
+    epochs of `per_epoch` batches of at most `batch_rows` distinct rows:
+    the cache (cache_rows or cache_gb), the window (the epoch's batches, or
+    fewer where the scratch space, `scratch_bytes` or else the `free_bytes`
+    of directory `scratch`, or `host_mem_budget` (GB) cannot hold them);
+    ConfigError naming the option, or DatasetError naming the directory,
+    when no window of one batch fits."""
+    cache_rows = plan_host_memory(num_nodes, row_bytes, cache_rows=cache_rows, cache_gb=cache_gb).cache_rows
+    batch_bytes = padded(batch_rows * row_bytes)
+    space = free_bytes if scratch_bytes is None else min(scratch_bytes, free_bytes)
+    cache_on_disk = padded(cache_rows * row_bytes) + 8 * cache_rows
+    by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes)
+    limits = {"the epoch": per_epoch, "the scratch space": by_disk}
+    fixed = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0)
+    budget = None if host_mem_budget is None else int(host_mem_budget * GB)
+    if budget is not None:
+        fits = lambda w: sum(packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, w).values()) <= budget  # noqa: E731
+        low, high = 0, per_epoch  # the most batches whose window the budget holds
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        limits["the host-memory budget"] = low
+    bound = min(limits, key=lambda k: limits[k])
+    window = min(per_epoch, limits[bound])
+    if window < 1:
+        one = f"one packed batch ({batch_bytes:,} bytes, about {batch_rows:,} rows)"
+        if bound == "the host-memory budget":
+            raise ConfigError(
+                "host_mem_budget",
+                f"{host_mem_budget:g} GB cannot hold {one} beside {_parts(fixed)}: raise it or read rows at random",
+            )
+        if scratch_bytes is not None and scratch_bytes <= free_bytes:
+            raise ConfigError(
+                "scratch_gb", f"{space:,} bytes cannot hold {one} twice beside the window's cache: raise it"
+            )
+        raise DatasetError(
+            scratch, f"not enough scratch space for {one} twice beside the window's cache: {free_bytes:,} bytes free"
+        )
+    parts = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, window)
+    memory = HostMemoryPlan(cache_rows, 0, PACKED_BASE_STAGING, 0, row_bytes, parts, budget)
+    reason = f"windows of {window} batches ({window * batch_bytes / GB:,.2f} GB at most), bound by {bound}"
+    return PackedPlan(window, batch_bytes, memory, reason)
+
+
+def _parts(parts: dict) -> str:
+    return ", ".join(f"{k} {v / 2**20:,.1f} MiB" for k, v in parts.items())
+
+
+def packing_pays(plan: PackedPlan, file_bytes: int, batch_rows: int, model) -> tuple[bool, str]:
+    """(whether a window of `plan` packs faster than its rows read at random,
+    why): one sequential scan of the `file_bytes` rows file per window
+    against `batch_rows` random reads per batch, at the rates of the
+    device's IOModel `model` (None: unmeasured, packing is assumed to pay)."""
+    if model is None:
+        return True, "the device's read rates are not measured (a file under 64 MiB, or no O_DIRECT)"
+    scan_s = file_bytes / model.seq_bytes_per_s
+    random_s = plan.window * batch_rows / max(r for rates in model.rates.values() for r in rates.values())
+    if scan_s >= random_s:
+        return False, (
+            f"a window of {plan.window} batches reads {random_s:.1f} s at random, less than its scan of the "
+            f"rows file ({scan_s:.1f} s)"
+        )
+    return True, f"a window's scan of the rows file ({scan_s:.1f} s) beats its random reads ({random_s:.1f} s)"
+
+
+def free_space(directory) -> int:
+    """Bytes free on the disk holding `directory`."""
+    return shutil.disk_usage(directory).free
