@@ -168,8 +168,10 @@ def record_trace(sampler, seeds, epochs) -> list:
     ]
 
 
-def run_child(argv: list[str], disk: Path) -> dict:
-    """Run one child process; its wall time, peak RSS, peak added disk use and exit status."""
+def run_child(argv: list[str], disk: Path, keep_output: bool = False) -> dict:
+    """Run one child process; its wall time, peak RSS, peak added disk use
+    (on the file system of `disk`) and exit status, and with `keep_output`
+    what it printed ("output")."""
     from gnnsys.host_memory import anonymous_bytes
 
     start, used = time.perf_counter(), disk_used(disk)
@@ -190,6 +192,7 @@ def run_child(argv: list[str], disk: Path) -> dict:
         "peak_disk_bytes": peaks["disk"],
         "peak_rss_anon_mib": round(peaks["rss_anon"] / 2**20, 1),
         "loadavg_end": os.getloadavg(),
+        **({"output": output} if keep_output else {}),
     }
 
 

@@ -1,6 +1,6 @@
 """Run a gnnsys CLI command in this process and print, as one JSON line on
 stderr at the end, its wall time, peak RSS (getrusage), the bytes it read from
-devices (/proc/self/io read_bytes) and the load average before and after.
+devices (/proc/self/io read_bytes, write_bytes) and the load average before and after.
 
     python benchmarks/run_measured.py train DIR --features ssd --host-mem-budget 0.3 ...
 """
@@ -24,6 +24,7 @@ print(
             "wall_s": time.perf_counter() - t,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "read_bytes": int(io["read_bytes"]),
+            "write_bytes": int(io["write_bytes"]),
             "rchar": int(io["rchar"]),
             "load_start": load,
             "load_end": os.getloadavg(),

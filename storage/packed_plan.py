@@ -13,14 +13,23 @@ reads rows at random, and `reason` says why.
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
+
+import numpy as np
 
 from gnnsys.errors import ConfigError, DatasetError
 
+from .direct_io import open_rows_file, row_blocks
+from .io_probe import io_model
 from .memory_plan import GB, HostMemoryPlan, plan_host_memory
 from .packer import CHUNK_BYTES, staging_bytes
 from .packing import padded
+from .ssd import rows_file
+
+DEFAULT_AHEAD = 2  # batches whose packed files are read ahead
 
 PACKED_BASE_STAGING = 4 * (128 << 10)  # the SSD tier serving unplanned gathers: 4 reads of 128 KiB
 READ_SLACK = 1.25  # a read buffer is a quarter larger than the segment it was made for
@@ -135,6 +144,86 @@ def packing_pays(plan: PackedPlan, file_bytes: int, batch_rows: int, model) -> t
             f"rows file ({scan_s:.1f} s)"
         )
     return True, f"a window's scan of the rows file ({scan_s:.1f} s) beats its random reads ({random_s:.1f} s)"
+
+
+def choose_packing(
+    table,
+    features: str,
+    draws,
+    *,
+    random_reads: dict,
+    batch_rows: int = 0,
+    host_mem_budget: float | None = None,
+    cache_rows: int = 0,
+    cache_gb: float | None = None,
+    lookahead: int = 0,
+    scratch_dir=None,
+    scratch_bytes: int | None = None,
+):
+    """((PackedPlan, the draws) or None, note) for the rows of RowTable
+    `table`: the packed tier's plan where `features` is "packed", or "ssd"
+    and packing pays; else None and why rows are read at random. draws(): the
+    training batches' draws (None: none are drawn ahead); random_reads:
+    {option: whether it was given} for the options only the random-read tier
+    takes; batch_rows: a batch's distinct rows, if known (else estimated from
+    the first draws); the cache, budget (GB), read-ahead and scratch as
+    build_stack takes them. ConfigError or DatasetError where "packed" cannot
+    hold one batch."""
+    given = [name for name, on in random_reads.items() if on]
+    if scratch_bytes == 0:
+        if features == "packed":
+            raise ConfigError("scratch_gb", "0 holds no packed batch; give features='ssd' to read rows at random")
+        return None, "rows read at random: scratch_gb 0 allows no packed batches"
+    if features == "packed":
+        if draws is None:
+            raise ConfigError("features", "'packed' needs the training batches' draws (open_feature_store passes them)")
+        for name in given:
+            raise ConfigError(
+                name, "does not apply to features='packed' (its cache is the rows each window reads most)"
+            )
+    elif draws is None:
+        return None, "rows read at random: no training batches are drawn ahead to pack"
+    elif given:
+        return None, f"rows read at random: {given[0]} is the random-read tier's"
+    drawn, where = draws(), scratch_dir or tempfile.gettempdir()
+    path, (num_nodes, dim), dtype, stride = rows_file(table)
+    row_bytes = dim * dtype.itemsize
+    largest = max((np.unique(drawn.draw(0, b)).shape[0] for b in range(min(3, drawn.batches))), default=0)
+    rows = min(num_nodes, max(batch_rows, largest + largest // 4))
+    try:
+        plan = plan_packed(
+            num_nodes,
+            row_bytes,
+            per_epoch=drawn.batches,
+            batch_rows=rows,
+            cache_rows=cache_rows,
+            cache_gb=cache_gb,
+            ahead=lookahead or DEFAULT_AHEAD,
+            host_mem_budget=host_mem_budget,
+            scratch_bytes=scratch_bytes,
+            free_bytes=free_space(where),
+            scratch=where,
+        )
+    except (ConfigError, DatasetError) as e:
+        if features == "packed":
+            raise
+        return None, f"rows read at random: {e}"
+    if features == "packed":
+        return (plan, drawn), f"packed batches in {plan.reason}"
+    pays, why = packing_pays(plan, num_nodes * stride, rows, _device_model(path, row_bytes, stride))
+    if not pays:
+        return None, f"rows read at random: {why}"
+    return (plan, drawn), f"packed batches in {plan.reason}: {why}"
+
+
+def _device_model(path, row_bytes: int, stride: int):
+    """The IOModel of the device holding `path` (storage.io_probe), None where it takes no O_DIRECT reads."""
+    try:
+        file = open_rows_file(path, True)
+    except ConfigError:
+        return None
+    os.close(file.fd)
+    return io_model(path, row_blocks(row_bytes, stride, file.block) * file.block)
 
 
 def free_space(directory) -> int:

@@ -30,13 +30,13 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
 from .direct_io import aligned
+from .packed_plan import DEFAULT_AHEAD
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
 from .packing import Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
-DEFAULT_AHEAD = 2
 _COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
 _PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
 

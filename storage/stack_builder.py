@@ -11,24 +11,19 @@ data-parallel ranks) on top, every part sized by the host-memory plan
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from dataclasses import replace
 
-import numpy as np
 import torch
 
-from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.errors import ConfigError
 
 from .base import check_stack, tiers
 from .cache import CachedFeatures, SharedCachedFeatures, VictimBuffer, run_policy
-from .direct_io import open_rows_file, row_blocks
-from .io_probe import io_model
 from .memory_plan import GB, SSD_ENGINE_BYTES, plan_host_memory
-from .packed_plan import PACKED_BASE_STAGING, free_space, packing_pays, plan_packed
+from .packed_plan import PACKED_BASE_STAGING, choose_packing
 from .packed_source import DEFAULT_AHEAD, PackedFeatures
 from .placement import unified
-from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures, rows_file
+from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +70,7 @@ def build_stack(
     the SSD tier, packing the batches draws() gives in `scratch_dir`
     (default a directory of its own), at most `scratch_gb` GB on disk;
     "ssd" packs them too where it pays and no option of the random-read
-    tier is given (`_packs`), else reads rows at random.
+    tier is given (storage.packed_plan.choose_packing), else reads rows at random.
     Returns (source, HostMemoryPlan), whose `note` says which and why.
     """
     if ranks is not None and ranks.multi:
@@ -101,8 +96,18 @@ def build_stack(
             "replicate_frac": bool(replicate_frac),
             "workers": ranks is not None and ranks.multi,
         }
-        packed, note = _packs(
-            table, features, draws, random_reads, batch_rows, host_mem_budget, sizes, scratch_dir, scratch_bytes
+        packed, note = choose_packing(
+            table,
+            features,
+            draws,
+            random_reads=random_reads,
+            batch_rows=batch_rows,
+            host_mem_budget=host_mem_budget,
+            cache_rows=cache_rows,
+            cache_gb=cache_gb,
+            lookahead=lookahead,
+            scratch_dir=scratch_dir,
+            scratch_bytes=scratch_bytes,
         )
         if packed is None and scratch_gb:
             raise ConfigError("scratch_gb", f"bounds packed batches, and none are packed here ({note})")
@@ -166,71 +171,9 @@ def _bottom(table, features, device, host_mem_budget, progress, sizes):
 PACKED_BASE = dict(engine="threads", threads=4, max_gap=0, host_mem_budget=PACKED_BASE_STAGING)  # unplanned gathers
 
 
-def _packs(table, features, draws, random_reads, batch_rows, host_mem_budget, sizes, scratch_dir, scratch_bytes):
-    """((PackedPlan, draws) or None, note): the packed tier's plan where
-    `features` is "packed", or "ssd" and packing pays (storage.packed_plan);
-    else None and why rows are read at random. random_reads: {option: whether
-    it was given} for the options only the random-read tier takes."""
-    given = [name for name, on in random_reads.items() if on]
-    if scratch_bytes == 0:
-        if features == "packed":
-            raise ConfigError("scratch_gb", "0 holds no packed batch; give features='ssd' to read rows at random")
-        return None, "rows read at random: scratch_gb 0 allows no packed batches"
-    if features == "packed":
-        if draws is None:
-            raise ConfigError("features", "'packed' needs the training batches' draws (open_feature_store passes them)")
-        for name in given:
-            raise ConfigError(
-                name, "does not apply to features='packed' (its cache is the rows each window reads most)"
-            )
-    elif draws is None:
-        return None, "rows read at random: no training batches are drawn ahead to pack"
-    elif given:
-        return None, f"rows read at random: {given[0]} is the random-read tier's"
-    drawn, where = draws(), scratch_dir or tempfile.gettempdir()
-    path, (num_nodes, dim), dtype, stride = rows_file(table)
-    row_bytes = dim * dtype.itemsize
-    largest = max((np.unique(drawn.draw(0, b)).shape[0] for b in range(min(3, drawn.batches))), default=0)
-    rows = min(num_nodes, max(batch_rows, largest + largest // 4))
-    try:
-        plan = plan_packed(
-            num_nodes,
-            row_bytes,
-            per_epoch=drawn.batches,
-            batch_rows=rows,
-            cache_rows=sizes["cache_rows"],
-            cache_gb=sizes["cache_gb"],
-            ahead=sizes["lookahead"] or DEFAULT_AHEAD,
-            host_mem_budget=host_mem_budget,
-            scratch_bytes=scratch_bytes,
-            free_bytes=free_space(where),
-            scratch=where,
-        )
-    except (ConfigError, DatasetError) as e:
-        if features == "packed":
-            raise
-        return None, f"rows read at random: {e}"
-    if features == "packed":
-        return (plan, drawn), f"packed batches in {plan.reason}"
-    pays, why = packing_pays(plan, num_nodes * stride, rows, _device_model(path, row_bytes, stride))
-    if not pays:
-        return None, f"rows read at random: {why}"
-    return (plan, drawn), f"packed batches in {plan.reason}: {why}"
-
-
-def _device_model(path, row_bytes: int, stride: int):
-    """The IOModel of the device holding `path` (storage.io_probe), None where it takes no O_DIRECT reads."""
-    try:
-        file = open_rows_file(path, True)
-    except ConfigError:
-        return None
-    os.close(file.fd)
-    return io_model(path, row_blocks(row_bytes, stride, file.block) * file.block)
-
-
 def _packed(table, packed, note, sizes, scratch):
     """(PackedFeatures over an SSDFeatures of `table`'s file, HostMemoryPlan)
-    of `packed` (_packs' plan and draws): its cache is the window's most read
+    of `packed` (choose_packing's plan and draws): its cache is the window's most read
     rows, its files read `lookahead` batches ahead (DEFAULT_AHEAD without
     one), its windows where `scratch` (scratch_dir, scratch_bytes) says."""
     plan, drawn = packed

@@ -64,6 +64,16 @@ def probe_io(file: str, row_bytes: int, stride: int) -> tuple[list[str], dict | 
     return [*format_model(model), f"  {where}"], model.to_json()
 
 
+def ssd_note(path: str, host_mem_budget: float | None) -> str:
+    """What `train --features ssd` with the default sampling (and `host_mem_budget`) reads the rows with, and why."""
+    from gnnsys.datasets import load_dataset
+    from gnnsys.loading.feature_store import ssd_choice
+    from gnnsys.training.options import MinibatchOptions
+
+    budget = {} if host_mem_budget is None else {"host_mem_budget": host_mem_budget}
+    return ssd_choice(load_dataset(path), MinibatchOptions(features="ssd", **budget))
+
+
 def run(args) -> int:
     from gnnsys.datasets.features_file import DTYPES
     from gnnsys.datasets.inspect import format_summary, placement_table, summarize, verify
@@ -90,6 +100,9 @@ def run(args) -> int:
     if args.probe_io:
         file = os.path.join(args.path, f["file"])
         probe_lines, summary["io_probe"] = probe_io(file, row_bytes, f["row_stride"])
+    if f is not None and summary["kind"] == "homogeneous":  # after a probe, whose rates it weighs
+        summary["ssd"] = ssd_note(args.path, args.host_mem_budget)
+        advice.append(f"ssd          --features ssd (default sampling): {summary['ssd']}")
     text = "\n".join([format_summary(summary), *advice, *probe_lines])
     print(json.dumps(summary, indent=2) if args.json else text)
     if args.verify:

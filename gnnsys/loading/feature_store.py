@@ -119,3 +119,28 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         ranks=ranks,
         replicate_frac=options.replicate_frac,
     )
+
+
+def ssd_choice(dataset, options) -> str:
+    """One line: what `features="ssd"` reads `dataset`'s rows with under
+    `options` (a MinibatchOptions), packed batches or random reads, and why
+    (storage.packed_plan.choose_packing, as training decides it)."""
+    from gnnsys.storage.packed_plan import choose_packing
+
+    table = dataset.features if not isinstance(dataset, HeteroDataset) else None
+    if table is None or not table.mapped:
+        return "rows read at random: no training batches are drawn ahead to pack"
+    sampler = training_sampler(dataset, options)
+    scratch_bytes = None if options.scratch_gb is None else int(options.scratch_gb * 10**9)
+    _, note = choose_packing(
+        table,
+        "ssd",
+        lambda: BatchDraws(dataset, options, sampler),
+        random_reads={},
+        host_mem_budget=options.host_mem_budget,
+        cache_rows=options.cache_rows,
+        cache_gb=options.cache_gb,
+        scratch_dir=options.scratch_dir,
+        scratch_bytes=scratch_bytes,
+    )
+    return note

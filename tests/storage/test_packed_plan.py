@@ -3,6 +3,7 @@ epoch, the scratch space and the host-memory budget, refusals in one line,
 the scan-versus-random-reads choice, and `--features ssd` choosing packed
 batches or random reads, saying which and why."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from gnnsys import train
 from gnnsys.cli import main
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.storage import stack_builder
+from gnnsys.storage import packed_plan
 from gnnsys.storage.base import tiers
 from gnnsys.storage.packed_plan import packed_parts, packing_pays, plan_packed
 from gnnsys.storage.packed_source import PackedFeatures
@@ -108,7 +109,7 @@ def test_features_ssd_packs_unless_an_option_of_random_reads_or_the_device_says_
         kinds, notes = tier_kinds(ds, features="ssd", cache_rows=30, **given)
         assert kinds[-1] is SSDFeatures and PackedFeatures not in kinds and why in list(notes.values())[0]
     slow_scan = SimpleNamespace(seq_bytes_per_s=1.0, rates={"threads": {1: 1e9}})
-    monkeypatch.setattr(stack_builder, "_device_model", lambda *a: slow_scan)
+    monkeypatch.setattr(packed_plan, "_device_model", lambda *a: slow_scan)
     kinds, notes = tier_kinds(ds, features="ssd", cache_rows=30)
     assert PackedFeatures not in kinds and "less than its scan of the rows file" in list(notes.values())[0]
     with pytest.raises(ConfigError, match="^scratch_gb: bounds packed batches, and none are packed here"):
@@ -124,3 +125,12 @@ def test_train_with_features_ssd_says_which_tier_and_trains_as_in_memory(make_da
     assert capsys.readouterr().out.startswith("features ssd: packed batches in windows of 10 batches")
     assert main(["train", str(ds.path), "--features", "packed", "--scratch-gb", "0", "--no-progress"]) == 2
     assert "--scratch-gb: 0 holds no packed batch" in capsys.readouterr().err
+
+
+def test_info_says_what_features_ssd_reads_with_and_why(make_dataset, capsys):
+    ds = packed_dataset(make_dataset)
+    assert main(["info", str(ds.path)]) == 0
+    assert "\nssd          --features ssd (default sampling): packed batches in windows of" in capsys.readouterr().out
+    assert main(["info", str(ds.path), "--host-mem-budget", "0.001", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["ssd"]
+    assert said.startswith("rows read at random: host_mem_budget: 0.001 GB cannot hold one packed batch")
