@@ -26,13 +26,12 @@ from .direct_io import open_rows_file, row_blocks
 from .io_probe import io_model
 from .memory_plan import GB, HostMemoryPlan, plan_host_memory
 from .packer import CHUNK_BYTES, staging_bytes
-from .packing import padded
+from .packing import padded, read_buffer_bytes
 from .ssd import rows_file
 
 DEFAULT_AHEAD = 2  # batches whose packed files are read ahead
 
 PACKED_BASE_STAGING = 4 * (128 << 10)  # the SSD tier serving unplanned gathers: 4 reads of 128 KiB
-READ_SLACK = 1.25  # a read buffer is a quarter larger than the segment it was made for
 
 
 @dataclass(frozen=True)
@@ -57,9 +56,9 @@ def packed_parts(num_nodes: int, row_bytes: int, cache_rows: int, ahead: int, ba
     `window` batches of at most `batch_rows` distinct rows each, a cache of
     `cache_rows` rows and files read `ahead` batches ahead."""
     return {
-        "packed.cache": cache_rows * row_bytes,
+        "packed.cache": padded(cache_rows * row_bytes),
         "packed.slots": 4 * num_nodes,
-        "packed.read_buffers": (ahead + 1) * padded(int(READ_SLACK * batch_rows * row_bytes)),
+        "packed.read_buffers": (ahead + 1) * read_buffer_bytes(padded(batch_rows * row_bytes)),
         "packer.counts": 5 * num_nodes,
         "packer.ids": window * batch_rows * id_bytes(num_nodes),
         "packer.staging": staging_bytes(window + 1) + CHUNK_BYTES,

@@ -33,7 +33,7 @@ from .direct_io import aligned
 from .packed_plan import DEFAULT_AHEAD
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
-from .packing import Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
+from .packing import Manifest, Segment, ids_crc, read_buffer_bytes, read_segment, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
@@ -283,7 +283,7 @@ class PackedFeatures(CacheTier):
             if len(buffer) >= nbytes:
                 return self._spare.pop(i)
         self._spare.clear()
-        return memoryview(aligned(padded(nbytes + nbytes // 4)))
+        return memoryview(aligned(read_buffer_bytes(nbytes)))
 
     def _read_ahead(self) -> None:
         """Read the files of the next `ahead` batches (those whose window is packed)."""

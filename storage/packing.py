@@ -101,6 +101,12 @@ def padded(nbytes: int) -> int:
     return -(-nbytes // PAD) * PAD
 
 
+def read_buffer_bytes(nbytes: int) -> int:
+    """The size of a buffer made to read a packed file of `nbytes`: a quarter
+    larger, so that the next files, about as large, fit it too."""
+    return padded(nbytes + nbytes // 4)
+
+
 def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memoryview:
     """The content of the packed file `path` (padded), read with large
     O_DIRECT reads when `direct` into the page-aligned buffer `into` (at

@@ -7,6 +7,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from gnnsys import train
 from gnnsys.cli import main
@@ -33,7 +34,7 @@ def test_a_window_holds_the_epoch_when_the_disk_and_the_budget_allow():
     p = plan(cache_rows=50, host_mem_budget=1.0)
     assert p.window == 10 and p.batch_bytes == BATCH_BYTES and "bound by the epoch" in p.reason
     assert p.memory.cache_rows == 50 and p.memory.parts == packed_parts(1000, 512, 50, 2, 100, 10)
-    assert p.memory.parts["packed.cache"] == 50 * 512 and p.memory.parts["packer.ids"] == 10 * 100 * 4
+    assert p.memory.parts["packed.cache"] == padded(50 * 512) and p.memory.parts["packer.ids"] == 10 * 100 * 4
     assert p.memory.total <= p.memory.budget
 
 
@@ -134,3 +135,35 @@ def test_info_says_what_features_ssd_reads_with_and_why(make_dataset, capsys):
     assert main(["info", str(ds.path), "--host-mem-budget", "0.001", "--json"]) == 0
     said = json.loads(capsys.readouterr().out)["ssd"]
     assert said.startswith("rows read at random: host_mem_budget: 0.001 GB cannot hold one packed batch")
+
+
+@pytest.mark.parametrize("cache_rows, lookahead", [(30, 0), (0, 3)])
+def test_bytes_the_packed_tier_holds_stay_within_its_plan(make_dataset, tmp_path, cache_rows, lookahead):
+    """Through three epochs of packed batches, after every gather, each part
+    the tiers hold is at most what the host-memory plan gave it."""
+    from gnnsys.storage.base import stack_host_bytes
+    from gnnsys.storage.stack_builder import build_stack
+    from tests.storage.test_packing import BATCHES, Draws
+
+    ds = packed_dataset(make_dataset)
+    stack, plan = build_stack(
+        ds.features,
+        degree=None,
+        features="packed",
+        cache_rows=cache_rows,
+        lookahead=lookahead,
+        host_mem_budget=0.05,
+        draws=lambda: Draws(ds.num_nodes, epochs=3),
+        scratch_dir=tmp_path,
+    )
+    assert plan.budget == 0.05e9 and plan.total <= plan.budget and "packer.ids" in plan.parts
+    for epoch in range(3):
+        for index in range(BATCHES):
+            ids = torch.from_numpy(Draws(ds.num_nodes).draw(epoch, index))
+            assert torch.equal(stack.gather(ids), ds.features.gather(ids))
+            held = stack_host_bytes(stack)
+            for part, n in held.items():
+                if part != "total":
+                    assert n <= plan.parts[part], (part, held, plan.parts)
+    assert stack.stats()["batches"] == 3 * BATCHES
+    stack.close()
