@@ -12,6 +12,8 @@ packed scratch) and from inside (/proc/self/io bytes read and written). Modes:
 - packed: `--features ssd`, which packs batches here (the run's first line
   says so, and the benchmark checks it), with the same cache and budget.
 
+Each run evaluates once, after its last epoch, sampled in every mode; the
+epoch times leave it out, the bytes read and written are the whole run's.
 fio measures the device in the same run: sequential reads of the packed
 files' read size (storage.packing.READ_BYTES, one in flight, as the tier reads
 a file) and random reads of a row's blocks (the SSD tier's smallest read).
@@ -75,7 +77,8 @@ def run_mode(mode: str, args, work: Path) -> dict:
     out = work / f"{mode}.json"
     argv = [sys.executable, str(HERE / "run_measured.py"), "train", args.dataset, "--no-progress", "--json", str(out)]
     argv += ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden)]
-    argv += ["--epochs", str(args.epochs), "--eval-every", str(args.epochs), *mode_flags(mode, args)]
+    argv += ["--epochs", str(args.epochs), "--eval-every", str(args.epochs), "--eval", "sampled"]
+    argv += mode_flags(mode, args)
     scratch = Path(args.scratch_dir or tempfile.gettempdir())
     measured = run_child(argv, scratch, keep_output=True)
     said = measured.pop("output")

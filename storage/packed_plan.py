@@ -120,7 +120,8 @@ def plan_packed(
         )
     parts = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, window)
     memory = HostMemoryPlan(cache_rows, 0, PACKED_BASE_STAGING, 0, row_bytes, parts, budget)
-    reason = f"windows of {window} batches ({window * batch_bytes / GB:,.2f} GB at most), bound by {bound}"
+    batches = f"{window} batch{'es' if window > 1 else ''}"
+    reason = f"windows of {batches} ({window * batch_bytes / GB:,.2f} GB at most), bound by {bound}"
     return PackedPlan(window, batch_bytes, memory, reason)
 
 
