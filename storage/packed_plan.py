@@ -79,19 +79,22 @@ def plan_packed(
     scratch_bytes: int | None = None,
     free_bytes: int,
     scratch="the scratch directory",
+    sampled_bytes: int = 0,
 ) -> PackedPlan:
     """The PackedPlan of a table of `num_nodes` rows of `row_bytes` for
     epochs of `per_epoch` batches of at most `batch_rows` distinct rows:
     the cache (cache_rows or cache_gb), the window (the epoch's batches, or
     fewer where the scratch space, `scratch_bytes` or else the `free_bytes`
-    of directory `scratch`, or `host_mem_budget` (GB) cannot hold them);
-    ConfigError naming the option, or DatasetError naming the directory,
-    when no window of one batch fits."""
+    of directory `scratch`, cannot hold two windows of them, each batch's
+    rows and `sampled_bytes` of its sampled arrays, or where
+    `host_mem_budget` (GB) cannot hold the packer's ids); ConfigError naming
+    the option, or DatasetError naming the directory, when no window of one
+    batch fits."""
     cache_rows = plan_host_memory(num_nodes, row_bytes, cache_rows=cache_rows, cache_gb=cache_gb).cache_rows
     batch_bytes = padded(batch_rows * row_bytes)
     space = free_bytes if scratch_bytes is None else min(scratch_bytes, free_bytes)
     cache_on_disk = padded(cache_rows * row_bytes) + 8 * cache_rows
-    by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes)
+    by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes + sampled_bytes)
     limits = {"the epoch": per_epoch, "the scratch space": by_disk}
     fixed = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0)
     budget = None if host_mem_budget is None else int(host_mem_budget * GB)
@@ -188,8 +191,11 @@ def choose_packing(
     drawn, where = draws(), scratch_dir or tempfile.gettempdir()
     path, (num_nodes, dim), dtype, stride = rows_file(table)
     row_bytes = dim * dtype.itemsize
-    largest = max((np.unique(drawn.draw(0, b)).shape[0] for b in range(min(3, drawn.batches))), default=0)
+    sampled = getattr(drawn, "sampled", None)  # the packer writes each batch's sampled arrays too
+    first = [sampled(0, b) if sampled else {"input_nodes": drawn.draw(0, b)} for b in range(min(3, drawn.batches))]
+    largest = max((np.unique(a["input_nodes"]).shape[0] for a in first), default=0)
     rows = min(num_nodes, max(batch_rows, largest + largest // 4))
+    arrays = max((sum(v.nbytes for v in a.values()) for a in first), default=0) if sampled else 0
     try:
         plan = plan_packed(
             num_nodes,
@@ -202,6 +208,7 @@ def choose_packing(
             host_mem_budget=host_mem_budget,
             scratch_bytes=scratch_bytes,
             free_bytes=free_space(where),
+            sampled_bytes=arrays + arrays // 4,
             scratch=where,
         )
     except (ConfigError, DatasetError) as e:

@@ -33,11 +33,11 @@ from .direct_io import aligned
 from .packed_plan import DEFAULT_AHEAD
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
-from .packing import Manifest, Segment, ids_crc, read_buffer_bytes, read_segment, scatter_packed
+from .packing import Manifest, Segment, ids_crc, read_buffer_bytes, read_sampled, read_segment, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
-_COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
+_COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s", "presampled")
 _PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
 
 
@@ -192,6 +192,24 @@ class PackedFeatures(CacheTier):
             self._cursor += 1
             self._read_ahead()
 
+    def presampled(self, seeds: torch.Tensor, epoch: int, batch: int) -> dict | None:
+        """Training batch `batch` of epoch `epoch` as the packer sampled it
+        ({name: array}, storage/packing.py), its file then removed, when it is
+        written and its seeds are `seeds`; else None (the caller samples it)."""
+        g = int(epoch) * self.per_epoch + int(batch)
+        with self._lock:
+            if self._cursor is None or not self._planned(g) or g < self._start:
+                return None
+            first = self._first(g)
+            path = self.packer.sampled_path(first, self._count(first), g)
+        arrays = read_sampled(path, self.packer.sampled_key)
+        if arrays is None or not np.array_equal(arrays["seeds"], seeds.numpy()):
+            return None
+        _remove(path)
+        with self._lock:
+            self._stats["presampled"] += 1
+        return arrays
+
     def _rows(self, buffer, rows: int) -> np.ndarray:
         """The first `rows` packed rows of `buffer` as [rows, words] of this tier's word width."""
         width = self.row_bytes // self._word
@@ -255,7 +273,7 @@ class PackedFeatures(CacheTier):
 
     def _close_window(self, window: _Window) -> None:
         self._windows.pop(window.first, None)
-        shutil.rmtree(window.directory, ignore_errors=True)
+        self.packer.remove(window.first, self._count(window.first))
 
     def _take(self, g: int) -> tuple[memoryview, memoryview]:
         """(the content of global batch `g`'s file, the buffer it was read
@@ -306,7 +324,7 @@ class PackedFeatures(CacheTier):
         for first, job in list(self._windows.items()):
             job.cancel()
             if _quiet(job) and (self._current is None or self._current.first != first):
-                shutil.rmtree(self.packer.directory(first, self._count(first)), ignore_errors=True)
+                self.packer.remove(first, self._count(first))
         if self._current is not None:
             self._slot[self._current.ids] = -1
             self._close_window(self._current)
@@ -320,7 +338,8 @@ class PackedFeatures(CacheTier):
     def stats(self) -> dict:
         """Counters since the last reset: hits / misses (distinct rows from the
         cache / the packed files), hit_rate, batches (gathers served packed),
-        unplanned (gathers served by the base), bytes_read (packed files and
+        unplanned (gathers served by the base), presampled (batches the loader
+        took as the packer sampled them), bytes_read (packed files and
         caches read), useful_bytes, read_amplification, file_fraction (bytes
         read / the rows file's size), read_wait_s (gathers waiting for a read or
         a window), and the packing done meanwhile: windows_packed,

@@ -12,6 +12,7 @@ whose manifest has this key is reused; any other is rebuilt.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -27,7 +28,7 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.identity import check_identity
 
 from .direct_io import aligned, open_rows_file
-from .packing import PAD, READ_BYTES, Manifest, Segment, ids_crc, padded
+from .packing import PAD, READ_BYTES, Manifest, Segment, ids_crc, padded, write_sampled
 
 CHUNK_BYTES = 32 << 20  # the rows file is scanned in reads of about this size
 STAGE_ALL, STAGE_MIN, STAGE_MAX = 64 << 20, 256 << 10, 4 << 20  # a window's write staging, shared by its files
@@ -48,6 +49,7 @@ class WindowPlan:
     batches: list[tuple[int, int]]
     cached: np.ndarray
     uncached: list[np.ndarray]
+    sampled_bytes: int = 0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -64,8 +66,10 @@ class Packer:
     draws: an object with `batches` (batches an epoch), `epochs` (the
     run's, or None), `draw(epoch, batch)`
     (the batch's input ids, an int64 array) and `key` (a JSON-able dict of
-    what decides the draws); `key` here adds the file's, the cache's and the
-    window's own and the rows file's (its path and `identity`, the
+    what decides the draws), and optionally `sampled(epoch, batch)` (the
+    sampled batch as {name: array}, its input ids "input_nodes"), which the
+    packer then writes beside the window for the loader (storage/packing.py);
+    `key` here adds the file's, the cache's and the window's own and the rows file's (its path and `identity`, the
     FileIdentity its table's load recorded, checked when the file is
     opened). direct: whether the rows file is read with O_DIRECT;
     write_direct: whether the packed files are written with O_DIRECT (from
@@ -103,20 +107,40 @@ class Packer:
             "stride": self.stride,
         }
         self.key["capacity"] = self.capacity
+        self.sampled_key = zlib.crc32(json.dumps(draws.key, sort_keys=True, default=str).encode())
 
     def directory(self, first: int, count: int) -> Path:
         """Where the window of `count` batches from global batch `first` lives."""
         return self.scratch / f"window-{first:010d}-{count}"
 
+    def sampled_path(self, first: int, count: int, g: int) -> Path:
+        """Where the sampled global batch `g` of the window of `count` batches from `first` is written."""
+        return self.scratch / f"sampled-{first:010d}-{count}" / f"s{g:010d}.npz"
+
+    def remove(self, first: int, count: int) -> None:
+        """Remove the window of `count` batches from `first` and its sampled batches."""
+        shutil.rmtree(self.directory(first, count), ignore_errors=True)
+        shutil.rmtree(self.sampled_path(first, count, first).parent, ignore_errors=True)
+
     def plan(self, first: int, count: int, stop: threading.Event | None = None) -> WindowPlan:
-        """Draw the window's batches and decide its cache by exact counts."""
+        """Draw the window's batches (writing them where draws has `sampled`)
+        and decide its cache by exact counts."""
         counts = np.zeros(self.shape[0], np.int32)
         narrow = np.int32 if self.shape[0] < 2**31 else np.int64
-        batches, drawn = [], []
+        batches, drawn, written = [], [], 0
+        sampled = getattr(self.draws, "sampled", None)
+        if sampled is not None:
+            self.sampled_path(first, count, first).parent.mkdir(parents=True, exist_ok=True)
         for g in range(first, first + count):
             _check(stop)
             epoch, batch = divmod(g, self.draws.batches)
-            ids = np.unique(np.asarray(self.draws.draw(epoch, batch), dtype=np.int64))
+            if sampled is None:
+                ids = self.draws.draw(epoch, batch)
+            else:
+                arrays = sampled(epoch, batch)
+                written += write_sampled(self.sampled_path(first, count, g), arrays, self.sampled_key)
+                ids = arrays["input_nodes"]
+            ids = np.unique(np.asarray(ids, dtype=np.int64))
             _count(counts, ids)
             batches.append((int(ids.shape[0]), ids_crc(ids)))
             drawn.append(ids.astype(narrow))
@@ -128,7 +152,7 @@ class Packer:
         held[read] = True
         for j, ids in enumerate(drawn):
             drawn[j] = ids[~held[ids]]
-        return WindowPlan(batches, read, drawn)
+        return WindowPlan(batches, read, drawn, written)
 
     def window_key(self, first: int, count: int, plan: WindowPlan) -> dict:
         """The key of a window: this packer's and the window's batches and cached set."""
@@ -140,12 +164,20 @@ class Packer:
         has this key, else (re)built (stopped early, with the partial
         directory removed, when `stop` is set: Cancelled); DatasetError
         when the scratch directory's disk has less free space than it needs."""
+        try:
+            return self._pack(first, count, stop)
+        except BaseException:
+            self.remove(first, count)
+            raise
+
+    def _pack(self, first: int, count: int, stop) -> tuple[Manifest, Path, bool]:
         plan = self.plan(first, count, stop)
         key, directory = self.window_key(first, count, plan), self.directory(first, count)
         found = Manifest.read(directory, key)
         if found is not None:
             return found, directory, False
-        need = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, plan.cached])
+        rows = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, plan.cached])
+        need = rows + plan.sampled_bytes
         self.scratch.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.scratch).free
         if self.window_bytes is not None and need + plan.cached.nbytes > self.window_bytes:
@@ -155,21 +187,17 @@ class Packer:
                 f"than a window's share of the budget ({self.window_bytes:,} bytes, half of it: two windows are "
                 "held at a time); raise it or give the cache more rows",
             )
-        if need + plan.cached.nbytes > free:
+        if rows + plan.cached.nbytes > free:
             raise DatasetError(
                 self.scratch,
                 f"not enough scratch space for the packed batches {first} to {first + count - 1}: needs "
-                f"{need + plan.cached.nbytes:,} bytes, {free:,} free (free some, or give the cache more rows)",
+                f"{rows + plan.cached.nbytes:,} bytes, {free:,} free (free some, or give the cache more rows)",
             )
         if directory.exists():
             log.info("packed window %s is stale (packed for another run or incomplete): rebuilt", directory)
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        try:
-            segments, cache = self._write(directory, first, plan, stop)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
+        segments, cache = self._write(directory, first, plan, stop)
         manifest = Manifest(key, first, segments, cache)
         manifest.write(directory)
         return manifest, directory, True

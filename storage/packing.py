@@ -21,12 +21,18 @@ epoch + batch, so a window may cross epochs) lives in one directory:
 A window whose manifest is missing, unreadable or packed for another key is
 stale (rebuilt); a file whose size or crc32 differs from its manifest is
 refused (DatasetError), never read into a batch.
+
+Beside it, `sampled-NNNNNNNNNN-K/sNNNNNNNNNN.npz` per batch: the batch as the
+packer sampled it (its seeds, input nodes and blocks' arrays), tagged with the
+crc32 of what decides the draws, so the loader takes it instead of sampling
+the batch again (a file for another key, or other seeds, is not taken).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zipfile
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -131,6 +137,33 @@ def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memor
     if zlib.crc32(buffer) != segment.crc:
         raise _refused(path, "content does not match its manifest's crc32")
     return buffer
+
+
+def write_sampled(path: Path, arrays: dict, key: int) -> int:
+    """Write a sampled batch's arrays ({name: numpy array}) to `path` (.npz,
+    complete or not at all), tagged with `key`; the bytes written. DatasetError
+    naming the file when the disk refuses it."""
+    part = path.with_name(path.name + ".part")
+    try:
+        with open(part, "wb") as f:
+            np.savez(f, key=np.array([key], np.int64), **arrays)
+        os.replace(part, path)
+        return path.stat().st_size
+    except OSError as e:
+        part.unlink(missing_ok=True)
+        raise DatasetError(path, f"cannot write the sampled batch ({e.strerror})") from None
+
+
+def read_sampled(path: Path, key: int) -> dict | None:
+    """The arrays write_sampled wrote to `path` for `key`; None when there is
+    no such file (not written yet, or consumed) or it was written for another key."""
+    try:
+        with np.load(path) as z:
+            if int(z["key"][0]) != key:
+                return None
+            return {name: z[name] for name in z.files if name != "key"}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None
 
 
 def _refused(path: Path, problem: str) -> DatasetError:

@@ -104,6 +104,12 @@ class FeatureSource:
         if self.base is not None:
             self.base.start_epoch(epoch)
 
+    def presampled(self, seeds, epoch: int, batch: int) -> dict | None:
+        """Training batch `batch` of epoch `epoch` as a tier that samples ahead
+        sampled it ({name: array}), if it did and its seeds are `seeds`; None
+        (the caller samples it) from a tier that does not, past its base."""
+        return None if self.base is None else self.base.presampled(seeds, epoch, batch)
+
     def stats(self) -> dict:
         """This tier's counters since the last reset_stats ({} when it counts nothing)."""
         return {}

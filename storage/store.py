@@ -34,7 +34,8 @@ class FeatureStore(Mapping):
 
     Args:
         stacks: the stacks by key (HOMOGENEOUS for a homogeneous graph, else a node type).
-        notes: {key: one line on which tier reads that key's rows from the disk and why} (out-of-core stacks).
+        notes: {key: one line on which tier reads that key's rows from the disk and why (a node type's
+            named first)} (out-of-core stacks).
     """
 
     def __init__(self, stacks: dict, notes: dict | None = None):
@@ -178,7 +179,7 @@ def build_store(
                 draws=None if draws is None else draws[key],
                 **options,
             )
-            notes[key] = plan.note
+            notes[key] = plan.note if key is HOMOGENEOUS or not plan.note else f"{key}: {plan.note}"
     except BaseException:
         FeatureStore(stacks).close()
         raise

@@ -13,13 +13,15 @@ import numpy as np
 
 from gnnsys.datasets.meta_schema import identity
 from gnnsys.loading.loader import seed_batches
+from gnnsys.loading.minibatch_arrays import minibatch_arrays
 from gnnsys.loading.options import BatchOptions
 
 
 class BatchDraws:
     """The batches of `dataset`'s training split under `options` (a
     MinibatchOptions) for data-parallel rank `rank` of `world_size`:
-    `batches` an epoch, `epochs` (the run's), `draw(epoch, batch)` its input ids (int64), and `key`,
+    `batches` an epoch, `epochs` (the run's), `draw(epoch, batch)` its input
+    ids (int64), `sampled(epoch, batch)` the whole batch as arrays, and `key`,
     what decides them (the dataset's identity, split, seed, batch size,
     fanouts, sampling, rank and world size), for a packed window's manifest."""
 
@@ -48,5 +50,8 @@ class BatchDraws:
 
     def draw(self, epoch: int, batch: int) -> np.ndarray:
         """The input ids of batch `batch` of epoch `epoch`."""
-        mb = self.sampler.sample(self._epoch(epoch)[batch], epoch, batch)
-        return mb.input_nodes.numpy().astype(np.int64, copy=False)
+        return self.sampled(epoch, batch)["input_nodes"]
+
+    def sampled(self, epoch: int, batch: int) -> dict:
+        """Batch `batch` of epoch `epoch` as the loader samples it, as arrays (`minibatch_arrays`)."""
+        return minibatch_arrays(self.sampler.sample(self._epoch(epoch)[batch], epoch, batch))

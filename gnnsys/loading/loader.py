@@ -36,6 +36,7 @@ import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.datasets.hetero_dataset import HeteroDataset
+from gnnsys.loading.minibatch_arrays import minibatch_from_arrays
 from gnnsys.loading.options import BatchOptions, PipelineOptions, SamplingOptions
 from gnnsys.loading.pipeline import Failed, Pipeline
 from gnnsys.loading.row_buffers import FeatureRows
@@ -112,6 +113,7 @@ class MinibatchLoader:
         )
         self.x_dtype = x_dtype
         self._rows = self._row_buffers()  # {key: FeatureRows}
+        self._homogeneous = list(self._rows) == [HOMOGENEOUS]
         self.set_epoch(0)
         streams = pipeline.streams
         # streams and events are duck-typed (CudaStreams, or a stand-in with its methods); None off CUDA
@@ -220,11 +222,19 @@ class MinibatchLoader:
         began = time.perf_counter()
         stream = self._sample_streams[worker]
         with self._on(stream):
-            mb = self.sampler.sample(seeds, epoch, index)
+            mb = self._presampled(seeds, epoch, index) if stream is None else None
+            mb = self.sampler.sample(seeds, epoch, index) if mb is None else mb
             host_ids = self._window_ids(mb) if self.lookahead else None
             ready = self._event_after(stream)
         mb.timings.update(sample_s=time.perf_counter() - began, wait_s=0.0)
         return _InFlight(mb, seeds, ready, sampled=ready, host_ids=host_ids)
+
+    def _presampled(self, seeds: torch.Tensor, epoch: int, index: int) -> MiniBatch | None:
+        """Batch `index` as the feature tier that packed it ahead sampled it
+        (FeatureSource.presampled), when it did; None: sample it here."""
+        presampled = getattr(self._rows[HOMOGENEOUS].source, "presampled", None) if self._homogeneous else None
+        arrays = None if presampled is None else presampled(seeds, epoch, index)
+        return None if arrays is None else minibatch_from_arrays(arrays)
 
     def _to_host(self, ids: torch.Tensor) -> torch.Tensor:
         """`ids` on the host for the lookahead window: one copy per batch, queued

@@ -1,15 +1,13 @@
 """`train(dataset, ...) -> TrainResult`: seeded minibatch node classification.
 
-One epoch: the MinibatchLoader samples and gathers batches of training seeds
-ahead of compute; each batch runs forward/backward/step on the model. Every
-`eval_every` epochs the model is evaluated on train/valid/test: exactly
-(streaming layer-wise full-neighbour inference, `gnnsys.inference.layerwise`),
-or with options.eval "sampled" (the default with features="ssd") on sampled
-minibatches through the same loader and feature tiers. With a
-checkpoint directory, a checkpoint is written atomically after every epoch,
-and `resume=True` continues from the last complete one: sampling is a
-function of (seed, epoch, batch) and the RNG states are saved, so a resumed
-run ends with exactly the result of an uninterrupted one.
+One epoch: the MinibatchLoader samples and gathers batches of training seeds ahead of compute; each
+batch runs forward/backward/step on the model. Every `eval_every` epochs the model is evaluated on
+train/valid/test: exactly (streaming layer-wise full-neighbour inference, `gnnsys.inference.layerwise`), or
+with options.eval "sampled" (the default with features "ssd" and "packed") on sampled minibatches
+through the same loader and feature tiers. With a checkpoint directory, a checkpoint is written
+atomically after every epoch, and `resume=True` continues from the last complete one: sampling is a
+function of (seed, epoch, batch) and the RNG states are saved, so a resumed run ends with exactly
+the result of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ from gnnsys.parallel.data_parallel import (
 from gnnsys.runtime.allocator import retain_memory
 from gnnsys.runtime.precision import make_precision
 from gnnsys.storage.memory_plan import GB
-from gnnsys.storage.store import HOMOGENEOUS
 from gnnsys.training.checkpoint_lock import run_lock
 from gnnsys.training.checkpoints import resume_training, save_checkpoint, training_state
 from gnnsys.training.control import EpochControl
@@ -163,8 +160,7 @@ class MinibatchTrainer:
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
         self.store = open_feature_store(dataset, o, self.device, self.ranks)  # the feature tiers the loaders read
         if o.features == "ssd" and self.rank == 0:  # which SSD tier reads the rows, and why
-            for key, note in self.store.notes.items():
-                print(f"features ssd{'' if key is HOMOGENEOUS else f' ({key})'}: {note}", flush=True)
+            print(*(f"features ssd: {note}" for note in self.store.notes.values()), sep="\n", flush=True)
         # what inference scans: the stacks' bottoms (a scan of every node would only flush a cache)
         self.rows = self.store.bottom() if self.store.homogeneous else {t: self.store.bottom(t) for t in self.store}
         self.precision = make_precision(o.precision, self.device)
