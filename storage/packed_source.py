@@ -15,6 +15,7 @@ and the file into the caller's order and deletes the file; any other gather
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -60,7 +61,8 @@ class PackedFeatures(CacheTier):
     a window holds (default: an epoch's). scratch_dir: where windows are
     written; None (default) makes a directory of its own (in the system's
     temporary directory where it takes O_DIRECT reads, else beside the
-    dataset) and removes it at close. scratch_bytes: the most the windows
+    dataset) and removes it at close; a given one that does not exist yet is
+    made (its parent must exist) and removed at close when empty. scratch_bytes: the most the windows
     may hold on disk together (None: what the disk has free). `start_epoch(e)` says epoch e is next
     (packing starts from it; a run that resumes at e packs e); without it
     the first gather starts at epoch 0 and epochs follow in order, up to
@@ -95,6 +97,9 @@ class PackedFeatures(CacheTier):
             )
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         self._own = scratch_dir is None
+        self._made = not self._own and not Path(scratch_dir).is_dir()  # a subdirectory made here, removed at close
+        if self._made:
+            Path(scratch_dir).mkdir()
         self.scratch, self.direct = new_scratch(path) if self._own else (Path(scratch_dir), takes_direct(scratch_dir))
         shape, scratch = self.shape, self.scratch
         self.packer = Packer(
@@ -352,6 +357,9 @@ class PackedFeatures(CacheTier):
         self._reading.shutdown(wait=True)
         if self._own:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        elif self._made:
+            with contextlib.suppress(OSError):  # left when something else was put there
+                self.scratch.rmdir()
         self.base.close()
 
     def __repr__(self):

@@ -12,6 +12,7 @@ batch reads: 1.25 x the largest of the first 3 batches of epoch 0.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -77,6 +78,18 @@ def training_sampler(dataset, options):
     return make_sampler("cpu", dataset.indptr, dataset.indices, fanouts, seed=options.seed, sampling=options.sampling)
 
 
+def rank_scratch(options, rank: int, world_size: int) -> dict:
+    """Where rank `rank` of `world_size` packs its batches: options.scratch_dir
+    (None: a directory of the tier's own), a `rank-<rank>` subdirectory of it
+    when there are several ranks (each packs its own batches: no two share a
+    window), with an equal share of options.scratch_gb."""
+    directory, budget = options.scratch_dir, options.scratch_gb
+    if world_size > 1:
+        directory = None if directory is None else str(Path(directory) / f"rank-{rank}")
+        budget = None if budget is None else budget / world_size
+    return {"scratch_dir": directory, "scratch_gb": budget}
+
+
 def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
     """The FeatureStore over `dataset`'s tables (a Dataset's one, or a
     HeteroDataset's per featured node type) with the tiers `options` (a
@@ -84,6 +97,7 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
     several data-parallel ranks share one cache (storage.stack_builder);
     features "packed" packs this rank's training batches (BatchDraws)."""
     sampler = functools.cache(lambda: training_sampler(dataset, options))  # built only if a score or plan needs it
+    rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
     seeds = SeedBatches(dataset.split("train"), options.batch_size, shuffle=True, seed=options.seed)
     if isinstance(dataset, HeteroDataset):
         tables = dict(dataset.features)
@@ -94,7 +108,6 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         tables = {HOMOGENEOUS: dataset.features}
         view = lambda key: sampler()  # noqa: E731
         degree = {HOMOGENEOUS: lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)}
-        rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
         draws = {HOMOGENEOUS: lambda: BatchDraws(dataset, options, sampler(), rank, world_size)}
     rows = {k: table.shape[0] for k, table in tables.items()}
     return build_store(
@@ -103,11 +116,7 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         presample={k: lambda k=k: presampled_hotness(view(k), seeds) for k in tables},
         batch_rows={k: largest_batch_rows(view(k), seeds, rows[k]) if options.lookahead else 0 for k in tables},
         draws=draws,
-        **(
-            {"scratch_dir": options.scratch_dir, "scratch_gb": options.scratch_gb}
-            if options.features == "packed"
-            else {}
-        ),
+        **(rank_scratch(options, rank, world_size) if options.features == "packed" else {}),
         features=options.features,
         device=device,
         cache_rows=options.cache_rows,
