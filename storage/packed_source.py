@@ -9,8 +9,10 @@ and, per batch, its uncached rows in id order as one file (storage/packing.py).
 A gather that is the next planned batch (its sorted distinct ids have the
 manifest's crc32) reads that batch's file whole with large O_DIRECT reads,
 `ahead` batches ahead on a reader thread, scatters the rows from the cache
-and the file into the caller's order and deletes the file; any other gather
-(evaluation, or an epoch the tier was not told of) is served by `base`.
+and the file into the caller's order and deletes the file. A fixed stream
+(sampled evaluation's: draws.fixed) is packed once and kept
+(storage/packed_fixed.py); any other gather (an epoch the tier was not told
+of) is served by `base`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
 from .direct_io import aligned
+from .packed_fixed import FixedPack
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
 from .packing import Manifest, Segment, ids_crc, padded, read_segment, scatter_packed
@@ -38,7 +41,7 @@ from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
 DEFAULT_AHEAD = 2
-_COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
+_COUNTERS = ("hits", "misses", "batches", "fixed", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
 _PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
 
 
@@ -56,7 +59,8 @@ class PackedFeatures(CacheTier):
 
     base: the SSDFeatures over the same file, which serves the gathers
     that are no planned batch (and whose O_DIRECT mode the packer's scan
-    takes). draws: the batches (storage.packer.Packer). capacity: the
+    takes). draws: the batches (storage.packer.Packer), with `fixed`, a
+    fixed stream's draws to pack once (FixedPack), if it has one. capacity: the
     cache's rows. ahead: batches whose files are read ahead. window: batches
     a window holds (default: an epoch's). scratch_dir: where windows are
     written; None (default) makes a directory of its own (in the system's
@@ -101,24 +105,16 @@ class PackedFeatures(CacheTier):
         if self._made:
             Path(scratch_dir).mkdir()
         self.scratch, self.direct = new_scratch(path) if self._own else (Path(scratch_dir), takes_direct(scratch_dir))
-        shape, scratch = self.shape, self.scratch
-        self.packer = Packer(
-            path,
-            shape,
-            self.dtype,
-            stride,
-            draws,
-            capacity,
-            scratch,
-            base.direct,
-            table.identity,
-            self.direct,
-            window_bytes=None if scratch_bytes is None else scratch_bytes // 2,  # two windows are held at a time
-        )
+        rows = (path, self.shape, self.dtype, stride)
+        budget = None if scratch_bytes is None else scratch_bytes // 2  # two windows are held at a time
+        self.packer = Packer(*rows, draws, capacity, self.scratch, base.direct, table.identity, self.direct, budget)
+        self.scratch_bytes = scratch_bytes
         self._word = math.gcd(8, self.row_bytes)
         self._slot = np.full(self.shape[0], -1, np.int32)
         self._packing = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack")
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
+        fixed = getattr(draws, "fixed", None)  # packed first, on the packing thread: windows get what it leaves
+        self.fixed = None if fixed is None else FixedPack(self, fixed)
         self._stop = threading.Event()
         self._windows: dict[int, Future] = {}
         self._reads: dict[int, tuple[Future, memoryview]] = {}  # global batch -> (its read, its buffer)
@@ -159,14 +155,24 @@ class PackedFeatures(CacheTier):
             return
         with self._lock:
             distinct, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
+            crc = ids_crc(distinct)
             if self._cursor is None:
                 self.start_epoch(0)
             assert self._cursor is not None
             window = self._enter(self._cursor) if self._planned(self._cursor) else None
             segment = window.manifest.segments[self._cursor - window.first] if window is not None else None
-            if segment is None or segment.unique != distinct.shape[0] or segment.ids != ids_crc(distinct):
-                self._stats["unplanned"] += 1
-                self.base.gather_into(ids, out, at)
+            if segment is None or segment.unique != distinct.shape[0] or segment.ids != crc:
+                fixed = None if self.fixed is None else self.fixed.find(distinct, crc)
+                if fixed is None:
+                    self._stats["unplanned"] += 1
+                    self.base.gather_into(ids, out, at)
+                    return
+                began = time.perf_counter()
+                served = self.fixed.serve(fixed, inverse.reshape(-1), at.numpy(), self._words(out), self._word)
+                self._stats["read_wait_s"] += time.perf_counter() - began
+                self._stats["fixed"] += 1
+                self._stats["bytes_read"] += served.nbytes
+                self._stats["useful_bytes"] += served.rows * self.row_bytes
                 return
             assert window is not None
             began = time.perf_counter()
@@ -177,7 +183,7 @@ class PackedFeatures(CacheTier):
             if int(missed.sum()) != segment.rows:
                 raise DatasetError(window.directory / segment.file, "does not hold its batch's rows; refused")
             seg_row = np.cumsum(missed) - 1
-            words = out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(f"u{self._word}")
+            words = self._words(out)
             scatter_packed(
                 self._rows(window.cache, window.ids.shape[0]),
                 self._rows(rows, segment.rows),
@@ -196,6 +202,10 @@ class PackedFeatures(CacheTier):
             self._stats["useful_bytes"] += segment.rows * self.row_bytes
             self._cursor += 1
             self._read_ahead()
+
+    def _words(self, out: torch.Tensor) -> np.ndarray:
+        """`out`'s rows as [rows, words] of this tier's word width."""
+        return out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(f"u{self._word}")
 
     def _rows(self, buffer, rows: int) -> np.ndarray:
         """The first `rows` packed rows of `buffer` as [rows, words] of this tier's word width."""
@@ -225,6 +235,8 @@ class PackedFeatures(CacheTier):
 
     def _pack(self, first: int, stop: threading.Event):
         began = time.perf_counter()
+        if self.fixed is not None and self.scratch_bytes is not None:  # packed before: its error, if any, is here
+            self.packer.window_bytes = (self.scratch_bytes - self.fixed.nbytes()) // 2
         manifest, directory, packed = self.packer.pack(first, self._count(first), stop)
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
@@ -324,8 +336,8 @@ class PackedFeatures(CacheTier):
     def stats(self) -> dict:
         """Counters since the last reset: hits / misses (distinct rows from the
         cache / the packed files), hit_rate, batches (gathers served packed),
-        unplanned (gathers served by the base), bytes_read (packed files and
-        caches read), useful_bytes, read_amplification, file_fraction (bytes
+        fixed (served from the fixed stream's pack), unplanned (served by the
+        base), bytes_read (packed files and caches read), useful_bytes, read_amplification, file_fraction (bytes
         read / the rows file's size), read_wait_s (gathers waiting for a read or
         a window), and the packing done meanwhile: windows_packed,
         windows_reused, pack_s, packed_bytes."""
@@ -345,6 +357,7 @@ class PackedFeatures(CacheTier):
         """{part: bytes}: the window's cached rows, the row-to-slot map and the read buffers."""
         cache = len(self._current.cache) if self._current is not None else 0
         reads = sum(len(b) for _, b in self._reads.values()) + sum(len(b) for b in self._spare)
+        reads += 0 if self.fixed is None else self.fixed.host_bytes()
         return {"cache": cache, "slots": self._slot.nbytes, "read_buffers": reads}
 
     def close(self) -> None:
@@ -353,6 +366,8 @@ class PackedFeatures(CacheTier):
             return
         with self._lock:
             self._drop_all()
+        if self.fixed is not None:
+            self.fixed.close()
         self._packing.shutdown(wait=True)
         self._reading.shutdown(wait=True)
         if self._own:

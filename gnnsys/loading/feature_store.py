@@ -90,12 +90,20 @@ def rank_scratch(options, rank: int, world_size: int) -> dict:
     return {"scratch_dir": directory, "scratch_gb": budget}
 
 
-def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
+def _draws(dataset, options, sampler, rank: int, world_size: int, fixed) -> BatchDraws:
+    """The BatchDraws of rank `rank`'s training batches, with the fixed stream of `fixed` (seeds, epoch) if given."""
+    draws = BatchDraws(dataset, options, sampler, rank, world_size)
+    return draws.with_fixed(None if fixed is None else BatchDraws.fixed_stream(dataset, options, sampler, *fixed))
+
+
+def open_feature_store(dataset, options, device, ranks=None, fixed=None) -> FeatureStore:
     """The FeatureStore over `dataset`'s tables (a Dataset's one, or a
     HeteroDataset's per featured node type) with the tiers `options` (a
     MinibatchOptions or HeteroOptions) ask for, on `device`; `ranks` of
     several data-parallel ranks share one cache (storage.stack_builder);
-    features "packed" packs this rank's training batches (BatchDraws)."""
+    features "packed" packs this rank's training batches (BatchDraws) and,
+    once, `fixed`: (seeds, sampling epoch) of a stream the run gathers again
+    and again (sampled evaluation's share of this rank; BatchDraws.fixed_stream)."""
     sampler = functools.cache(lambda: training_sampler(dataset, options))  # built only if a score or plan needs it
     rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
     seeds = SeedBatches(dataset.split("train"), options.batch_size, shuffle=True, seed=options.seed)
@@ -108,7 +116,7 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         tables = {HOMOGENEOUS: dataset.features}
         view = lambda key: sampler()  # noqa: E731
         degree = {HOMOGENEOUS: lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)}
-        draws = {HOMOGENEOUS: lambda: BatchDraws(dataset, options, sampler(), rank, world_size)}
+        draws = {HOMOGENEOUS: lambda: _draws(dataset, options, sampler(), rank, world_size, fixed)}
     rows = {k: table.shape[0] for k, table in tables.items()}
     return build_store(
         tables,
