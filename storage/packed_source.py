@@ -151,9 +151,7 @@ class PackedFeatures(CacheTier):
         self._gather_to(ids, out, at.long())
 
     def _gather_to(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
-        if not ids.shape[0]:
-            return
-        with self._lock:
+        with self._lock:  # an empty gather too: a node type a batch reads no row of is a planned batch
             distinct, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
             crc = ids_crc(distinct)
             if self._cursor is None:

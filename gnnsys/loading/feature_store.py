@@ -83,17 +83,22 @@ def rank_scratch(options, rank: int, world_size: int) -> dict:
     (None: a directory of the tier's own), a `rank-<rank>` subdirectory of it
     when there are several ranks (each packs its own batches: no two share a
     window), with an equal share of options.scratch_gb."""
-    directory, budget = options.scratch_dir, options.scratch_gb
+    directory, budget = getattr(options, "scratch_dir", None), options.scratch_gb  # a HeteroOptions has none
     if world_size > 1:
         directory = None if directory is None else str(Path(directory) / f"rank-{rank}")
         budget = None if budget is None else budget / world_size
     return {"scratch_dir": directory, "scratch_gb": budget}
 
 
-def _draws(dataset, options, sampler, rank: int, world_size: int, fixed) -> BatchDraws:
-    """The BatchDraws of rank `rank`'s training batches, with the fixed stream of `fixed` (seeds, epoch) if given."""
+def _draws(dataset, options, sampler, rank: int, world_size: int, fixed, **key) -> BatchDraws:
+    """The BatchDraws of rank `rank`'s training batches, with the fixed stream of `fixed` (seeds, epoch) if given;
+    `key`: what else decides them (a node type's view of the sampler: the type and the relations' fanouts)."""
     draws = BatchDraws(dataset, options, sampler, rank, world_size)
-    return draws.with_fixed(None if fixed is None else BatchDraws.fixed_stream(dataset, options, sampler, *fixed))
+    draws.with_fixed(None if fixed is None else BatchDraws.fixed_stream(dataset, options, sampler, *fixed))
+    for each in (draws, draws.fixed):
+        if each is not None:
+            each.key.update(key)
+    return draws
 
 
 def open_feature_store(dataset, options, device, ranks=None, fixed=None) -> FeatureStore:
@@ -111,7 +116,11 @@ def open_feature_store(dataset, options, device, ranks=None, fixed=None) -> Feat
         tables = dict(dataset.features)
         view = lambda t: TypeInputs(sampler(), t)  # noqa: E731
         degree = {t: lambda t=t: type_out_degree(dataset, t) for t in tables}
-        draws = None  # HeteroOptions refuses features "packed"
+        relations = {k: list(v) for k, v in (options.relation_fanouts or {}).items()}
+        draws = {
+            t: lambda t=t: _draws(dataset, options, view(t), rank, world_size, fixed, node_type=t, relations=relations)
+            for t in tables
+        }
     else:
         tables = {HOMOGENEOUS: dataset.features}
         view = lambda key: sampler()  # noqa: E731

@@ -45,11 +45,3 @@ def test_a_resumed_packed_run_packs_the_epoch_it_resumes_and_equals_the_whole_ru
     assert [r["loss"] for r in resumed.epochs] == [r["loss"] for r in whole.epochs]
     for record in resumed.epochs[1:]:  # epochs 2 and 3, from packs built for them
         assert record["tiers"]["packed"]["unplanned"] == 0 and record["tiers"]["packed"]["batches"] > 0
-
-
-def test_packed_refuses_a_heterogeneous_graph_in_one_line():
-    from gnnsys.errors import ConfigError
-    from tests.hetero_graphs import hetero_dataset
-
-    with pytest.raises(ConfigError, match="^features: 'packed' trains a homogeneous graph"):
-        train(hetero_dataset(), epochs=1, features="packed", fanouts=[3, 2], hidden=8, progress=False)
