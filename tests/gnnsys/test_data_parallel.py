@@ -172,6 +172,17 @@ def test_packed_ranks_pack_their_own_batches_and_train_as_in_memory(dataset_dir,
     assert list((tmp_path / "scratch").iterdir()) == []  # the ranks' windows and subdirectories are removed
 
 
+def test_a_killed_packed_run_resumes_to_the_uninterrupted_result(dataset_dir, two_ranks, tmp_path):
+    packed = dict(OPTIONS, batch_size=4, workers=2, features="packed", eval="layerwise", checkpoint_dir=tmp_path)
+    with pytest.raises(WorkerError, match="^worker 1 failed: killed by signal SIGKILL$"):
+        train(dataset_dir, on_epoch_end=me.kill_rank_1, **packed)
+    assert load_checkpoint(tmp_path)["epoch"] == 1
+    resumed = train(dataset_dir, resume=True, **packed)
+    assert trajectory(resumed.to_dict()) == trajectory(two_ranks.to_dict())
+    tier = resumed.epochs[1]["tiers"]["packed"]  # the epoch resumed, packed for it
+    assert tier["batches"] == 4 and tier["unplanned"] == 0
+
+
 def _cli_args(dataset_dir, out) -> list[str]:
     args = ["train", str(dataset_dir), "--no-progress", "--json", str(out), "--batch-size", "4"]
     for k, v in OPTIONS.items():
