@@ -105,8 +105,9 @@ def open_feature_store(dataset, options, device, ranks=None, fixed=None) -> Feat
     """The FeatureStore over `dataset`'s tables (a Dataset's one, or a
     HeteroDataset's per featured node type) with the tiers `options` (a
     MinibatchOptions or HeteroOptions) ask for, on `device`; `ranks` of
-    several data-parallel ranks share one cache (storage.stack_builder);
-    features "packed" packs this rank's training batches (BatchDraws) and,
+    several data-parallel ranks share one cache (storage.stack_builder),
+    except with features "packed", which packs this rank's training batches
+    (BatchDraws) with a cache of its own (`rank_scratch`) and,
     once, `fixed`: (seeds, sampling epoch) of a stream the run gathers again
     and again (sampled evaluation's share of this rank; BatchDraws.fixed_stream)."""
     sampler = functools.cache(lambda: training_sampler(dataset, options))  # built only if a score or plan needs it
