@@ -29,7 +29,7 @@ class FixedPack:
     """The fixed stream `draws` (one epoch of `draws.batches` batches) of the
     packed tier `tier` (a PackedFeatures): packed without a cache in
     tier.scratch/fixed, in at most half of tier.scratch_bytes, on its
-    packing thread, read on its reader thread."""
+    packing thread (from `start`, before the tier's first window), read on its reader thread."""
 
     def __init__(self, tier, draws):
         p = tier.packer
@@ -48,9 +48,14 @@ class FixedPack:
         )
         self.reading, self.direct = tier._reading, tier.direct
         self.count = int(draws.batches)
-        self._stop = threading.Event()
-        self._job = tier._packing.submit(self._pack)
+        self._packing, self._stop = tier._packing, threading.Event()
+        self._job: Future | None = None
         self._ahead: tuple[int, Future, Segment] | None = None
+
+    def start(self) -> None:
+        """Submit the packing (once): the tier calls it before it packs any window."""
+        if self._job is None:
+            self._job = self._packing.submit(self._pack)
 
     def _pack(self):
         manifest, directory, packed = self.packer.pack(0, self.count, self._stop)
@@ -60,6 +65,8 @@ class FixedPack:
     def ready(self):
         """(manifest, directory, {(count, crc32): batch}, whether it was packed now), once packed (its error if
         the packing failed)."""
+        self.start()
+        assert self._job is not None
         return self._job.result()
 
     def nbytes(self) -> int:
@@ -100,7 +107,8 @@ class FixedPack:
         """Stop the packing and remove the window."""
         self._stop.set()
         try:
-            self._job.result()
+            if self._job is not None:
+                self._job.result()
         except BaseException:  # noqa: BLE001 -- a cancelled or failed packing leaves nothing to keep
             pass
         if self._ahead is not None:

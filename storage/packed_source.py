@@ -113,7 +113,7 @@ class PackedFeatures(CacheTier):
         self._slot = np.full(self.shape[0], -1, np.int32)
         self._packing = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack")
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
-        fixed = getattr(draws, "fixed", None)  # packed first, on the packing thread: windows get what it leaves
+        fixed = getattr(draws, "fixed", None)
         self.fixed = None if fixed is None else FixedPack(self, fixed)
         self._stop = threading.Event()
         self._windows: dict[int, Future] = {}
@@ -134,6 +134,8 @@ class PackedFeatures(CacheTier):
                 return
             self._drop_all()
             self._start = self._cursor = first
+            if self.fixed is not None:
+                self.fixed.start()  # packed first: the windows get what it leaves of the budget
             self._ensure(first)
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
