@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -51,14 +52,18 @@ def id_bytes(num_nodes: int) -> int:
     return 4 if num_nodes < 2**31 else 8
 
 
-def packed_parts(num_nodes: int, row_bytes: int, cache_rows: int, ahead: int, batch_rows: int, window: int) -> dict:
+def packed_parts(
+    num_nodes: int, row_bytes: int, cache_rows: int, ahead: int, batch_rows: int, window: int, fixed: bool = False
+) -> dict:
     """{part: bytes} the packed tier holds in host memory for windows of
     `window` batches of at most `batch_rows` distinct rows each, a cache of
-    `cache_rows` rows and files read `ahead` batches ahead."""
+    `cache_rows` rows and files read `ahead` batches ahead (and with a
+    `fixed` stream's pack, its batch and the next one read ahead)."""
+    batch = padded(batch_rows * row_bytes)
     return {
         "packed.cache": padded(cache_rows * row_bytes),
         "packed.slots": 4 * num_nodes,
-        "packed.read_buffers": (ahead + 1) * read_buffer_bytes(padded(batch_rows * row_bytes)),
+        "packed.read_buffers": (ahead + 1) * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
         "packer.counts": 5 * num_nodes,
         "packer.ids": window * batch_rows * id_bytes(num_nodes),
         "packer.staging": staging_bytes(window + 1) + CHUNK_BYTES,
@@ -80,30 +85,34 @@ def plan_packed(
     free_bytes: int,
     scratch="the scratch directory",
     sampled_bytes: int = 0,
+    reserved_bytes: int = 0,
+    fixed: bool = False,
 ) -> PackedPlan:
     """The PackedPlan of a table of `num_nodes` rows of `row_bytes` for
     epochs of `per_epoch` batches of at most `batch_rows` distinct rows:
     the cache (cache_rows or cache_gb), the window (the epoch's batches, or
     fewer where the scratch space, `scratch_bytes` or else the `free_bytes`
-    of directory `scratch`, cannot hold two windows of them, each batch's
-    rows and `sampled_bytes` of its sampled arrays, or where
+    of directory `scratch`, less `reserved_bytes` (a fixed stream's pack, at
+    most half of it; `fixed`: there is one), cannot hold two windows of them, each batch's rows and
+    `sampled_bytes` of its sampled arrays, or where
     `host_mem_budget` (GB) cannot hold the packer's ids); ConfigError naming
     the option, or DatasetError naming the directory, when no window of one
     batch fits."""
     cache_rows = plan_host_memory(num_nodes, row_bytes, cache_rows=cache_rows, cache_gb=cache_gb).cache_rows
     batch_bytes = padded(batch_rows * row_bytes)
     space = free_bytes if scratch_bytes is None else min(scratch_bytes, free_bytes)
+    space -= min(reserved_bytes, space // 2)
     cache_on_disk = padded(cache_rows * row_bytes) + 8 * cache_rows
     by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes + sampled_bytes)
     limits = {"the epoch": per_epoch, "the scratch space": by_disk}
-    fixed = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0)
+    least = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0, fixed)  # a window of none
     budget = None if host_mem_budget is None else int(host_mem_budget * GB)
     if budget is not None:
-        fits = lambda w: sum(packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, w).values()) <= budget  # noqa: E731
         low, high = 0, per_epoch  # the most batches whose window the budget holds
         while low < high:
             mid = (low + high + 1) // 2
-            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+            held = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, mid, fixed)
+            low, high = (mid, high) if sum(held.values()) <= budget else (low, mid - 1)
         limits["the host-memory budget"] = low
     bound = min(limits, key=lambda k: limits[k])
     window = min(per_epoch, limits[bound])
@@ -112,7 +121,7 @@ def plan_packed(
         if bound == "the host-memory budget":
             raise ConfigError(
                 "host_mem_budget",
-                f"{host_mem_budget:g} GB cannot hold {one} beside {_parts(fixed)}: raise it or read rows at random",
+                f"{host_mem_budget:g} GB cannot hold {one} beside {_parts(least)}: raise it or read rows at random",
             )
         if scratch_bytes is not None and scratch_bytes <= free_bytes:
             raise ConfigError(
@@ -121,7 +130,7 @@ def plan_packed(
         raise DatasetError(
             scratch, f"not enough scratch space for {one} twice beside the window's cache: {free_bytes:,} bytes free"
         )
-    parts = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, window)
+    parts = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, window, fixed)
     memory = HostMemoryPlan(cache_rows, 0, PACKED_BASE_STAGING, 0, row_bytes, parts, budget)
     batches = f"{window} batch{'es' if window > 1 else ''}"
     reason = f"windows of {batches} ({window * batch_bytes / GB:,.2f} GB at most), bound by {bound}"
@@ -195,6 +204,8 @@ def choose_packing(
     first = [sampled(0, b) if sampled else {"input_nodes": drawn.draw(0, b)} for b in range(min(3, drawn.batches))]
     largest = max((np.unique(a["input_nodes"]).shape[0] for a in first), default=0)
     rows = min(num_nodes, max(batch_rows, largest + largest // 4))
+    fixed = getattr(drawn, "fixed", None)  # packed once beside the windows, each batch's rows uncached
+    reserved = 0 if fixed is None else fixed.batches * padded(rows * row_bytes)
     arrays = max((sum(v.nbytes for v in a.values()) for a in first), default=0) if sampled else 0
     try:
         plan = plan_packed(
@@ -209,6 +220,8 @@ def choose_packing(
             scratch_bytes=scratch_bytes,
             free_bytes=free_space(where),
             sampled_bytes=arrays + arrays // 4,
+            reserved_bytes=reserved,
+            fixed=fixed is not None,
             scratch=where,
         )
     except (ConfigError, DatasetError) as e:
@@ -234,5 +247,8 @@ def _device_model(path, row_bytes: int, stride: int):
 
 
 def free_space(directory) -> int:
-    """Bytes free on the disk holding `directory`."""
-    return shutil.disk_usage(directory).free
+    """Bytes free on the disk that holds (or will hold) `directory`."""
+    path = Path(directory).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free

@@ -9,12 +9,15 @@ and, per batch, its uncached rows in id order as one file (storage/packing.py).
 A gather that is the next planned batch (its sorted distinct ids have the
 manifest's crc32) reads that batch's file whole with large O_DIRECT reads,
 `ahead` batches ahead on a reader thread, scatters the rows from the cache
-and the file into the caller's order and deletes the file; any other gather
-(evaluation, or an epoch the tier was not told of) is served by `base`.
+and the file into the caller's order and deletes the file. A fixed stream
+(sampled evaluation's: draws.fixed) is packed once and kept
+(storage/packed_fixed.py); any other gather (an epoch the tier was not told
+of) is served by `base`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -29,15 +32,17 @@ import torch
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
-from .direct_io import aligned
+from .packed_fixed import FixedPack
 from .packed_plan import DEFAULT_AHEAD
+from .packed_reads import SegmentReads, quiet
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
-from .packing import Manifest, Segment, ids_crc, read_buffer_bytes, read_sampled, read_segment, scatter_packed
+from .packing import Manifest, Segment, ids_crc, read_sampled, read_segment, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
-_COUNTERS = ("hits", "misses", "batches", "unplanned", "bytes_read", "useful_bytes", "read_wait_s", "presampled")
+_COUNTERS = ("hits", "misses", "batches", "fixed", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
+_COUNTERS += ("presampled",)
 _PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
 
 
@@ -55,12 +60,14 @@ class PackedFeatures(CacheTier):
 
     base: the SSDFeatures over the same file, which serves the gathers
     that are no planned batch (and whose O_DIRECT mode the packer's scan
-    takes). draws: the batches (storage.packer.Packer). capacity: the
+    takes). draws: the batches (storage.packer.Packer), with `fixed`, a
+    fixed stream's draws to pack once (FixedPack), if it has one. capacity: the
     cache's rows. ahead: batches whose files are read ahead. window: batches
     a window holds (default: an epoch's). scratch_dir: where windows are
     written; None (default) makes a directory of its own (in the system's
     temporary directory where it takes O_DIRECT reads, else beside the
-    dataset) and removes it at close. scratch_bytes: the most the windows
+    dataset) and removes it at close; a given one that does not exist yet is
+    made (its parent must exist) and removed at close when empty. scratch_bytes: the most the windows
     may hold on disk together (None: what the disk has free). `start_epoch(e)` says epoch e is next
     (packing starts from it; a run that resumes at e packs e); without it
     the first gather starts at epoch 0 and epochs follow in order, up to
@@ -95,29 +102,23 @@ class PackedFeatures(CacheTier):
             )
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         self._own = scratch_dir is None
+        self._made = not self._own and not Path(scratch_dir).is_dir()  # a subdirectory made here, removed at close
+        if self._made:
+            Path(scratch_dir).mkdir()
         self.scratch, self.direct = new_scratch(path) if self._own else (Path(scratch_dir), takes_direct(scratch_dir))
-        shape, scratch = self.shape, self.scratch
-        self.packer = Packer(
-            path,
-            shape,
-            self.dtype,
-            stride,
-            draws,
-            capacity,
-            scratch,
-            base.direct,
-            table.identity,
-            self.direct,
-            window_bytes=None if scratch_bytes is None else scratch_bytes // 2,  # two windows are held at a time
-        )
+        rows = (path, self.shape, self.dtype, stride)
+        budget = None if scratch_bytes is None else scratch_bytes // 2  # two windows are held at a time
+        self.packer = Packer(*rows, draws, capacity, self.scratch, base.direct, table.identity, self.direct, budget)
+        self.scratch_bytes = scratch_bytes
         self._word = math.gcd(8, self.row_bytes)
         self._slot = np.full(self.shape[0], -1, np.int32)
         self._packing = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack")
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
+        fixed = getattr(draws, "fixed", None)
+        self.fixed = None if fixed is None else FixedPack(self, fixed)
         self._stop = threading.Event()
         self._windows: dict[int, Future] = {}
-        self._reads: dict[int, tuple[Future, memoryview]] = {}  # global batch -> (its read, its buffer)
-        self._spare: list[memoryview] = []  # read buffers to reuse (fresh ones cost a page fault per page)
+        self._reads = SegmentReads(self._reading, self.direct)
         self._cursor: int | None = None
         self._start = 0
         self._current: _Window | None = None
@@ -133,6 +134,8 @@ class PackedFeatures(CacheTier):
                 return
             self._drop_all()
             self._start = self._cursor = first
+            if self.fixed is not None:
+                self.fixed.start()  # packed first: the windows get what it leaves of the budget
             self._ensure(first)
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -150,18 +153,26 @@ class PackedFeatures(CacheTier):
         self._gather_to(ids, out, at.long())
 
     def _gather_to(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
-        if not ids.shape[0]:
-            return
-        with self._lock:
+        with self._lock:  # an empty gather too: a node type a batch reads no row of is a planned batch
             distinct, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
+            crc = ids_crc(distinct)
             if self._cursor is None:
                 self.start_epoch(0)
             assert self._cursor is not None
             window = self._enter(self._cursor) if self._planned(self._cursor) else None
             segment = window.manifest.segments[self._cursor - window.first] if window is not None else None
-            if segment is None or segment.unique != distinct.shape[0] or segment.ids != ids_crc(distinct):
-                self._stats["unplanned"] += 1
-                self.base.gather_into(ids, out, at)
+            if segment is None or segment.unique != distinct.shape[0] or segment.ids != crc:
+                fixed = None if self.fixed is None else self.fixed.find(distinct, crc)
+                if fixed is None:
+                    self._stats["unplanned"] += 1
+                    self.base.gather_into(ids, out, at)
+                    return
+                began = time.perf_counter()
+                served = self.fixed.serve(fixed, inverse.reshape(-1), at.numpy(), self._words(out), self._word)
+                self._stats["read_wait_s"] += time.perf_counter() - began
+                self._stats["fixed"] += 1
+                self._stats["bytes_read"] += served.nbytes
+                self._stats["useful_bytes"] += served.rows * self.row_bytes
                 return
             assert window is not None
             began = time.perf_counter()
@@ -172,7 +183,7 @@ class PackedFeatures(CacheTier):
             if int(missed.sum()) != segment.rows:
                 raise DatasetError(window.directory / segment.file, "does not hold its batch's rows; refused")
             seg_row = np.cumsum(missed) - 1
-            words = out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(f"u{self._word}")
+            words = self._words(out)
             scatter_packed(
                 self._rows(window.cache, window.ids.shape[0]),
                 self._rows(rows, segment.rows),
@@ -182,7 +193,7 @@ class PackedFeatures(CacheTier):
                 at.numpy(),
                 words,
             )
-            self._spare.append(buffer)
+            self._reads.release(buffer)
             _remove(window.directory / segment.file)  # consumed
             self._stats["hits"] += distinct.shape[0] - segment.rows
             self._stats["misses"] += segment.rows
@@ -209,6 +220,10 @@ class PackedFeatures(CacheTier):
         with self._lock:
             self._stats["presampled"] += 1
         return arrays
+
+    def _words(self, out: torch.Tensor) -> np.ndarray:
+        """`out`'s rows as [rows, words] of this tier's word width."""
+        return out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(f"u{self._word}")
 
     def _rows(self, buffer, rows: int) -> np.ndarray:
         """The first `rows` packed rows of `buffer` as [rows, words] of this tier's word width."""
@@ -238,6 +253,8 @@ class PackedFeatures(CacheTier):
 
     def _pack(self, first: int, stop: threading.Event):
         began = time.perf_counter()
+        if self.fixed is not None and self.scratch_bytes is not None:  # packed before: its error, if any, is here
+            self.packer.window_bytes = (self.scratch_bytes - self.fixed.nbytes()) // 2
         manifest, directory, packed = self.packer.pack(first, self._count(first), stop)
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
@@ -278,30 +295,22 @@ class PackedFeatures(CacheTier):
     def _take(self, g: int) -> tuple[memoryview, memoryview]:
         """(the content of global batch `g`'s file, the buffer it was read
         into), read now unless it was read ahead."""
-        pending = self._reads.pop(g, None) or self._submit_read(g)
-        assert pending is not None  # g is in the current window, which is packed
-        return pending[0].result(), pending[1]
+        if g not in self._reads:
+            self._submit_read(g)
+        done = self._reads.take(g)
+        assert done is not None  # g is in the current window, which is packed
+        return done
 
-    def _submit_read(self, g: int) -> tuple[Future, memoryview] | None:
-        """Read global batch `g`'s file on the reader thread into a spare
-        buffer, once its window is packed (else None)."""
+    def _submit_read(self, g: int) -> bool:
+        """Read global batch `g`'s file on the reader thread, once its window is packed (whether it is)."""
         first = self._first(g)
         job = self._windows.get(first)
         if job is None or not job.done() or job.exception() is not None:
-            return None
+            return False
         manifest, directory = job.result()
         segment: Segment = manifest.segments[g - first]
-        buffer = self._buffer(segment.nbytes)
-        return self._reading.submit(read_segment, directory / segment.file, segment, self.direct, buffer), buffer
-
-    def _buffer(self, nbytes: int) -> memoryview:
-        """A spare read buffer of at least `nbytes` (a new one a quarter
-        larger, when none is, replacing the smaller spares)."""
-        for i, buffer in enumerate(self._spare):
-            if len(buffer) >= nbytes:
-                return self._spare.pop(i)
-        self._spare.clear()
-        return memoryview(aligned(read_buffer_bytes(nbytes)))
+        self._reads.submit(g, directory / segment.file, segment)
+        return True
 
     def _read_ahead(self) -> None:
         """Read the files of the next `ahead` batches (those whose window is packed)."""
@@ -309,26 +318,21 @@ class PackedFeatures(CacheTier):
         for g in range(self._cursor, self._cursor + self.ahead):
             if not self._planned(g):
                 return
-            if g not in self._reads:
-                pending = self._submit_read(g)
-                if pending is None:
-                    return
-                self._reads[g] = pending
+            if g not in self._reads and not self._submit_read(g):
+                return
 
     def _drop_all(self) -> None:
         """Stop packing and reading, and remove every window of this tier."""
         self._stop.set()
-        for job, _ in self._reads.values():
-            job.cancel()
-            _quiet(job)
+        self._reads.cancel()
         for first, job in list(self._windows.items()):
             job.cancel()
-            if _quiet(job) and (self._current is None or self._current.first != first):
+            if quiet(job) and (self._current is None or self._current.first != first):
                 self.packer.remove(first, self._count(first))
         if self._current is not None:
             self._slot[self._current.ids] = -1
             self._close_window(self._current)
-        self._reads, self._windows, self._current, self._cursor, self._spare = {}, {}, None, None, []
+        self._windows, self._current, self._cursor = {}, None, None
         self._stop = threading.Event()
 
     def set_window(self, batches) -> None:
@@ -338,9 +342,9 @@ class PackedFeatures(CacheTier):
     def stats(self) -> dict:
         """Counters since the last reset: hits / misses (distinct rows from the
         cache / the packed files), hit_rate, batches (gathers served packed),
-        unplanned (gathers served by the base), presampled (batches the loader
-        took as the packer sampled them), bytes_read (packed files and
-        caches read), useful_bytes, read_amplification, file_fraction (bytes
+        fixed (served from the fixed stream's pack), unplanned (served by the
+        base), presampled (batches the loader took as the packer sampled them),
+        bytes_read (packed files and caches read), useful_bytes, read_amplification, file_fraction (bytes
         read / the rows file's size), read_wait_s (gathers waiting for a read or
         a window), and the packing done meanwhile: windows_packed,
         windows_reused, pack_s, packed_bytes."""
@@ -359,7 +363,8 @@ class PackedFeatures(CacheTier):
     def host_bytes(self) -> dict:
         """{part: bytes}: the window's cached rows, the row-to-slot map and the read buffers."""
         cache = len(self._current.cache) if self._current is not None else 0
-        reads = sum(len(b) for _, b in self._reads.values()) + sum(len(b) for b in self._spare)
+        reads = self._reads.nbytes()
+        reads += 0 if self.fixed is None else self.fixed.host_bytes()
         return {"cache": cache, "slots": self._slot.nbytes, "read_buffers": reads}
 
     def close(self) -> None:
@@ -368,23 +373,19 @@ class PackedFeatures(CacheTier):
             return
         with self._lock:
             self._drop_all()
+        if self.fixed is not None:
+            self.fixed.close()
         self._packing.shutdown(wait=True)
         self._reading.shutdown(wait=True)
         if self._own:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        elif self._made:
+            with contextlib.suppress(OSError):  # left when something else was put there
+                self.scratch.rmdir()
         self.base.close()
 
     def __repr__(self):
         return f"PackedFeatures({self.packer.path}, windows of {self.window} batches in {self.scratch})"
-
-
-def _quiet(job: Future) -> bool:
-    """Wait for `job`; whether it finished without an error (its error is not this caller's)."""
-    try:
-        job.result()
-    except BaseException:  # noqa: BLE001 -- a cancelled or failed job is dropped
-        return False
-    return True
 
 
 def _remove(path: Path) -> None:

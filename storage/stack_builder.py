@@ -94,7 +94,6 @@ def build_stack(
             "lookahead": features == "ssd" and bool(lookahead),
             "victim_rows": bool(victim_rows),
             "replicate_frac": bool(replicate_frac),
-            "workers": ranks is not None and ranks.multi,
         }
         packed, note = choose_packing(
             table,

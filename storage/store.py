@@ -15,6 +15,7 @@ least one row; one key gets the whole).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 from gnnsys.errors import ConfigError
 
@@ -128,6 +129,8 @@ def build_store(
     victim_rows: int | None = None,
     host_mem_budget: float | None = None,
     draws: Mapping | None = None,
+    scratch_dir=None,
+    scratch_gb: float | None = None,
     **options,
 ) -> FeatureStore:
     """A FeatureStore of one stack per key of `tables`, the run's sizes
@@ -149,6 +152,9 @@ def build_store(
         host_mem_budget: GB of host memory every stack together may hold, shared by bytes.
         draws: {key: a function giving the training batches' draws}
             (gnnsys.loading.batch_draws.BatchDraws), which "packed" packs.
+        scratch_dir: where "packed" packs (a subdirectory per key besides
+            HOMOGENEOUS; None: a directory of each tier's own).
+        scratch_gb: the GB "packed" may hold on disk in all, shared by bytes.
         **options: build_stack's (device, cache_policy, lookahead, progress, ranks, replicate_frac).
 
     Returns:
@@ -177,6 +183,8 @@ def build_store(
                 host_mem_budget=share_gb(host_mem_budget, key),
                 batch_rows=0 if batch_rows is None else batch_rows[key],
                 draws=None if draws is None else draws[key],
+                scratch_dir=scratch_dir if scratch_dir is None or key is HOMOGENEOUS else Path(scratch_dir) / str(key),
+                scratch_gb=share_gb(scratch_gb, key),
                 **options,
             )
             notes[key] = plan.note if key is HOMOGENEOUS or not plan.note else f"{key}: {plan.note}"

@@ -12,6 +12,7 @@ batch reads: 1.25 x the largest of the first 3 batches of epoch 0.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -77,28 +78,56 @@ def training_sampler(dataset, options):
     return make_sampler("cpu", dataset.indptr, dataset.indices, fanouts, seed=options.seed, sampling=options.sampling)
 
 
-def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
+def rank_scratch(options, rank: int, world_size: int) -> dict:
+    """Where rank `rank` of `world_size` packs its batches: options.scratch_dir
+    (None: a directory of the tier's own), a `rank-<rank>` subdirectory of it
+    when there are several ranks (each packs its own batches: no two share a
+    window), with an equal share of options.scratch_gb."""
+    directory, budget = getattr(options, "scratch_dir", None), options.scratch_gb  # a HeteroOptions has none
+    if world_size > 1:
+        directory = None if directory is None else str(Path(directory) / f"rank-{rank}")
+        budget = None if budget is None else budget / world_size
+    return {"scratch_dir": directory, "scratch_gb": budget}
+
+
+def _draws(dataset, options, sampler, rank: int, world_size: int, fixed, for_loader=False, **key) -> BatchDraws:
+    """The BatchDraws of rank `rank`'s training batches (for_loader: see BatchDraws), with the fixed stream of
+    `fixed` (seeds, epoch) if given; `key`: what else decides them (a node type's view of the sampler: the type
+    and the relations' fanouts)."""
+    draws = BatchDraws(dataset, options, sampler, rank, world_size, for_loader)
+    draws.with_fixed(None if fixed is None else BatchDraws.fixed_stream(dataset, options, sampler, *fixed))
+    for each in (draws, draws.fixed):
+        if each is not None:
+            each.key.update(key)
+    return draws
+
+
+def open_feature_store(dataset, options, device, ranks=None, fixed=None) -> FeatureStore:
     """The FeatureStore over `dataset`'s tables (a Dataset's one, or a
     HeteroDataset's per featured node type) with the tiers `options` (a
     MinibatchOptions or HeteroOptions) ask for, on `device`; `ranks` of
-    several data-parallel ranks share one cache (storage.stack_builder);
-    features "packed" packs this rank's training batches (BatchDraws)."""
+    several data-parallel ranks share one cache (storage.stack_builder),
+    except with features "packed" (or "ssd" where it packs), which packs this rank's training batches
+    (BatchDraws) with a cache of its own (`rank_scratch`) and,
+    once, `fixed`: (seeds, sampling epoch) of a stream the run gathers again
+    and again (sampled evaluation's share of this rank; BatchDraws.fixed_stream)."""
     sampler = functools.cache(lambda: training_sampler(dataset, options))  # built only if a score or plan needs it
+    rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
     seeds = SeedBatches(dataset.split("train"), options.batch_size, shuffle=True, seed=options.seed)
     if isinstance(dataset, HeteroDataset):
         tables = dict(dataset.features)
         view = lambda t: TypeInputs(sampler(), t)  # noqa: E731
         degree = {t: lambda t=t: type_out_degree(dataset, t) for t in tables}
-        draws = None  # HeteroOptions refuses features "packed"
-        scratch = {}
+        relations = {k: list(v) for k, v in (options.relation_fanouts or {}).items()}
+        draws = {
+            t: lambda t=t: _draws(dataset, options, view(t), rank, world_size, fixed, node_type=t, relations=relations)
+            for t in tables
+        }
     else:
         tables = {HOMOGENEOUS: dataset.features}
         view = lambda key: sampler()  # noqa: E731
         degree = {HOMOGENEOUS: lambda: out_degree(dataset.indices.numpy(), dataset.num_nodes)}
-        rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
-        draws = {HOMOGENEOUS: lambda: BatchDraws(dataset, options, sampler(), rank, world_size)}
-        packs = options.features in ("ssd", "packed")
-        scratch = {"scratch_dir": options.scratch_dir, "scratch_gb": options.scratch_gb} if packs else {}
+        draws = {HOMOGENEOUS: lambda: _draws(dataset, options, sampler(), rank, world_size, fixed, for_loader=True)}
     rows = {k: table.shape[0] for k, table in tables.items()}
     return build_store(
         tables,
@@ -106,7 +135,7 @@ def open_feature_store(dataset, options, device, ranks=None) -> FeatureStore:
         presample={k: lambda k=k: presampled_hotness(view(k), seeds) for k in tables},
         batch_rows={k: largest_batch_rows(view(k), seeds, rows[k]) if options.lookahead else 0 for k in tables},
         draws=draws,
-        **scratch,
+        **(rank_scratch(options, rank, world_size) if options.features in ("ssd", "packed") else {}),
         features=options.features,
         device=device,
         cache_rows=options.cache_rows,

@@ -158,7 +158,9 @@ class MinibatchTrainer:
         self.device = torch.device(o.device)
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
-        self.store = open_feature_store(dataset, o, self.device, self.ranks)  # the feature tiers the loaders read
+        self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
+        fixed = (self._sampled_nodes()[2], EVAL_EPOCH) if o.eval_mode == "sampled" else None  # packed once
+        self.store = open_feature_store(dataset, o, self.device, self.ranks, fixed)  # the tiers the loaders read
         if o.features == "ssd" and self.rank == 0:  # which SSD tier reads the rows, and why
             print(*(f"features ssd: {note}" for note in self.store.notes.values()), sep="\n", flush=True)
         # what inference scans: the stacks' bottoms (a scan of every node would only flush a cache)
@@ -170,7 +172,6 @@ class MinibatchTrainer:
         self.optimizer = make_optimizer(self.model, o.lr, o.weight_decay)
         self.control = EpochControl(o, self.model, self.optimizer)
         self.history: list[dict] = []
-        self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
 
     # What the heterogeneous trainer (gnnsys.trainers.hetero) redefines besides its loader
     # (_open_loader) and exact evaluation (_layerwise_logits): its model and what a step feeds it.
@@ -333,8 +334,8 @@ class MinibatchTrainer:
         the logits."""
         o = self.options
         if o.eval_mode == "sampled":
-            splits = sampled_splits(self.splits, o.seed)
-            logits = self._sampled_logits(eval_nodes(splits))
+            splits, nodes, mine = self._sampled_nodes()
+            logits = self._sampled_logits(nodes, mine)
         else:
             splits = self.splits
             logits = self._layerwise_logits(eval_nodes(splits))
@@ -364,12 +365,17 @@ class MinibatchTrainer:
             self.model, self.dataset, nodes, o.eval_batch_size, self.device, features=self.rows, **streaming
         )
 
-    def _sampled_logits(self, nodes):
+    def _sampled_nodes(self) -> tuple:
+        """(the splits sampled evaluation scores, their nodes in order, this rank's `rank_slice` of them)."""
+        splits = sampled_splits(self.splits, self.options.seed)
+        nodes = eval_nodes(splits)
+        return splits, nodes, rank_slice(nodes, self.rank, self.world_size)
+
+    def _sampled_logits(self, nodes, mine):
         """Logits of `nodes` on minibatches of batch_size seeds (the working set
         of a training batch, within the budget training fits) sampled with
-        the training fanouts in the sampling stream of EVAL_EPOCH; each rank
-        takes its `rank_slice` (equal lengths) and the logits are all-gathered."""
-        mine = rank_slice(nodes, self.rank, self.world_size)
+        the training fanouts in the sampling stream of EVAL_EPOCH; this rank
+        takes `mine`, its `rank_slice` (equal lengths), and the logits are all-gathered."""
         loader = self._loader(mine, shuffle=False, rank=0, world_size=1)
         loader.set_epoch(EVAL_EPOCH)
         logits = sampled_logits(self.model, loader, self._inputs, self.precision.autocast)
@@ -380,21 +386,9 @@ class MinibatchTrainer:
         `epochs_done` epochs with `history` (this trainer's epoch records),
         model, optimizer, precision, epoch control and RNG states, from which
         `resume=True` continues (data-parallel: rank 0 writes, with every rank's RNG state)."""
+        run = (self.history, self.model, self.optimizer)
         if self.ranks.multi:
-            save_rank_checkpoint(
-                self.options,
-                epochs_done,
-                self.history,
-                self.model,
-                self.optimizer,
-                self.ranks,
-                self.precision,
-                self.control,
-            )
+            save_rank_checkpoint(self.options, epochs_done, *run, self.ranks, self.precision, self.control)
             return
-        save_checkpoint(
-            self.options.checkpoint_dir,
-            training_state(
-                self.options, epochs_done, self.history, self.model, self.optimizer, self.precision, self.control
-            ),
-        )
+        state = training_state(self.options, epochs_done, *run, self.precision, self.control)
+        save_checkpoint(self.options.checkpoint_dir, state)

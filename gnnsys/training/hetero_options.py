@@ -7,7 +7,7 @@ checkpoints and resume, precision, device, batch size, prefetch, sampling
 ("uniform" or "labor"), the feature tiers (the FeatureStore shares them
 among the node types with features), dropout and input_dropout, and eval
 ("auto": exact layer-wise inference over every neighbour of every relation,
-as OGB's R-GCN example evaluates; sampled with features="ssd"). What it
+as OGB's R-GCN example evaluates; sampled with features="ssd" or "packed"). What it
 has not, so that giving it is refused as not an option of a heterogeneous
 dataset: heads, norm and residual (the homogeneous models' shape; the
 R-GCN's relation convs are SAGE convs), sampler (a heterogeneous graph is
@@ -53,9 +53,6 @@ class HeteroSchema(OptionsSchema):
 
     def _check(self):
         super()._check()
-        if self.features == "packed":
-            raise ConfigError("features", "'packed' trains a homogeneous graph; use 'ssd' for a heterogeneous one")
-        self._refuse_given(("scratch_gb",), "bounds packed batches; a heterogeneous graph's rows are read at random")
         if self.sparse_embeddings and self.weight_decay > 0:
             raise ConfigError(
                 "sparse_embeddings",

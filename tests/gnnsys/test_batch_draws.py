@@ -42,7 +42,7 @@ def test_a_sampled_batch_comes_back_from_its_arrays_exactly(make_dataset):
     ds, _ = make_dataset(num_nodes=200, num_edges=1000)
     options = SimpleNamespace(batch_size=16, seed=3, fanouts=[4, 3], sampling="labor", epochs=2, sampler="cpu")
     sampler = training_sampler(ds, options)
-    draws = BatchDraws(ds, options, sampler)
+    draws = BatchDraws(ds, options, sampler, for_loader=True)
     mb = sampler.sample(draws.seeds.epoch(1)[2], 1, 2)
     back = minibatch_from_arrays(draws.sampled(1, 2))
     assert torch.equal(back.seeds, mb.seeds) and torch.equal(back.input_nodes, mb.input_nodes)
@@ -65,7 +65,7 @@ def test_the_loader_takes_the_batches_the_packed_tier_sampled_and_trains_as_in_m
     batches = packed.epochs[0]["tiers"]["packed"]["batches"]
     assert all(r["tiers"]["packed"]["presampled"] == batches for r in packed.epochs[1:])  # packed an epoch ahead
     options = SimpleNamespace(batch_size=16, seed=0, fanouts=[4, 3], sampling="uniform", epochs=2, sampler="cpu")
-    draws = BatchDraws(ds, options, training_sampler(ds, options))
+    draws = BatchDraws(ds, options, training_sampler(ds, options), for_loader=True)
     base = SSDFeatures(ds.features, engine="threads", threads=2, max_gap=0, host_mem_budget=1 << 20)
     tier = PackedFeatures(base, ds.features, draws, capacity=10, scratch_dir=tmp_path)
     seeds = lambda e, b: torch.as_tensor(draws.sampled(e, b)["seeds"])  # noqa: E731
@@ -87,11 +87,3 @@ def test_a_resumed_packed_run_packs_the_epoch_it_resumes_and_equals_the_whole_ru
     assert [r["loss"] for r in resumed.epochs] == [r["loss"] for r in whole.epochs]
     for record in resumed.epochs[1:]:  # epochs 2 and 3, from packs built for them
         assert record["tiers"]["packed"]["unplanned"] == 0 and record["tiers"]["packed"]["batches"] > 0
-
-
-def test_packed_refuses_a_heterogeneous_graph_in_one_line():
-    from gnnsys.errors import ConfigError
-    from tests.hetero_graphs import hetero_dataset
-
-    with pytest.raises(ConfigError, match="^features: 'packed' trains a homogeneous graph"):
-        train(hetero_dataset(), epochs=1, features="packed", fanouts=[3, 2], hidden=8, progress=False)

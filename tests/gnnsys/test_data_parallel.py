@@ -10,6 +10,7 @@ A run without gradient averaging, or with overlapping or shifted shares,
 ends with other parameters.
 """
 
+import functools
 import json
 import os
 import signal
@@ -137,6 +138,49 @@ def test_a_failing_rank_stops_every_rank_within_seconds(dataset_dir, tmp_path, h
         )
     assert time.monotonic() - began < BOUND_S
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # complete, no temporary file left
+
+
+def keep_packed_counters(directory, record):
+    """Write this rank's packed-tier counters of the epoch (the result holds rank 0's only)."""
+    name = f"rank{dist.get_rank()}-epoch{record['epoch']}.json"
+    (Path(directory) / name).write_text(json.dumps(record["tiers"]["packed"]))
+
+
+def test_packed_ranks_pack_their_own_batches_and_train_as_in_memory(dataset_dir, two_ranks, tmp_path):
+    """Each rank packs its own share in a subdirectory of the scratch directory: the same steps, bit for bit."""
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "counters").mkdir()
+    packed = train(
+        dataset_dir,
+        batch_size=4,
+        workers=2,
+        features="packed",
+        cache_rows=10,
+        eval="layerwise",
+        scratch_dir=tmp_path / "scratch",
+        scratch_gb=0.01,
+        on_epoch_end=functools.partial(me.keep_packed_counters, tmp_path / "counters"),
+        **OPTIONS,
+    )
+    assert trajectory(packed.to_dict()) == trajectory(two_ranks.to_dict())
+    for a, b in zip(two_ranks.model.parameters(), packed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    counters = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "counters").iterdir()}
+    assert sorted(counters) == [f"rank{r}-epoch{e}" for r in (0, 1) for e in (0, 1)]
+    for c in counters.values():  # 15 seeds a rank in batches of 4, every one from its packs
+        assert c["batches"] == 4 and c["unplanned"] == 0 and c["hits"] > 0
+    assert list((tmp_path / "scratch").iterdir()) == []  # the ranks' windows and subdirectories are removed
+
+
+def test_a_killed_packed_run_resumes_to_the_uninterrupted_result(dataset_dir, two_ranks, tmp_path):
+    packed = dict(OPTIONS, batch_size=4, workers=2, features="packed", eval="layerwise", checkpoint_dir=tmp_path)
+    with pytest.raises(WorkerError, match="^worker 1 failed: killed by signal SIGKILL$"):
+        train(dataset_dir, on_epoch_end=me.kill_rank_1, **packed)
+    assert load_checkpoint(tmp_path)["epoch"] == 1
+    resumed = train(dataset_dir, resume=True, **packed)
+    assert trajectory(resumed.to_dict()) == trajectory(two_ranks.to_dict())
+    tier = resumed.epochs[1]["tiers"]["packed"]  # the epoch resumed, packed for it
+    assert tier["batches"] == 4 and tier["unplanned"] == 0
 
 
 def _cli_args(dataset_dir, out) -> list[str]:

@@ -77,6 +77,20 @@ def test_rows_of_any_width_and_stride_come_back_exactly(make_dataset, scratch, d
     tier.close()
 
 
+def test_a_batch_that_reads_no_row_is_served_packed_and_so_are_those_after_it(make_dataset, scratch):
+    """A node type a heterogeneous batch reads no row of gathers nothing: still that batch's turn."""
+    ds = packed_dataset(make_dataset)
+    draws = Draws(ds.num_nodes, epochs=1)
+    draws.draw = lambda epoch, index: np.empty(0, np.int64) if index == 1 else Draws.draw(draws, epoch, index)
+    base = SSDFeatures(ds.features, engine="threads", threads=2, max_gap=0, host_mem_budget=1 << 20)
+    tier = PackedFeatures(base, ds.features, draws, capacity=30, scratch_dir=scratch)
+    for index in range(BATCHES):
+        ids = torch.from_numpy(draws.draw(0, index))
+        assert torch.equal(tier.gather(ids), ds.features.gather(ids))
+    assert tier.stats()["batches"] == BATCHES and tier.stats()["unplanned"] == 0
+    tier.close()
+
+
 def test_gather_into_writes_rows_in_place_and_repeats(make_dataset, scratch):
     ds = packed_dataset(make_dataset)
     tier = packed(ds, scratch)

@@ -1,0 +1,119 @@
+"""`FixedPack`: a fixed stream of batches (sampled evaluation's: the same
+batches at every evaluation) packed once for the packed tier
+(storage/packed_source.py) and kept until it closes.
+
+Its one window (storage/packer.py, with no cache: each batch's file holds
+all its distinct rows in id order) is packed on the tier's packing thread
+before any training window, so the training windows get what it leaves of
+the scratch budget. A gather whose sorted distinct ids have one of its
+batches' crc32 and count reads that batch's file whole (the next batch's is
+read ahead on the tier's reader thread) and is scattered into the caller's
+order; the files stay for the next evaluation.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from gnnsys.errors import DatasetError
+
+from .packer import Packer
+from .packing import Segment, read_segment, scatter_packed
+
+
+class FixedPack:
+    """The fixed stream `draws` (one epoch of `draws.batches` batches) of the
+    packed tier `tier` (a PackedFeatures): packed without a cache in
+    tier.scratch/fixed, in at most half of tier.scratch_bytes, on its
+    packing thread (from `start`, before the tier's first window), read on its reader thread."""
+
+    def __init__(self, tier, draws):
+        p = tier.packer
+        self.packer = Packer(
+            p.path,
+            tier.shape,
+            tier.dtype,
+            p.stride,
+            draws,
+            0,
+            tier.scratch / "fixed",
+            p.direct,
+            p.identity,
+            tier.direct,
+            window_bytes=None if tier.scratch_bytes is None else tier.scratch_bytes // 2,
+        )
+        self.reading, self.direct = tier._reading, tier.direct
+        self.count = int(draws.batches)
+        self._packing, self._stop = tier._packing, threading.Event()
+        self._job: Future | None = None
+        self._ahead: tuple[int, Future, Segment] | None = None
+
+    def start(self) -> None:
+        """Submit the packing (once): the tier calls it before it packs any window."""
+        if self._job is None:
+            self._job = self._packing.submit(self._pack)
+
+    def _pack(self):
+        manifest, directory, packed = self.packer.pack(0, self.count, self._stop)
+        index = {(s.unique, s.ids): i for i, s in enumerate(manifest.segments)}
+        return manifest, directory, index, packed
+
+    def ready(self):
+        """(manifest, directory, {(count, crc32): batch}, whether it was packed now), once packed (its error if
+        the packing failed)."""
+        self.start()
+        assert self._job is not None
+        return self._job.result()
+
+    def nbytes(self) -> int:
+        """The bytes its window holds on disk (once packed)."""
+        manifest = self.ready()[0]
+        return sum(s.nbytes for s in manifest.segments) + manifest.cache.nbytes
+
+    def find(self, distinct: np.ndarray, crc: int) -> int | None:
+        """The batch of the stream whose sorted distinct ids are `distinct` (crc32 `crc`), or None."""
+        return self.ready()[2].get((int(distinct.shape[0]), crc))
+
+    def serve(self, batch: int, inverse: np.ndarray, at: np.ndarray, words: np.ndarray, word: int) -> Segment:
+        """Scatter batch `batch`'s rows (distinct row inverse[p] into words[at[p]], rows as `word`-byte
+        words) and read the next batch ahead; its segment."""
+        manifest, directory = self.ready()[:2]
+        segment = manifest.segments[batch]
+        pending, self._ahead = self._ahead, None
+        if pending is not None and pending[0] == batch:
+            rows = pending[1].result()
+        else:
+            rows = read_segment(directory / segment.file, segment, self.direct)
+        if batch + 1 < self.count:
+            nxt = manifest.segments[batch + 1]
+            self._ahead = (batch + 1, self.reading.submit(read_segment, directory / nxt.file, nxt, self.direct), nxt)
+        if segment.rows != segment.unique:
+            raise DatasetError(directory / segment.file, "does not hold its batch's rows; refused")
+        width = words.shape[1]
+        packed = np.frombuffer(rows, dtype=f"u{word}", count=segment.rows * width).reshape(segment.rows, width)
+        none = np.full(segment.unique, -1, np.int32)
+        scatter_packed(packed[:0], packed, none, np.arange(segment.unique), inverse, at, words)
+        return segment
+
+    def host_bytes(self) -> int:
+        """The bytes of the buffer read ahead."""
+        return 0 if self._ahead is None else self._ahead[2].nbytes
+
+    def close(self) -> None:
+        """Stop the packing and remove the window."""
+        self._stop.set()
+        try:
+            if self._job is not None:
+                self._job.result()
+        except BaseException:  # noqa: BLE001 -- a cancelled or failed packing leaves nothing to keep
+            pass
+        if self._ahead is not None:
+            try:
+                self._ahead[1].result()
+            except BaseException:  # noqa: BLE001 -- a read of a file being removed
+                pass
+        shutil.rmtree(self.packer.scratch, ignore_errors=True)

@@ -1,0 +1,47 @@
+"""Sampled evaluation of a packed run: its fixed stream is packed once,
+kept for the whole run and read from its pack at every evaluation; the
+metrics are those of the same evaluation in memory."""
+
+from gnnsys import train
+from gnnsys.trainers.minibatch import MinibatchTrainer
+from gnnsys.training.options import MinibatchOptions
+from tests.storage.test_packing import packed_dataset
+
+FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2, epochs=2, eval_every=1)
+
+
+def test_sampled_evaluation_reads_its_pack_and_scores_as_in_memory(make_dataset, tmp_path):
+    ds = packed_dataset(make_dataset)
+    tmp_path = tmp_path / "scratch"
+    tmp_path.mkdir()
+    memory = train(ds, **FAST, eval="sampled")
+    packed = train(ds, **FAST, features="packed", cache_rows=60, eval="auto", scratch_dir=tmp_path)
+    assert packed.config["eval"] == "auto" and len(packed.epochs) == 2
+    for a, b in zip(memory.epochs, packed.epochs, strict=True):
+        assert (a["loss"], a["train"], a["valid"], a["test"]) == (b["loss"], b["train"], b["valid"], b["test"])
+    assert list(tmp_path.iterdir()) == []  # the evaluation's pack is removed with the windows
+
+    options = MinibatchOptions(**FAST, features="packed", scratch_dir=str(tmp_path)).for_dataset(ds)
+    trainer = MinibatchTrainer(ds, options)
+    try:
+        evaluations = -(-sum(trainer.splits[s].shape[0] for s in trainer.splits) // FAST["batch_size"])
+        window = tmp_path / "fixed" / f"window-0000000000-{evaluations}"
+        kept = []
+        for _ in range(2):  # packed once, read at every evaluation and kept
+            trainer.store.reset_stats()
+            assert trainer.evaluate() == memory_scores(ds, trainer)
+            stats = next(iter(trainer.store.stats().values()))["packed"]
+            assert stats["fixed"] == evaluations and stats["unplanned"] == 0
+            kept.append(sorted((p.name, p.stat().st_mtime_ns) for p in window.iterdir()))
+        assert kept[0] == kept[1] and len(kept[0]) == evaluations + 3  # its batches, cache.seg, cache.ids, manifest
+    finally:
+        trainer.store.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def memory_scores(ds, packed_trainer) -> dict:
+    """The sampled evaluation in memory of the packed trainer's model."""
+    options = MinibatchOptions(**FAST, eval="sampled").for_dataset(ds)
+    trainer = MinibatchTrainer(ds, options)
+    trainer.model.load_state_dict(packed_trainer.model.state_dict())
+    return trainer.evaluate()
