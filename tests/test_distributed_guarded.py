@@ -123,7 +123,15 @@ def test_data_parallel_with_the_shared_cache_under_the_guard(dataset_dir, monkey
     reference = train(dataset_dir, batch_size=4, workers=2, **OPTIONS)
     with guarded_runs(monkeypatch):
         table = train(dataset_dir, batch_size=4, workers=2, cache_rows=10, cache_policy="lru", **OPTIONS)
-        ssd = train(dataset_dir, batch_size=4, workers=2, cache_rows=10, features="ssd", **dict(OPTIONS, epochs=1))
+        ssd = train(
+            dataset_dir,
+            batch_size=4,
+            workers=2,
+            cache_rows=10,
+            features="ssd",
+            scratch_gb=0.0,
+            **dict(OPTIONS, epochs=1),
+        )
     assert trajectory(table.to_dict()) == trajectory(reference.to_dict())
     assert ssd.epochs[0]["tiers"]["cache"]["remote_hits"] > 0
 
