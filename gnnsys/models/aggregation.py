@@ -1,11 +1,12 @@
-"""Weighted sums over a block's CSR in bf16: what SAGE (mean) and GCN
-(normalised sum) aggregate with under bf16-mixed.
+"""Weighted sums over a block's CSR, in fp32 or bf16: what SAGE (mean) and GCN
+(normalised sum) aggregate with (`gnnsys.models.sage_gcn`).
 
 PyG aggregates with `torch.sparse.mm(adj_t, x, reduce)`, which on the CPU
 needs the adjacency's values in x's dtype and then rounds in bf16 along the
 way. `aggregate(adj, x, dtype)` instead reads x's rows (bf16 or fp32), sums
 `weight * row` in fp32 and rounds each output once to `dtype`: within one
-bf16 rounding of the fp32 result. On the CPU a numba kernel does it, parallel
+bf16 rounding of the fp32 result; in fp32, PyG's own sums to rounding (a mean
+multiplies each row by 1/degree instead of dividing the sum). On the CPU a numba kernel does it, parallel
 over destination rows and without the GIL; its backward is the same kernel
 over the transposed adjacency (built once per adjacency, on first backward).
 On other devices (a GPU) the same sums are `torch.sparse.mm` of the fp32
@@ -27,6 +28,7 @@ import warnings
 import numba
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from gnnsys.models.bf16 import as_numpy, load, store
 
@@ -144,23 +146,26 @@ class Adjacency:
         return Adjacency(move(self.indptr), move(self.indices), move(self.weights), self.num_src)
 
 
-def _run_kernel(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _run_kernel(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype, rows: int) -> torch.Tensor:
     for what, t in (("input", x.dtype), ("output", dtype)):
         if t not in KERNEL_DTYPES:
-            raise TypeError(f"bf16 aggregation on the CPU takes float32 or bfloat16, got {what} {t}")
+            raise TypeError(f"aggregation on the CPU takes float32 or bfloat16, got {what} {t}")
     if x.shape[0] != adj.num_src:
         raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
-    out = torch.empty(adj.num_dst, x.shape[1], dtype=dtype)
-    _weighted_sum(adj.indptr.numpy(), adj.indices.numpy(), adj.weights.numpy(), as_numpy(x.contiguous()), as_numpy(out))
+    out = torch.empty(rows, x.shape[1], dtype=dtype)
+    out[adj.num_dst :].zero_()
+    sums = as_numpy(out[: adj.num_dst])
+    _weighted_sum(adj.indptr.numpy(), adj.indices.numpy(), adj.weights.numpy(), as_numpy(x.contiguous()), sums)
     return out
 
 
-def _run_sparse(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _run_sparse(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype, rows: int) -> torch.Tensor:
     """The weighted sums as `torch.sparse.mm` in fp32 (autocast off), rounded once to `dtype`."""
     if x.shape[0] != adj.num_src:
         raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
     with torch.autocast(x.device.type, enabled=False):
-        return torch.sparse.mm(adj.csr(torch.float32), x.float()).to(dtype)
+        out = torch.sparse.mm(adj.csr(torch.float32), x.float()).to(dtype)
+    return F.pad(out, (0, 0, 0, rows - adj.num_dst)) if rows > adj.num_dst else out
 
 
 def _uses_kernel(x: torch.Tensor) -> bool:
@@ -170,32 +175,48 @@ def _uses_kernel(x: torch.Tensor) -> bool:
 
 class _Aggregate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, adj, dtype, root):
+    def forward(ctx, x, adj, dtype, root, rows):
         ctx.adj, ctx.x_dtype, ctx.root = adj, x.dtype, root
         ctx.run = _run_kernel if _uses_kernel(x) else _run_sparse
-        out = ctx.run(adj, x, dtype)
+        out = ctx.run(adj, x, dtype, rows)
         return (out, x[:root]) if root else out
 
     @staticmethod
     def backward(ctx, grad, grad_root=None):
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        grad_x = ctx.run(ctx.adj.transposed(), grad, ctx.x_dtype)
+            return None, None, None, None, None
+        grad_x = ctx.run(ctx.adj.transposed(), grad[: ctx.adj.num_dst], ctx.x_dtype, ctx.adj.num_src)
         if grad_root is not None:
             grad_x[: ctx.root] += grad_root
-        return grad_x, None, None, None
+        return grad_x, None, None, None, None
 
 
-def aggregate(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def aggregate(
+    adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16, rows: int | None = None
+) -> torch.Tensor:
     """[adj.num_dst, dim] rows sum(weight * x[source]) of `dtype`, summed in fp32
     (see the module docstring); differentiable in x. x: [adj.num_src, dim],
-    float32 or bfloat16 on the CPU (any float type elsewhere), on adj's device."""
-    return _Aggregate.apply(x, adj, dtype, 0)
+    float32 or bfloat16 on the CPU (any float type elsewhere), on adj's device.
+    With `rows` (>= adj.num_dst) the result has `rows` rows, those past
+    adj.num_dst zero (a GEMM's row count rounded up, `gnnsys.models.sage_gcn`)."""
+    return _Aggregate.apply(x, adj, dtype, 0, _rows(adj, rows))
 
 
-def aggregate_with_root(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16):
-    """(aggregate(adj, x, dtype), x[:adj.num_dst]): a layer that also reads its
-    destination rows (SAGE's root weight) gets them here, so that their
-    gradient is added into the aggregation's input gradient in place instead
-    of through a zero-filled full-size slice gradient and an add."""
-    return _Aggregate.apply(x, adj, dtype, adj.num_dst)
+def aggregate_with_root(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16, rows: int | None = None):
+    """(aggregate(adj, x, dtype, rows), x[:rows]) (rows: adj.num_dst by default,
+    at most adj.num_src): a layer that also reads its destination rows (SAGE's
+    root weight) gets them here, so that their gradient is added into the
+    aggregation's input gradient in place instead of through a zero-filled
+    full-size slice gradient and an add."""
+    rows = _rows(adj, rows)
+    if rows > adj.num_src:
+        raise ValueError(f"rows {rows} is more than the adjacency's {adj.num_src} source nodes")
+    return _Aggregate.apply(x, adj, dtype, rows, rows)
+
+
+def _rows(adj: Adjacency, rows: int | None) -> int:
+    if rows is None:
+        return adj.num_dst
+    if rows < adj.num_dst:
+        raise ValueError(f"rows {rows} is fewer than the adjacency's {adj.num_dst} destinations")
+    return rows

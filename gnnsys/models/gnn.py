@@ -2,16 +2,18 @@
 
 Every layer is a PyG conv used bipartitely: it reads the features of a
 block's `num_src` source nodes and writes rows for its first `num_dst` of them
-(DGL's block layout, see `gnnsys.samplers.block`). SAGE and GCN aggregate with
-a sparse CSR `adj_t` (PyG's sparse-dense matmul, its fast CPU path); GAT needs
-per-edge attention and takes the block's edge_index. The same model runs on the
-whole graph with `[Block.full_graph(indptr, indices)] * num_layers`.
+(DGL's block layout, see `gnnsys.samplers.block`); the PyG modules own the
+parameters. SAGE and GCN compute PyG's result with `gnnsys.models.sage_gcn`:
+they aggregate with `gnnsys.models.aggregation` (rows summed in fp32, in bf16
+rows under bf16) and project before or after aggregating, whichever takes
+fewer multiply-adds. GAT needs per-edge
+attention and runs PyG's GATConv on the block's edge_index, under autocast on
+PyG's own ops (attention scores and softmax as autocast types them). The same
+model runs on the whole graph with `[Block.full_graph(indptr, indices)] * num_layers`.
 
-In bf16 (under `torch.autocast(..., torch.bfloat16)`, or on bf16 inputs)
-SAGE and GCN aggregate with `gnnsys.models.aggregation` (bf16 rows summed in fp32)
-and their linear maps run in bf16; fp32 runs take PyG's path unchanged. GAT
-runs under autocast on PyG's own ops (attention scores and softmax as autocast
-types them).
+In bf16 (under `torch.autocast(..., torch.bfloat16)`, or on bf16 inputs) the
+SAGE and GCN aggregations read bf16 rows and write bf16 rows and their linear
+maps run in bf16.
 
 `GNNLayer` is the reusable unit (the full-graph pipelined trainer stacks
 layers itself); `GNN` stacks them for minibatch training.
@@ -42,13 +44,13 @@ from __future__ import annotations
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
-from gnnsys.models.aggregation import Adjacency, aggregate, aggregate_with_root
+from gnnsys.models.aggregation import Adjacency
 from gnnsys.models.dropout import HashDropout, relu_dropout
 from gnnsys.models.names import CONVS, NORMS
+from gnnsys.models.sage_gcn import gcn_rows, sage_rows
 
 _GCN_KEY = "gcn_norm"  # where gcn_adj_t caches a block's adjacency (Block.cache)
 
@@ -98,6 +100,11 @@ def _gcn_adj_t(indptr, indices, degree, num_dst):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's beta warning for sparse CSR
         return torch.sparse_csr_tensor(crow, cols[order], values[order], size=(num_dst, num_src))
+
+
+def gcn_adjacency(block) -> Adjacency:
+    """`gcn_adj_t(block)` as the Adjacency that `gnnsys.models.aggregation` sums over."""
+    return Adjacency.from_csr(gcn_adj_t(block))
 
 
 def low_precision(x: torch.Tensor) -> torch.dtype | None:
@@ -192,29 +199,13 @@ class GNNLayer(nn.Module):
         return self.dropout(h)
 
     def _conv(self, x_src, x_dst, block):
-        dtype = low_precision(x_src)
-        if dtype is not None and self.kind != "gat":
-            return self._conv_low(x_src, block, dtype)
-        if self.kind == "sage":
-            return self.conv((x_src, x_dst), block.adj_t())
-        if self.kind == "gcn":
-            return self.conv(x_src, gcn_adj_t(block))
-        return self.conv((x_src, x_dst), block.edge_index(), size=block.size)
-
-    def _conv_low(self, x_src, block, dtype):
-        """SAGE or GCN as PyG computes them, aggregating with `gnnsys.models.aggregation`
-        (fp32 sums of bf16 rows) instead of torch.sparse.mm. SAGE's two linear
-        maps and its bias share one output: the root GEMM adds the bias, the
-        neighbour GEMM accumulates onto it (no separate add pass), and the root
-        rows' gradient is added in place (`aggregate_with_root`)."""
-        c = self.conv
+        dtype = low_precision(x_src) or x_src.dtype
         if self.kind == "sage":
             adj = _cached(block, "mean_adjacency", lambda: Adjacency.mean(block.indptr, block.indices, block.num_src))
-            h, x_dst = aggregate_with_root(adj, x_src, dtype)
-            return torch.addmm(F.linear(x_dst, c.lin_r.weight, c.lin_l.bias), h, c.lin_l.weight.t())
-        adj = _cached(block, "gcn_adjacency", lambda: Adjacency.from_csr(gcn_adj_t(block)))
-        h = aggregate(adj, c.lin(x_src), dtype)
-        return h + c.bias.to(h.dtype)
+            return sage_rows(self.conv, x_src, adj, dtype)
+        if self.kind == "gcn":
+            return gcn_rows(self.conv, x_src, _cached(block, "gcn_adjacency", lambda: gcn_adjacency(block)), dtype)
+        return self.conv((x_src, x_dst), block.edge_index(), size=block.size)
 
 
 class GNN(nn.Module):

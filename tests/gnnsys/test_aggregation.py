@@ -90,6 +90,33 @@ def test_root_rows_share_the_input_gradient(use_root):
     torch.testing.assert_close(x.grad.float(), expect, rtol=2**-7, atol=1e-6)
 
 
+@pytest.mark.parametrize("use_root", [True, False])
+def test_padded_rows_are_zero_and_carry_no_gradient(use_root):
+    """With rows > num_dst the first num_dst rows (and the gradient through them)
+    are those of the unpadded aggregation, the rest zero; the root is x[:rows]."""
+    adj = random_adjacency(seed=7)
+    x = torch.randn(adj.num_src, 6, requires_grad=True)
+    rows = adj.num_dst + 5
+    out, root = aggregate_with_root(adj, x, torch.float32, rows) if use_root else (aggregate(adj, x, rows=rows), None)
+    assert out.shape == (rows, 6) and not out[adj.num_dst :].any()
+    assert root is None or torch.equal(root, x[:rows])
+    torch.testing.assert_close(out[: adj.num_dst].float(), aggregate(adj, x.detach(), out.dtype).float())
+    grad = torch.randn(rows, 6)
+    torch.autograd.backward([out] + ([root] if use_root else []), [grad.to(out.dtype)] + ([grad] if use_root else []))
+    expect = aggregate(adj.transposed(), grad[: adj.num_dst].to(out.dtype), torch.float32)
+    if use_root:
+        expect[:rows] += grad
+    torch.testing.assert_close(x.grad, expect, rtol=2**-7, atol=1e-6)
+
+
+def test_padding_beyond_the_rows_there_are_is_refused():
+    adj = random_adjacency()
+    with pytest.raises(ValueError, match="rows 39 is fewer than the adjacency's 40 destinations"):
+        aggregate(adj, torch.zeros(adj.num_src, 2), rows=39)
+    with pytest.raises(ValueError, match="rows 71 is more than the adjacency's 70 source nodes"):
+        aggregate_with_root(adj, torch.zeros(adj.num_src, 2), rows=71)
+
+
 def test_fp32_input_gets_an_fp32_gradient_from_a_bf16_output():
     adj = random_adjacency(seed=4)
     x = torch.randn(adj.num_src, 5, requires_grad=True)

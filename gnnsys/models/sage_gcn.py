@@ -1,0 +1,91 @@
+"""SAGE and GCN layers computed on gnnsys's aggregation (`gnnsys.models.aggregation`),
+in the cheaper of the two exact orders.
+
+A layer's linear map and its aggregation commute: for a weighted sum A (SAGE's
+mean, GCN's normalised sum) and a weight W, (A x) W = A (x W), exactly up to
+rounding. Aggregating first multiplies the `num_dst` aggregated rows
+(`num_edges * in_dim + num_dst * in_dim * out_dim` multiply-adds); projecting
+first multiplies all `num_src` source rows and aggregates the narrower ones
+(`num_src * in_dim * out_dim + num_edges * out_dim`). `project_first` picks
+the smaller per layer and block, forward and backward alike (each backward
+product has its forward one's size). PyG's SAGEConv always aggregates first
+and its GCNConv always projects first; on sampled blocks (many more sources
+than destinations) aggregating first is the cheaper one, on the whole graph
+(sources = destinations) projecting first is, whenever out_dim < in_dim.
+
+The rest follows PyG's convolutions, whose modules keep the parameters
+(SAGEConv: lin_l with the bias on the aggregated rows, lin_r on the
+destination rows only; GCNConv: lin, then bias): the same outputs and
+gradients to rounding. The mean's normalisation is part of the aggregation
+kernel's weights, SAGE's root product (with the bias) writes the output that
+the neighbour product accumulates onto in place (no copy, no add), and the root rows' gradient is
+added into the aggregation's input gradient in place (`aggregate_with_root`).
+
+Row counts: a bf16 GEMM on the CPU runs on oneDNN, which builds a primitive
+for every new shape (and gnnsys keeps few of them, see `gnnsys/__init__.py`),
+and sampled blocks give nearly every batch new row counts; a product at a new
+row count ran at 0.1-0.4x the rate of a repeated one. So in low precision on
+the CPU the aggregated rows (and SAGE's root rows) of an aggregate-first layer
+are multiplied as `gemm_rows` rows, the count rounded up to one of 16 steps
+per power of two (at most 1/16 more rows; the extra aggregated rows are zero,
+the extra root rows are the next source rows), and the product's first
+`num_dst` rows are the result. fp32 products (MKL) gain nothing from it and
+are not padded.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gnnsys.models.aggregation import Adjacency, aggregate, aggregate_with_root
+
+
+def project_first(num_dst: int, num_src: int, num_edges: int, in_dim: int, out_dim: int) -> bool:
+    """Whether projecting the `num_src` source rows to `out_dim` before aggregating
+    them over `num_edges` edges takes fewer multiply-adds than aggregating the
+    `in_dim`-wide rows first and projecting the `num_dst` results."""
+    aggregating_first = num_edges * in_dim + num_dst * in_dim * out_dim
+    projecting_first = num_src * in_dim * out_dim + num_edges * out_dim
+    return projecting_first < aggregating_first
+
+
+def gemm_rows(rows: int, x: torch.Tensor, dtype: torch.dtype) -> int:
+    """The rows a layer's products over `rows` destination rows run at for
+    input `x` computing in `dtype`: `rows` rounded up to a multiple of
+    2**(bit_length(rows) - 5) in low precision on the CPU, else `rows`."""
+    if dtype == torch.float32 or x.device.type != "cpu":
+        return rows
+    step = 1 << max(rows.bit_length() - 5, 0)
+    return -(-rows // step) * step
+
+
+def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
+    """PyG SAGEConv `conv` (mean) of the `adj.num_dst` destination rows from
+    `x_src`, aggregated in `dtype` (see the module docstring)."""
+    w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias
+    num_dst = adj.num_dst
+    if project_first(num_dst, adj.num_src, adj.indices.shape[0], w_l.shape[1], w_l.shape[0]):
+        h = aggregate(adj, F.linear(x_src, w_l), dtype)
+        return F.linear(x_src[:num_dst], w_r, bias).add_(h)
+    rows = gemm_rows(num_dst, x_src, dtype)
+    rows = rows if rows <= adj.num_src else num_dst  # the root rows are source rows
+    h, x_root = aggregate_with_root(adj, x_src, dtype, rows)
+    out = F.linear(x_root, w_r, bias)
+    return _first(out.addmm_(h, w_l.t().to(out.dtype)), num_dst)
+
+
+def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
+    """PyG GCNConv `conv` (normalize=False) over `adj`, its propagation matrix
+    (`gnnsys.models.gnn.gcn_adj_t`), aggregated in `dtype`."""
+    weight, bias = conv.lin.weight, conv.bias
+    if project_first(adj.num_dst, adj.num_src, adj.indices.shape[0], weight.shape[1], weight.shape[0]):
+        h = aggregate(adj, F.linear(x_src, weight), dtype)
+        return h + bias.to(h.dtype)
+    h = aggregate(adj, x_src, dtype, gemm_rows(adj.num_dst, x_src, dtype))
+    return _first(F.linear(h, weight, bias), adj.num_dst)
+
+
+def _first(out: torch.Tensor, rows: int) -> torch.Tensor:
+    """out's first `rows` rows (out itself when it has no more: no slice for autograd to zero-fill)."""
+    return out if out.shape[0] == rows else out[:rows]
