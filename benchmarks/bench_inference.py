@@ -9,8 +9,8 @@ read and seconds (InferenceStats) next to the time a single sequential read
 of that layer's input takes at fio's 1 MiB sequential bandwidth (measured in
 the same run, on features.bin), the bytes read from devices
 (/proc/self/io), peak RSS (ru_maxrss: the memory-mapped graph's pages
-count there too) and peak anonymous memory (RssAnon, sampled every 0.2 s),
-and the load average, as JSON.
+count there too) and anonymous memory (RssAnon) before inference and at its
+peak (sampled every 0.2 s), and the load average, as JSON.
 
     python benchmarks/bench_inference.py DIR CKPT --host-mem-budget 4 --dtype bfloat16 \\
         --scratch-dir /work/bench/scratch --predictions /work/bench/scratch/labels.npy --json OUT.json
@@ -57,6 +57,7 @@ def main(argv=None):
 
     from gnnsys.host_memory import anonymous_bytes
 
+    anon_start = anonymous_bytes()  # the interpreter, torch and the loaded dataset, before inference
     anon = Peaks({"rss_anon": anonymous_bytes})
     before, load, began = io(), os.getloadavg(), time.perf_counter()
     result, stats = predict(
@@ -86,6 +87,7 @@ def main(argv=None):
         "fio_sequential_mb_per_s": seq["mb_per_s"],
         "layers": layers,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_anon_start_bytes": anon_start,
         "rss_anon_peak_bytes": anon.stop()["rss_anon"],
         "load_start": load,
         "load_end": os.getloadavg(),
