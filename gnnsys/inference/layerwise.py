@@ -38,13 +38,14 @@ import torch
 from gnnsys.errors import ConfigError
 from gnnsys.ids import check_ids
 from gnnsys.inference.passes import passes, project_once
-from gnnsys.inference.plan import chunk_row_bytes, plan_layer
+from gnnsys.inference.plan import chunk_row_bytes, held_arrays, plan_layer
 from gnnsys.inference.rows_io import (
     OUTPUT_DTYPES,
     ArraySink,
     ScratchRows,
     done_with,
     input_rows,
+    planned_rows,
     scratch_directory,
 )
 from gnnsys.inference.streaming import LayerStream, bucket_edges
@@ -175,6 +176,7 @@ def stream_inference(
     layers = list(model.layers)[:num_layers]
     stats = InferenceStats()
     with streaming(model, dataset, layers, features, scratch_dir) as run:
+        check_budget(layers, dataset, run, nodes, sink, device, host_mem_budget, chunk_bytes, batch_size, dtype)
         for i, layer in enumerate(layers):
             last = i == len(layers) - 1
             out = sink if last else ScratchRows(run.tmp, f"layer{i + 1}.bin", dataset.num_nodes, layer.out_dim, dtype)
@@ -203,6 +205,22 @@ def stream_inference(
             if not last:
                 run.source = out.rows()
     return stats
+
+
+def check_budget(layers, dataset, run, nodes, sink, device, host_mem_budget, chunk_bytes, batch_size, dtype):
+    """Plan every layer before the first runs: the ConfigError (one line,
+    naming each fixed array) of a layer whose budget cannot hold them comes
+    before any work."""
+    budget = DEFAULT_BUDGET if host_mem_budget is None else int(host_mem_budget)
+    indptr, rows = dataset.indptr.numpy(), run.source
+    for i, layer in enumerate(layers):
+        last = i == len(layers) - 1
+        ids = nodes.numpy().astype(np.int64, copy=False) if last and nodes is not None else None
+        count = dataset.num_nodes if ids is None else ids.shape[0]
+        held = held_arrays(layer, run.degree, sink if last else None)
+        stream = LayerStream(layer, run.degree, device)
+        plan_layer(stream, rows, ids, count, indptr, budget, chunk_bytes, batch_size, held)
+        rows = planned_rows(dataset.num_nodes, layer.out_dim, dtype)
 
 
 class _Run:
@@ -275,7 +293,7 @@ def stream_layer(
     ids = None if targets is None else targets.numpy().astype(np.int64, copy=False)
     count = source.num_rows if ids is None else ids.shape[0]
     indptr, indices = dataset.indptr.numpy(), dataset.indices.numpy()
-    held = {"degrees": 0 if degree is None or not layer.needs_degree else 2 * degree.nbytes, **_held_by(sink)}
+    held = held_arrays(layer, degree, sink)
 
     def plan_for(rows):
         return plan_layer(stream, rows, ids, count, indptr, budget, chunk_bytes, batch_size, held)
@@ -321,9 +339,3 @@ def stream_layer(
         tiles_reused=0 if tiles is None or ids is not None else tiles.reused - reused,
         host_bytes=dict(plan.fixed),
     )
-
-
-def _held_by(sink) -> dict:
-    """The result rows a sink keeps in memory (an array, not a file's memory map), by name."""
-    array = getattr(sink, "array", None)
-    return {"result rows": array.nbytes} if isinstance(array, np.ndarray) and not isinstance(array, np.memmap) else {}

@@ -51,6 +51,17 @@ class LayerPlan:
         return len(self.bounds) - 1
 
 
+def held_arrays(layer, degree, sink) -> dict:
+    """The arrays a layer holds beside its streaming state, by name: the
+    whole graph's GCN degrees and their inverse square roots, and the
+    result rows `sink` keeps in memory (an array, not a file's memory map)."""
+    held = {"degrees": 0 if degree is None or not layer.needs_degree else 2 * degree.nbytes}
+    array = getattr(sink, "array", None)
+    if isinstance(array, np.ndarray) and not isinstance(array, np.memmap):
+        held["result rows"] = array.nbytes
+    return held
+
+
 def chunk_row_bytes(source, stream) -> int:
     """Host bytes per row of a chunk: two raw buffers (one read ahead), the float rows, the stream's extra."""
     return 2 * source.row_bytes + 4 * source.dim + stream.chunk_row_bytes()

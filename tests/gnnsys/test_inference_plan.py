@@ -112,3 +112,14 @@ def test_edge_tiles_are_bucketed_once_and_read_back(make_dataset, monkeypatch, t
     out, stats = layerwise_inference(model, ds, nodes, host_mem_budget=70_000, return_stats=True)
     torch.testing.assert_close(out, expect[nodes], rtol=1e-4, atol=1e-5)
     assert stats.layers[-1].tiles_reused == 0  # the last layer over other nodes buckets its own
+
+
+def test_a_last_layer_short_of_budget_is_refused_before_any_layer_runs(make_dataset, monkeypatch):
+    ds, arrays = make_dataset(num_nodes=400, num_edges=2000, dim=16, num_classes=3)
+    torch.manual_seed(0)
+    model = GNN("sage", 16, 4, 4000, num_layers=2)  # 400 x 4,000 float32 results: 6.4 MB held in memory
+    ran = []
+    monkeypatch.setattr(LayerStream, "begin", lambda self, *args: ran.append(1))
+    with pytest.raises(ConfigError, match=r"cannot hold result rows 6\.1 MiB"):
+        layerwise_inference(model, ds, host_mem_budget=1_000_000)
+    assert ran == []
