@@ -301,7 +301,7 @@ def stream_layer(
     plan, read_from = plan_for(source), source
     read_before, chunks_read, width = source.bytes_read, 0, 0
     if plan.passes > 1 and scratch is not None and stream.projection_width():
-        projected = project_once(stream, source, plan, scratch, f"layer{index}-projected.bin", dtype)
+        projected = project_once(stream, source, plan, scratch, f"layer{index}-projected.bin", dtype, progress, desc)
         if projected is not None:
             stream.use_projection()
             read_from, width, chunks_read = projected, stream.projection_width(), -(-source.num_rows // plan.chunk_rows)

@@ -16,19 +16,23 @@ from gnnsys.inference.rows_io import ScratchRows, ScratchSpaceError
 from gnnsys.training.loop import progress_bar
 
 
-def project_once(stream, source, plan, scratch, name: str, dtype: str):
-    """Every input row of `source` through stream.project, in one pass, into
-    a ScratchRows of `dtype` in `scratch`; its FileRows, or None (projecting
-    per pass instead) when the scratch disk cannot hold it."""
+def project_once(stream, source, plan, scratch, name: str, dtype: str, progress: bool = False, desc: str = "layer"):
+    """Every input row of `source` through stream.project_rows, in one pass,
+    into a ScratchRows of `dtype` in `scratch` (a progress bar `desc`
+    "projection" when `progress`); its FileRows, or None (projecting per
+    pass instead) when the scratch disk cannot hold it."""
     try:
         out = ScratchRows(scratch, name, source.num_rows, stream.projection_width(), dtype)
     except ScratchSpaceError:
         return None
+    num_chunks = -(-source.num_rows // plan.chunk_rows)
     try:
         source.reserve(plan.chunk_rows)
-        for c, x in _chunks(source, list(range(-(-source.num_rows // plan.chunk_rows))), plan.chunk_rows):
-            for a in range(0, x.shape[0], plan.batch_size):
-                out.write(c * plan.chunk_rows + a, stream.project_rows(x[a : a + plan.batch_size]))
+        with progress_bar(num_chunks, f"{desc} projection", "chunk", progress) as bar:
+            for c, x in _chunks(source, list(range(num_chunks)), plan.chunk_rows):
+                for a in range(0, x.shape[0], plan.batch_size):
+                    out.write(c * plan.chunk_rows + a, stream.project_rows(x[a : a + plan.batch_size]))
+                bar.update()
         return out.rows()
     except BaseException:
         out.remove()
