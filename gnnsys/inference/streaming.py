@@ -180,11 +180,11 @@ class LayerStream:
 
     def use_projection(self):
         """From now on the rows given to `dst_rows`, `begin` and `add` are `project_rows`'s."""
+        if self.kind == "gat":  # each destination keeps its whole projected row
+            self.dst_width = self.projection_width()
+        else:  # SAGE accumulates x W_l and keeps lin_r(x); GCN both from x W
+            self.width = self.dst_width = self.layer.out_dim
         self.projected = True
-        self.width = self.width if self.kind == "gat" else self.layer.out_dim
-        self.dst_width = self.projection_width()
-        if self.kind == "sage":
-            self.dst_width = self.layer.out_dim
 
     def dst_bytes(self) -> int:
         """Host bytes of state per destination (its kept rows, the accumulator, GAT's softmax state)."""
