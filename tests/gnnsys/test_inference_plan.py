@@ -123,3 +123,12 @@ def test_a_last_layer_short_of_budget_is_refused_before_any_layer_runs(make_data
     with pytest.raises(ConfigError, match=r"cannot hold result rows 6\.1 MiB"):
         layerwise_inference(model, ds, host_mem_budget=1_000_000)
     assert ran == []
+
+
+@pytest.mark.parametrize("conv", ["sage", "gat"])
+def test_projected_rows_are_kept_in_the_scratch_dtype(make_dataset, conv):
+    ds, arrays = make_dataset(num_nodes=500, num_edges=3000, dim=16, num_classes=3)
+    model, expect = _model(conv, ds, arrays["x"])
+    out, stats = layerwise_inference(model, ds, host_mem_budget=65_000, dtype="bfloat16", return_stats=True)
+    assert stats.layers[0].projected_width > 0
+    torch.testing.assert_close(out, expect, rtol=3e-2, atol=3e-2)
