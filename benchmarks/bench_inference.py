@@ -7,10 +7,11 @@ Writes the predicted label of every node to `--predictions` (a .npy, as
 logits in memory (small graphs only). Records per layer the passes, bytes
 read and seconds (InferenceStats) next to the time a single sequential read
 of that layer's input takes at fio's 1 MiB sequential bandwidth (measured in
-the same run, on features.bin), the bytes read from devices
-(/proc/self/io), peak RSS (ru_maxrss: the memory-mapped graph's pages
-count there too) and peak anonymous memory (RssAnon, sampled every 0.2 s),
-and the load average, as JSON.
+the same run, on features.bin), the whole run's wall and CPU seconds, the
+bytes read from devices (/proc/self/io), peak RSS (ru_maxrss: the
+memory-mapped graph's pages count there too) and anonymous memory (RssAnon)
+before inference and at its peak (sampled every 0.2 s), and the load
+average, as JSON.
 
     python benchmarks/bench_inference.py DIR CKPT --host-mem-budget 4 --dtype bfloat16 \\
         --scratch-dir /work/bench/scratch --predictions /work/bench/scratch/labels.npy --json OUT.json
@@ -57,8 +58,9 @@ def main(argv=None):
 
     from gnnsys.host_memory import anonymous_bytes
 
+    anon_start = anonymous_bytes()  # the interpreter, torch and the loaded dataset, before inference
     anon = Peaks({"rss_anon": anonymous_bytes})
-    before, load, began = io(), os.getloadavg(), time.perf_counter()
+    before, load, began, cpu = io(), os.getloadavg(), time.perf_counter(), _cpu_seconds()
     result, stats = predict(
         ds,
         args.checkpoint,
@@ -70,7 +72,7 @@ def main(argv=None):
         progress=True,
         return_stats=True,
     )
-    wall = time.perf_counter() - began
+    wall, cpu = time.perf_counter() - began, _cpu_seconds() - cpu
     layers = stats.to_dict()["layers"]
     for layer in layers:
         layer["sequential_read_s"] = layer["input_bytes"] / (seq["mb_per_s"] * 1e6)
@@ -81,11 +83,13 @@ def main(argv=None):
         "num_nodes": ds.num_nodes,
         "num_edges": ds.num_edges,
         "wall_s": wall,
+        "cpu_s": cpu,
         "read_bytes": io() - before,
         "features_bytes": features.stat().st_size,
         "fio_sequential_mb_per_s": seq["mb_per_s"],
         "layers": layers,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_anon_start_bytes": anon_start,
         "rss_anon_peak_bytes": anon.stop()["rss_anon"],
         "load_start": load,
         "load_end": os.getloadavg(),
@@ -93,6 +97,12 @@ def main(argv=None):
     }
     Path(args.json).write_text(json.dumps(rec, indent=1))
     print(json.dumps({k: v for k, v in rec.items() if k != "machine"}, indent=1))
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process's threads so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

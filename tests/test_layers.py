@@ -61,6 +61,9 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules; t
             "gnnsys.inference.rows_io",
             "gnnsys.inference.rgcn_layerwise",
             "gnnsys.inference.prediction_io",
+            "gnnsys.inference.plan",
+            "gnnsys.inference.passes",
+            "gnnsys.inference.tiles",
         ),
     ),
     (

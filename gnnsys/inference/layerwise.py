@@ -10,14 +10,20 @@ feature source is gathered range by range), later layers the previous
 layer's output, kept in a scratch file (`ScratchRows`, float32, bfloat16 or
 float16, its space reserved up front and removed when done).
 
-Host memory stays within `host_mem_budget`: a chunk of input rows, and for a
-block of destinations their accumulators (gnnsys.inference.streaming.LayerStream) and
-in-edges. When every destination fits, a layer is one pass over its input;
-otherwise destinations are cut into blocks, one pass each. GAT reads each
-block's own input rows first (its attention needs them before any edge),
-which is a second read of those rows. GCN layers use the whole graph's
-degrees, so a node's output does not depend on which nodes share its block.
-`InferenceStats` records each layer's passes and bytes read.
+Host memory stays within `host_mem_budget`, counting everything a layer
+holds (gnnsys.inference.plan): a chunk of input rows, and for a block of
+destinations their accumulators (gnnsys.inference.streaming.LayerStream)
+and in-edges, beside the fixed arrays (node ids, degrees, result rows).
+When every destination fits, a layer is one pass over its input; otherwise
+destinations are cut into blocks, one pass each. A layer of several passes
+whose linear maps narrow its input projects the input once into a scratch
+file, which its passes read instead (gnnsys.inference.passes). The edges of
+each (block x chunk) tile are bucketed once and kept for the later layers
+on the same grid (gnnsys.inference.tiles). GAT reads each block's own input
+rows first (its attention needs them before any edge), which is a second
+read of those rows. GCN layers use the whole graph's degrees, so a node's
+output does not depend on which nodes share its block. `InferenceStats`
+records each layer's passes, bytes read and what it held.
 """
 
 from __future__ import annotations
@@ -31,20 +37,32 @@ import torch
 
 from gnnsys.errors import ConfigError
 from gnnsys.ids import check_ids
-from gnnsys.inference.rows_io import OUTPUT_DTYPES, ArraySink, ScratchRows, done_with, input_rows, scratch_directory
+from gnnsys.inference.passes import passes, project_once
+from gnnsys.inference.plan import chunk_row_bytes, held_arrays, plan_layer
+from gnnsys.inference.rows_io import (
+    OUTPUT_DTYPES,
+    ArraySink,
+    ScratchRows,
+    done_with,
+    input_rows,
+    planned_rows,
+    scratch_directory,
+)
 from gnnsys.inference.streaming import LayerStream, bucket_edges
+from gnnsys.inference.tiles import TileStore
 from gnnsys.samplers.block import gcn_degree
-from gnnsys.training.loop import progress_bar
 
 DEFAULT_BUDGET = 10**9  # bytes of host memory a layer may hold (1 GB, as --host-mem-budget counts)
-MAX_CHUNK = 64 << 20  # bytes a chunk of input rows takes with its buffers, by default at most
 
 
 @dataclass
 class LayerStats:
     """What one layer of streaming inference did: destinations computed,
     passes over its input (one per block of destinations), chunks and bytes
-    read, the input's size in bytes, and seconds taken."""
+    read (the projection's read of the input included), the input's size in
+    bytes, seconds taken, the width of the projected rows its passes read
+    (0: none), the blocks whose edge tiles were read back rather than
+    bucketed, and the fixed arrays it held (bytes by name)."""
 
     layer: int
     nodes: int
@@ -54,6 +72,9 @@ class LayerStats:
     bytes_read: int
     input_bytes: int
     seconds: float
+    projected_width: int = 0
+    tiles_reused: int = 0
+    host_bytes: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -109,10 +130,9 @@ def layerwise_inference(
     outputs are kept. The model is put in eval mode and
     restored to its previous mode after.
     """
-    n = dataset.num_nodes
-    nodes = torch.arange(n) if nodes is None else torch.as_tensor(nodes).long().view(-1)
+    nodes = None if nodes is None else torch.as_tensor(nodes).long().view(-1)
     check_streaming(batch_size, host_mem_budget, dtype, chunk_bytes)
-    out = np.empty((nodes.shape[0], model.layers[-1].out_dim), np.float32)
+    out = np.empty((dataset.num_nodes if nodes is None else nodes.shape[0], model.layers[-1].out_dim), np.float32)
     stats = stream_inference(
         model,
         dataset,
@@ -134,7 +154,7 @@ def layerwise_inference(
 def stream_inference(
     model,
     dataset,
-    nodes: torch.Tensor,
+    nodes: torch.Tensor | None,
     sink,
     *,
     num_layers: int | None = None,
@@ -148,13 +168,15 @@ def stream_inference(
     dtype: str = "float32",
 ) -> InferenceStats:
     """The output of layer `num_layers` (default the last) of `model` for
-    `nodes`, written block by block to `sink` (`write(start, rows)`, e.g. an
-    ArraySink); options as `layerwise_inference`. Returns the InferenceStats."""
-    check_ids(nodes, dataset.num_nodes, "nodes")
+    `nodes` (None: every node), written block by block to `sink`
+    (`write(start, rows)`, e.g. an ArraySink); options as
+    `layerwise_inference`. Returns the InferenceStats."""
+    if nodes is not None:
+        check_ids(nodes, dataset.num_nodes, "nodes")
     layers = list(model.layers)[:num_layers]
-    everyone = torch.arange(dataset.num_nodes)
     stats = InferenceStats()
     with streaming(model, dataset, layers, features, scratch_dir) as run:
+        check_budget(layers, dataset, run, nodes, sink, device, host_mem_budget, chunk_bytes, batch_size, dtype)
         for i, layer in enumerate(layers):
             last = i == len(layers) - 1
             out = sink if last else ScratchRows(run.tmp, f"layer{i + 1}.bin", dataset.num_nodes, layer.out_dim, dtype)
@@ -163,7 +185,7 @@ def stream_inference(
                     layer,
                     dataset,
                     run.source,
-                    nodes if last else everyone,
+                    nodes if last else None,
                     out,
                     degree=run.degree,
                     batch_size=batch_size,
@@ -173,6 +195,10 @@ def stream_inference(
                     chunk_bytes=chunk_bytes,
                     desc=f"inference layer {i + 1}/{len(layers)}",
                     index=i + 1,
+                    scratch=run.tmp,
+                    dtype=dtype,
+                    tiles=run.tiles,
+                    keep_tiles=not last,
                 )
             )
             run.drop_input()
@@ -181,12 +207,29 @@ def stream_inference(
     return stats
 
 
+def check_budget(layers, dataset, run, nodes, sink, device, host_mem_budget, chunk_bytes, batch_size, dtype):
+    """Plan every layer before the first runs: the ConfigError (one line,
+    naming each fixed array) of a layer whose budget cannot hold them comes
+    before any work."""
+    budget = DEFAULT_BUDGET if host_mem_budget is None else int(host_mem_budget)
+    indptr, rows = dataset.indptr.numpy(), run.source
+    for i, layer in enumerate(layers):
+        last = i == len(layers) - 1
+        ids = nodes.numpy().astype(np.int64, copy=False) if last and nodes is not None else None
+        count = dataset.num_nodes if ids is None else ids.shape[0]
+        held = held_arrays(layer, run.degree, sink if last else None)
+        stream = LayerStream(layer, run.degree, device)
+        plan_layer(stream, rows, ids, count, indptr, budget, chunk_bytes, batch_size, held)
+        rows = planned_rows(dataset.num_nodes, layer.out_dim, dtype)
+
+
 class _Run:
     """The state of one streaming inference: the degrees (GCN), the scratch
-    directory, and the current layer's input rows (`source`)."""
+    directory, the current layer's input rows (`source`) and the kept edge
+    tiles (a TileStore)."""
 
     def __init__(self, degree, tmp, source):
-        self.degree, self.tmp, self.source = degree, tmp, source
+        self.degree, self.tmp, self.source, self.tiles = degree, tmp, source, None
 
     def drop_input(self) -> None:
         """Close the finished layer's input, and remove it when it is a scratch
@@ -206,6 +249,7 @@ def streaming(model, dataset, layers, features, scratch_dir):
     run = _Run(degree, None, input_rows(dataset, features))
     try:
         with scratch_directory(scratch_dir) as run.tmp:
+            run.tiles = TileStore(run.tmp, dataset.indptr.numpy(), dataset.indices.numpy())
             yield run
     finally:
         run.source.close()
@@ -216,7 +260,7 @@ def stream_layer(
     layer,
     dataset,
     source,
-    targets: torch.Tensor,
+    targets: torch.Tensor | None,
     sink,
     *,
     degree=None,
@@ -227,130 +271,71 @@ def stream_layer(
     chunk_bytes=None,
     desc: str = "layer",
     index: int = 1,
+    scratch=None,
+    dtype: str = "float32",
+    tiles=None,
+    keep_tiles: bool = False,
 ) -> LayerStats:
-    """`layer`'s output (eval mode) for the nodes `targets`, from `source`
-    (FileRows or SourceRows: every node's input rows), written to `sink` in
-    targets' order; a block of destinations per pass over the source, as
-    many as fit in host_mem_budget. Returns its LayerStats."""
+    """`layer`'s output (eval mode) for the nodes `targets` (None: every
+    node), from `source` (FileRows or SourceRows: every node's input rows),
+    written to `sink` in targets' order; a block of destinations per pass
+    over the source, as many as fit in host_mem_budget (gnnsys.inference.plan
+    counts what the layer holds). With a `scratch` directory, a layer that
+    takes several passes and whose projected rows are narrower than its
+    input (LayerStream.projection_width) projects the input once into a
+    scratch file of `dtype` rows, which its passes read instead. `tiles`: a
+    TileStore whose kept edge tiles a layer over every node reads back when
+    it can adopt their grid (its own kept when `keep_tiles`). Returns its
+    LayerStats."""
     began = time.perf_counter()
     stream = LayerStream(layer, degree, device)
     budget = DEFAULT_BUDGET if host_mem_budget is None else int(host_mem_budget)
-    n_rows = source.num_rows
-    chunk_rows = _chunk_rows(source, stream, budget, chunk_bytes, n_rows)
-    num_chunks = -(-n_rows // chunk_rows)
-    ids = targets.numpy().astype(np.int64, copy=False)
+    ids = None if targets is None else targets.numpy().astype(np.int64, copy=False)
+    count = source.num_rows if ids is None else ids.shape[0]
     indptr, indices = dataset.indptr.numpy(), dataset.indices.numpy()
-    dense_row = 4 * (layer.in_dim + 3 * layer.out_dim)  # a destination's temporaries in the dense maps
-    batch_size = max(1, min(batch_size, ids.shape[0], budget // 8 // dense_row))
-    bounds = _blocks(
-        stream, ids, indptr, budget, chunk_rows * _chunk_row_bytes(source, stream) + batch_size * dense_row, chunk_rows
-    )
-    source.reserve(chunk_rows)
-    read_before = source.bytes_read
-    chunks_read = 0
-    bar = progress_bar(max(len(bounds) - 1, 1) * num_chunks, desc, "chunk", progress)
-    with bar:
-        for b0, b1 in zip(bounds[:-1], bounds[1:]):
-            block = ids[b0:b1]
-            offsets, src, dst, count = bucket_edges(indptr, indices, block, chunk_rows, num_chunks, stream.drop_self)
-            order = np.argsort(block, kind="stable")
-            where = np.searchsorted(block[order], np.arange(num_chunks + 1) * chunk_rows)  # block rows per chunk
-            x_dst = torch.empty(block.shape[0], stream.dst_width)
+    held = held_arrays(layer, degree, sink)
 
-            def take_dst(c, x):
-                sel = order[where[c] : where[c + 1]]
-                if sel.shape[0]:
-                    x_dst[torch.from_numpy(sel)] = stream.dst_rows(x[torch.from_numpy(block[sel] - c * chunk_rows)])
+    def plan_for(rows):
+        return plan_layer(stream, rows, ids, count, indptr, budget, chunk_bytes, batch_size, held)
 
-            if stream.dst_first:  # GAT: the block's own rows first
-                for c, x in _chunks(source, [c for c in range(num_chunks) if where[c] < where[c + 1]], chunk_rows):
-                    take_dst(c, x)
-                    chunks_read += 1
-                stream.begin(block, count, x_dst)
-            else:
-                stream.begin(block, count)
-            wanted = [
-                c
-                for c in range(num_chunks)
-                if offsets[c] < offsets[c + 1] or (not stream.dst_first and where[c] < where[c + 1])
-            ]
-            bar.update(num_chunks - len(wanted))
-            for c, x in _chunks(source, wanted, chunk_rows):
-                if not stream.dst_first:
-                    take_dst(c, x)
-                stream.add(x, c * chunk_rows, src[offsets[c] : offsets[c + 1]], dst[offsets[c] : offsets[c + 1]])
-                chunks_read += 1
-                bar.update()
-                bar.set_postfix(_throughput(began, source.bytes_read - read_before, b0))
-            for a in range(0, block.shape[0], batch_size):
-                sink.write(b0 + a, stream.finish(x_dst, a, min(a + batch_size, block.shape[0])))
-            bar.set_postfix(_throughput(began, source.bytes_read - read_before, b1))
+    plan, read_from = plan_for(source), source
+    read_before, chunks_read, width = source.bytes_read, 0, 0
+    if plan.passes > 1 and scratch is not None and stream.projection_width():
+        projected = project_once(stream, source, plan, scratch, f"layer{index}-projected.bin", dtype, progress, desc)
+        if projected is not None:
+            stream.use_projection()
+            read_from, width, chunks_read = projected, stream.projection_width(), -(-source.num_rows // plan.chunk_rows)
+            plan = plan_for(read_from)
+    num_chunks, reused = -(-read_from.num_rows // plan.chunk_rows), 0
+    if tiles is not None and ids is None:  # every node: the grid later layers may share
+        tiles.adopt(plan, stream.drop_self, read_from.align_rows, chunk_row_bytes(read_from, stream), budget)
+        num_chunks, reused = -(-read_from.num_rows // plan.chunk_rows), tiles.reused
+        tiles.start(plan, stream.drop_self, keep_tiles)
+
+        def tiles_of(k, block):
+            return tiles.tiles(k, block, plan.chunk_rows, num_chunks, stream.drop_self, keep_tiles)
+    else:
+
+        def tiles_of(k, block):
+            return bucket_edges(indptr, indices, block, plan.chunk_rows, num_chunks, stream.drop_self)
+
+    try:
+        chunks_read += passes(stream, read_from, ids, tiles_of, plan, sink, progress, desc, began)
+    finally:
+        if read_from is not source:
+            done_with(read_from, scratch)
+    n_rows = source.num_rows
+    read = source.bytes_read - read_before + (read_from.bytes_read if read_from is not source else 0)
     return LayerStats(
         layer=index,
-        nodes=int(ids.shape[0]),
-        passes=len(bounds) - 1,
-        chunk_rows=chunk_rows,
+        nodes=int(count),
+        passes=plan.passes,
+        chunk_rows=plan.chunk_rows,
         chunks_read=chunks_read,
-        bytes_read=source.bytes_read - read_before,
+        bytes_read=read,
         input_bytes=n_rows * source.row_bytes,
         seconds=time.perf_counter() - began,
+        projected_width=width,
+        tiles_reused=0 if tiles is None or ids is not None else tiles.reused - reused,
+        host_bytes=dict(plan.fixed),
     )
-
-
-def _throughput(began: float, nbytes: int, nodes: int) -> dict:
-    """A progress bar's postfix: input MB/s read and destinations/s finished since `began`."""
-    elapsed = max(time.perf_counter() - began, 1e-9)
-    return {"MB_s": f"{nbytes / 1e6 / elapsed:,.0f}", "nodes_s": f"{nodes / elapsed:,.0f}"}
-
-
-def _chunks(source, chunks: list, chunk_rows: int):
-    """(c, rows of chunk c) for the chunks in order, reading the next one while the caller works on this one."""
-
-    def submit(c):
-        return source.read_async(c * chunk_rows, min((c + 1) * chunk_rows, source.num_rows))
-
-    pending = submit(chunks[0]) if chunks else None
-    for k, c in enumerate(chunks):
-        x = pending.result()
-        pending = submit(chunks[k + 1]) if k + 1 < len(chunks) else None
-        yield c, x  # (a read still in flight when the caller stops is waited for by source.close())
-
-
-def _chunk_row_bytes(source, stream) -> int:
-    """Host bytes per row of a chunk: two raw buffers (one read ahead), the float rows, the stream's extra."""
-    return 2 * source.row_bytes + 4 * source.dim + stream.chunk_row_bytes()
-
-
-def _chunk_rows(source, stream, budget: int, chunk_bytes, n_rows: int) -> int:
-    """Rows read at a time, on the source's alignment grid: chunk_bytes of
-    input rows, or by default as many as take min(budget / 16, MAX_CHUNK)
-    bytes with their buffers (a pass reads the whole input whatever the
-    chunk, so the budget goes to destinations)."""
-    if chunk_bytes is None:
-        rows = min(budget // 16, MAX_CHUNK) // _chunk_row_bytes(source, stream)
-    else:
-        rows = int(chunk_bytes) // max(source.row_bytes, 1)
-    rows = max(source.align_rows, rows - rows % source.align_rows)
-    return min(rows, -(-n_rows // source.align_rows) * source.align_rows)
-
-
-def _blocks(stream, ids: np.ndarray, indptr: np.ndarray, budget: int, fixed: int, chunk_rows: int) -> list:
-    """Boundaries of consecutive blocks of `ids` whose state (stream.dst_bytes
-    per destination, 8 bytes per in-edge, 24 per destination for ids and order)
-    fits in `budget` bytes beside the `fixed` ones; ConfigError when even one
-    destination does not."""
-    cost = stream.dst_bytes() + 24 + 8 * (indptr[ids + 1] - indptr[ids])
-    need = fixed + (int(cost.max()) if ids.shape[0] else 0)
-    if budget < need:
-        raise ConfigError(
-            "host_mem_budget",
-            f"{budget:,} bytes cannot hold a chunk of {chunk_rows:,} input rows "
-            f"and one destination ({need:,} bytes); raise it or lower chunk_bytes",
-        )
-    avail = budget - fixed
-    total = np.cumsum(cost)
-    bounds = [0]
-    while bounds[-1] < ids.shape[0]:
-        base = total[bounds[-1] - 1] if bounds[-1] else 0
-        bounds.append(int(np.searchsorted(total, base + avail, side="right")))
-    return bounds

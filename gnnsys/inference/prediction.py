@@ -85,9 +85,10 @@ def predict(dataset, checkpoint, out=None, *, nodes=None, options=None, return_s
         return predict_hetero(dataset, checkpoint, out, nodes, o.output, o.layer, o.batch_size, device, o.progress)
     model = load_model(checkpoint, dataset, device)
     layer = check_layer(o.layer, model.num_layers, o.output)
-    nodes = check_nodes(nodes, dataset.num_nodes)
+    nodes = None if nodes is None else check_nodes(nodes, dataset.num_nodes)  # None: every node, holding no ids
     width = cast(GNNLayer, model.layers[layer - 1]).out_dim
-    shape, kind, transform = output_rows(o.output, dataset.task, nodes.shape[0], width)
+    count = dataset.num_nodes if nodes is None else nodes.shape[0]
+    shape, kind, transform = output_rows(o.output, dataset.task, count, width)
     run = dict(
         num_layers=layer,
         batch_size=o.batch_size,

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -60,7 +61,7 @@ class FileRows:
         except BaseException:
             os.close(self.file.fd)
             raise
-        self.align_rows = BLOCKS[-1] // math.gcd(stride, BLOCKS[-1])  # ranges on this grid start on any block
+        self.align_rows = align_rows(stride)
         self.bytes_read = 0
         self._buffers, self._next = [], 0
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-inference-read")
@@ -101,6 +102,18 @@ class FileRows:
         if self.file.fd >= 0:
             os.close(self.file.fd)
             self.file.fd = -1
+
+
+def align_rows(stride: int) -> int:
+    """Rows of `stride` bytes whose ranges, on this grid, start on a block of any size FileRows reads in."""
+    return BLOCKS[-1] // math.gcd(stride, BLOCKS[-1])
+
+
+def planned_rows(num_rows: int, dim: int, dtype: str) -> SimpleNamespace:
+    """The shape of a ScratchRows not made yet, as FileRows will read it (num_rows, dim, row_bytes,
+    align_rows): what planning a later layer needs."""
+    stride = dim * DTYPES[dtype].itemsize
+    return SimpleNamespace(num_rows=num_rows, dim=dim, row_bytes=stride, align_rows=align_rows(stride))
 
 
 class SourceRows:

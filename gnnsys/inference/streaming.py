@@ -150,6 +150,41 @@ class LayerStream:
         if self.project:
             self.width = layer.out_dim
         self.dst_width = layer.out_dim if self.project and layer.residual is None else layer.in_dim
+        self.projected = False
+
+    def projection_width(self) -> int:
+        """Columns of `project_rows`'s rows, from which the layer computes exactly
+        what it computes from its input rows (linear maps commute with the
+        aggregation); 0 when they would be no narrower than the input, or a
+        residual needs the input rows themselves."""
+        if self.layer.residual is not None:
+            return 0
+        out = self.layer.out_dim
+        width = {"sage": 2 * out, "gcn": out}.get(self.kind, self.width + 2 * getattr(self, "heads", 0))
+        return width if width < self.layer.in_dim else 0
+
+    def project_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Input rows `x` as the layer's projected rows (projection_width
+        columns): SAGE [x W_l, lin_r(x)], GCN x W, GAT [lin(x), alpha_src,
+        alpha_dst]."""
+        if self.kind == "sage":  # both maps in one product: [W_l; W_r] (lin_r has no bias)
+            both = torch.cat([self.conv.lin_l.weight, self.conv.lin_r.weight])
+            return self._dense(lambda t: F.linear(t, both.to(t.device)), x)
+        if self.kind == "gcn":
+            return self._dense(self.conv.lin, x)
+        xp, alpha = self._project(x)
+        out = torch.empty(x.shape[0], self.width + 2 * self.heads)
+        out[:, : self.width], out[:, self.width : self.width + self.heads] = xp, alpha
+        out[:, self.width + self.heads :] = self._alpha_dst(xp)
+        return out
+
+    def use_projection(self):
+        """From now on the rows given to `dst_rows`, `begin` and `add` are `project_rows`'s."""
+        if self.kind == "gat":  # each destination keeps its whole projected row
+            self.dst_width = self.projection_width()
+        else:  # SAGE accumulates x W_l and keeps lin_r(x); GCN both from x W
+            self.width = self.dst_width = self.layer.out_dim
+        self.projected = True
 
     def dst_bytes(self) -> int:
         """Host bytes of state per destination (its kept rows, the accumulator, GAT's softmax state)."""
@@ -158,11 +193,28 @@ class LayerStream:
 
     def dst_rows(self, x: torch.Tensor) -> torch.Tensor:
         """What the block keeps of its destinations' input rows `x` until `finish`."""
+        if self.projected:
+            return x[:, self.layer.out_dim :] if self.kind == "sage" else x
         return x if self.dst_width == self.layer.in_dim else self._dense(self.conv.lin_r, x)
 
     def chunk_row_bytes(self) -> int:
-        """Host bytes per source row of a chunk beyond its float32 rows (GAT's projection and attention)."""
-        return 4 * (self.width + self.heads) if self.kind == "gat" else 0
+        """Host bytes per source row of a chunk beyond its float32 rows (GAT's projection and attention,
+        SAGE's projected rows, the sources' weights)."""
+        if self.kind == "gat":
+            return 4 * (self.width + self.heads)
+        return 4 * (self.width + 1) if self.project else 4
+
+    def _neighbour_map(self, x: torch.Tensor) -> torch.Tensor:
+        """SAGE: x W_l (lin_l without its bias, which `finish` adds once)."""
+        return F.linear(x, self.conv.lin_l.weight)
+
+    def _alpha_dst(self, xp: torch.Tensor) -> torch.Tensor:
+        return (xp.view(-1, self.heads, self.channels) * self.conv.att_dst.detach().cpu()).sum(-1)
+
+    def _split(self, x: torch.Tensor):
+        """GAT's projected rows as (lin(x), alpha_src, alpha_dst), each contiguous."""
+        hc, h = self.width, self.heads
+        return x[:, :hc].contiguous(), x[:, hc : hc + h].contiguous(), x[:, hc + h :].contiguous()
 
     def _dense(self, fn, x: torch.Tensor) -> torch.Tensor:
         return fn(x.to(self.device)).float().cpu()
@@ -179,8 +231,11 @@ class LayerStream:
         n = dst_ids.shape[0]
         count = torch.from_numpy(count)
         if self.kind == "gat":
-            xp, alpha_self = self._project(x_dst)
-            self.alpha_dst = (xp.view(n, self.heads, self.channels) * self.conv.att_dst.detach().cpu()).sum(-1)
+            if self.projected:
+                xp, alpha_self, self.alpha_dst = self._split(x_dst)
+            else:
+                xp, alpha_self = self._project(x_dst)
+                self.alpha_dst = self._alpha_dst(xp)
             self.run_max = F.leaky_relu(alpha_self + self.alpha_dst, self.slope).contiguous()  # the self-loop
             self.run_sum = torch.ones(n, self.heads)
             self.acc = xp
@@ -200,7 +255,7 @@ class LayerStream:
         if src.shape[0] == 0:
             return
         if self.kind == "gat":
-            xp, alpha = self._project(x)
+            xp, alpha = self._split(x)[:2] if self.projected else self._project(x)
             softmax_merge(
                 xp.numpy(),
                 alpha.numpy(),
@@ -213,7 +268,12 @@ class LayerStream:
                 self.acc.numpy(),
             )
             return
-        x = self._dense(lambda t: F.linear(t, self.conv.lin_l.weight), x) if self.project else x.contiguous()
+        if self.projected:
+            x = x[:, : self.width]  # a strided view: the kernel reads the columns in place
+        elif self.project:
+            x = self._dense(self._neighbour_map, x)
+        else:
+            x = x.contiguous()
         scale = self.src_norm[lo : lo + x.shape[0]] if self.kind == "gcn" else torch.ones(x.shape[0])
         scatter_weighted(
             x.numpy(), src, dst, self.dst_scale.numpy(), scale.float().contiguous().numpy(), self.acc.numpy()
@@ -228,6 +288,8 @@ class LayerStream:
             h = acc + c.lin_l.bias + (xd if self.dst_width != self.layer.in_dim else c.lin_r(xd))
         elif self.kind == "sage":
             h = c.lin_l(acc) + c.lin_r(xd)
+        elif self.kind == "gcn" and self.projected:  # acc and xd are already x W
+            h = acc + xd * self.self_weight[a:b, None].to(self.device) + c.bias
         elif self.kind == "gcn":
             h = c.lin(acc + xd * self.self_weight[a:b, None].to(self.device)) + c.bias
         else:

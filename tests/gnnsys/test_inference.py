@@ -51,7 +51,7 @@ def test_layerwise_equals_full_graph(make_dataset, conv, batch_size, norm):
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gat"])
 @pytest.mark.parametrize("norm,residual", [(None, False), ("layer", True), ("batch", True)])
 @pytest.mark.parametrize(
-    "budget,chunk_bytes,several", [(None, None, False), (60_000, 1, True), (120_000, 40_000, True), (None, 1, False)]
+    "budget,chunk_bytes,several", [(None, None, False), (75_000, 1, True), (120_000, 40_000, True), (None, 1, False)]
 )
 def test_streaming_equals_full_graph_for_any_budget_and_chunk(
     make_dataset, conv, norm, residual, budget, chunk_bytes, several
