@@ -4,8 +4,8 @@ batches at every evaluation) packed once for the packed tier
 
 Its one window (storage/packer.py, with no cache: each batch's file holds
 all its distinct rows in id order) is packed on the tier's packing thread
-before any training window, so the training windows get what it leaves of
-the scratch budget. A gather whose sorted distinct ids have one of its
+after the first training window (training starts first), in at most half
+of the scratch budget; later windows get what it leaves. A gather whose sorted distinct ids have one of its
 batches' crc32 and count reads that batch's file whole (the next batch's is
 read ahead on the tier's reader thread) and is scattered into the caller's
 order; the files stay for the next evaluation.
@@ -29,7 +29,7 @@ class FixedPack:
     """The fixed stream `draws` (one epoch of `draws.batches` batches) of the
     packed tier `tier` (a PackedFeatures): packed without a cache in
     tier.scratch/fixed, in at most half of tier.scratch_bytes, on its
-    packing thread (from `start`, before the tier's first window), read on its reader thread."""
+    packing thread (from `start`, after the tier's first window), read on its reader thread."""
 
     def __init__(self, tier, draws):
         p = tier.packer
@@ -53,7 +53,7 @@ class FixedPack:
         self._ahead: tuple[int, Future, Segment] | None = None
 
     def start(self) -> None:
-        """Submit the packing (once): the tier calls it before it packs any window."""
+        """Submit the packing (once): the tier calls it after it submits its first window."""
         if self._job is None:
             self._job = self._packing.submit(self._pack)
 
@@ -61,6 +61,10 @@ class FixedPack:
         manifest, directory, packed = self.packer.pack(0, self.count, self._stop)
         index = {(s.unique, s.ids): i for i, s in enumerate(manifest.segments)}
         return manifest, directory, index, packed
+
+    def done(self) -> bool:
+        """Whether its packing has finished (or failed)."""
+        return self._job is not None and self._job.done()
 
     def ready(self):
         """(manifest, directory, {(count, crc32): batch}, whether it was packed now), once packed (its error if

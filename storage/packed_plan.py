@@ -63,7 +63,7 @@ def packed_parts(
     return {
         "packed.cache": padded(cache_rows * row_bytes),
         "packed.slots": 4 * num_nodes,
-        "packed.read_buffers": (ahead + 1) * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
+        "packed.read_buffers": ahead * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
         "packer.counts": 5 * num_nodes,
         "packer.ids": window * batch_rows * id_bytes(num_nodes),
         "packer.staging": staging_bytes(window + 1) + CHUNK_BYTES,

@@ -134,9 +134,9 @@ class PackedFeatures(CacheTier):
                 return
             self._drop_all()
             self._start = self._cursor = first
-            if self.fixed is not None:
-                self.fixed.start()  # packed first: the windows get what it leaves of the budget
             self._ensure(first)
+            if self.fixed is not None:  # after the first window: training starts first, evaluation comes later
+                self.fixed.start()
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor (in `out` if given); IndexError for ids out of range."""
@@ -254,7 +254,8 @@ class PackedFeatures(CacheTier):
     def _pack(self, first: int, stop: threading.Event):
         began = time.perf_counter()
         if self.fixed is not None and self.scratch_bytes is not None:  # packed before: its error, if any, is here
-            self.packer.window_bytes = (self.scratch_bytes - self.fixed.nbytes()) // 2
+            held = self.fixed.nbytes() if self.fixed.done() else self.fixed.packer.window_bytes  # or may hold
+            self.packer.window_bytes = (self.scratch_bytes - held) // 2
         manifest, directory, packed = self.packer.pack(first, self._count(first), stop)
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
