@@ -4,8 +4,9 @@ batches at every evaluation) packed once for the packed tier
 
 Its one window (storage/packer.py, with no cache: each batch's file holds
 all its distinct rows in id order) is packed on the tier's packing thread
-after the first training window (training starts first), in at most half
-of the scratch budget; later windows get what it leaves. A gather whose sorted distinct ids have one of its
+when the first gather that is no planned training batch asks for it (the
+first evaluation: training never waits for it), in at most half of the
+scratch budget; later windows get what it leaves. A gather whose sorted distinct ids have one of its
 batches' crc32 and count reads that batch's file whole (the next batch's is
 read ahead on the tier's reader thread) and is scattered into the caller's
 order; the files stay for the next evaluation.
@@ -29,7 +30,7 @@ class FixedPack:
     """The fixed stream `draws` (one epoch of `draws.batches` batches) of the
     packed tier `tier` (a PackedFeatures): packed without a cache in
     tier.scratch/fixed, in at most half of tier.scratch_bytes, on its
-    packing thread (from `start`, after the tier's first window), read on its reader thread."""
+    packing thread (from `start`, at the first gather that asks for it), read on its reader thread."""
 
     def __init__(self, tier, draws):
         p = tier.packer
@@ -53,7 +54,7 @@ class FixedPack:
         self._ahead: tuple[int, Future, Segment] | None = None
 
     def start(self) -> None:
-        """Submit the packing (once): the tier calls it after it submits its first window."""
+        """Submit the packing (once): the first gather that asks for it does."""
         if self._job is None:
             self._job = self._packing.submit(self._pack)
 

@@ -135,8 +135,6 @@ class PackedFeatures(CacheTier):
             self._drop_all()
             self._start = self._cursor = first
             self._ensure(first)
-            if self.fixed is not None:  # after the first window: training starts first, evaluation comes later
-                self.fixed.start()
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor (in `out` if given); IndexError for ids out of range."""
