@@ -7,8 +7,9 @@ wall time, peak RssAnon sampled every 0.5 s, peak added disk use, which is the
 packed scratch) and from inside (/proc/self/io bytes read and written). Modes:
 
 - memory: `--features auto` (the table in memory);
-- ssd: `--features ssd --scratch-gb 0` (rows read at random through the
-  SSD tier, its cache `--cache-gb` under `--host-mem-budget`);
+- ssd: `--features ssd --scratch-gb 0 --cache-policy hybrid --lookahead 4`
+  (rows read at random through the SSD tier at its best settings, its cache
+  `--cache-gb` under `--host-mem-budget`);
 - packed: `--features ssd`, which packs batches here (the run's first line
   says so, and the benchmark checks it), with the same cache and budget.
 
@@ -68,7 +69,7 @@ def mode_flags(mode: str, args) -> list[str]:
         return []
     flags = ["--features", "ssd", "--cache-gb", str(args.cache_gb), "--host-mem-budget", str(args.host_mem_budget)]
     if mode == "ssd":
-        return [*flags, "--scratch-gb", "0"]
+        return [*flags, "--scratch-gb", "0", "--cache-policy", "hybrid", "--lookahead", "4"]
     return [*flags, *(["--scratch-dir", args.scratch_dir] if args.scratch_dir else [])]
 
 
