@@ -151,25 +151,22 @@ def open_feature_store(dataset, options, device, ranks=None, fixed=None) -> Feat
 
 
 def ssd_choice(dataset, options) -> str:
-    """One line: what `features="ssd"` reads `dataset`'s rows with under
-    `options` (a MinibatchOptions), packed batches or random reads, and why
-    (storage.packed_plan.choose_packing, as training decides it)."""
+    """One line: what `features="ssd"` reads a homogeneous `dataset`'s rows
+    with under `options` (a MinibatchOptions), packed batches or random
+    reads, and why (storage.packed_plan.choose_packing over the draws
+    training makes, before an evaluation stream is known)."""
+    from gnnsys.storage.memory_plan import GB
     from gnnsys.storage.packed_plan import choose_packing
 
-    table = dataset.features if not isinstance(dataset, HeteroDataset) else None
-    if table is None or not table.mapped:
-        return "rows read at random: no training batches are drawn ahead to pack"
-    sampler = training_sampler(dataset, options)
-    scratch_bytes = None if options.scratch_gb is None else int(options.scratch_gb * 10**9)
     _, note = choose_packing(
-        table,
+        dataset.features,
         "ssd",
-        lambda: BatchDraws(dataset, options, sampler),
+        lambda: _draws(dataset, options, training_sampler(dataset, options), 0, 1, None, for_loader=True),
         random_reads={},
         host_mem_budget=options.host_mem_budget,
         cache_rows=options.cache_rows,
         cache_gb=options.cache_gb,
         scratch_dir=options.scratch_dir,
-        scratch_bytes=scratch_bytes,
+        scratch_bytes=None if options.scratch_gb is None else int(options.scratch_gb * GB),
     )
     return note
