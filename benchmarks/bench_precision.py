@@ -1,17 +1,19 @@
 """Mixed-precision benchmark: epoch time, accuracy and the GEMM roofline.
 
-Configurations, each run in its own process, interleaved (rep 1 of each, rep
-2 of each, ...) so that load on a shared machine falls on all alike:
-gnnsys fp32; gnnsys bf16-mixed and gnnsys auto (the default precision) with
-fp32 stored features; the same two with bf16 stored features (--bf16-dataset,
-the same graph prepared with `--dtype bfloat16`); DGL fp32 and DGL with its whole run under
-`torch.autocast("cpu", torch.bfloat16)` (both when the DGL environment of
-benchmarks/setup_peers.sh exists; a configuration that fails is recorded with
-its error). GraphSAGE with bench_minibatch.py's defaults (3x256, 15/10/5,
-batch 1024); the timed figure is the training epoch (time_s, and compute_s of
-its breakdown), median over --repeats runs of --epochs epochs (the first epoch
-of a run left out when it has more than one). Each gnnsys run records the
-precision its request resolved to on this machine (gnnsys.runtime.precision).
+Configurations, each run in its own process, interleaved (rep 1 of each, rep 2
+of each, ...) so that load on a shared machine falls on all alike: gnnsys
+fp32; gnnsys bf16-mixed and gnnsys auto (the default precision) with fp32
+stored features; the same two with bf16 stored features (--bf16-dataset, the
+same graph prepared with `--dtype bfloat16`); each peer of --peers (DGL 2.1.0
+and PyG, in the environments of benchmarks/setup_peers.sh) in fp32 with the
+same model, and DGL with its whole run under `torch.autocast("cpu",
+torch.bfloat16)` (a configuration that fails is recorded with its error; not
+the DGL autocast run under --isa). GraphSAGE with bench_minibatch.py's
+defaults (3x256, 15/10/5, batch 1024); the timed figure is the training epoch
+(time_s, and compute_s of its breakdown), median over --repeats runs of
+--epochs epochs (the first epoch of a run left out when it has more than one).
+Each gnnsys run records the precision its request resolved to on this machine
+(gnnsys.runtime.precision).
 
 The machine: `machine` is gnnsys's machine record taken in a child process
 (the CPU by gnnsys.runtime.cpu_features: model, flags, torch's capability, whether
@@ -32,9 +34,11 @@ the GEMM rate of this machine at 2 threads, fp32 and bf16 (a 50000x256 by
 and after the last run; the floor is FLOP / rate and each configuration
 reports compute_s / floor (benchmarks/bench_roofline.py has it per layer).
 
-Accuracy: --acc-seeds runs of --acc-epochs epochs each for gnnsys fp32,
-bf16-mixed and auto (fp32 stored features), test accuracy after the last epoch
-(exact layer-wise inference), mean and spread over seeds.
+Accuracy: --acc-seeds runs of --acc-epochs epochs each for the gnnsys
+precisions of --acc-precisions (fp32 stored features), test accuracy after the
+last epoch (exact layer-wise inference), mean and spread over seeds; with
+--acc-reference, each mean is compared with the same precision's in an
+earlier results file (the same seeds and epochs).
 
 Every run records the 1-minute load average before and after; a run where
 either is above --load-flag per core is flagged `loaded`, and the summary
@@ -67,11 +71,15 @@ GEMM = (50000, 256, 256)
 TARGETS = {
     "bf16_vs_gnnsys_fp32": 1.8,
     "bf16_vs_dgl_fp32": 3.5,
+    "fp32_vs_dgl_fp32": 2.5,
+    "auto_vs_dgl_fp32": 5.0,
     "accuracy_points": 0.5,
+    "accuracy_vs_reference": 0.005,
     "fp32_over_floor": 1.3,
     "bf16_over_fp32_epoch": 1.05,
     "auto_over_fp32_epoch": 1.05,
 }
+PEERS = ("dgl", "pyg")
 EMULATE = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "NUMBA_CPU_NAME": "haswell"}}
 ACC_PRECISIONS = ("32", "bf16-mixed", "auto")
 
@@ -253,7 +261,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=1, help="training epochs per timed run")
     p.add_argument("--acc-epochs", type=int, default=10, help="epochs of each accuracy run (0: no accuracy runs)")
     p.add_argument("--acc-seeds", type=int, default=3, help="accuracy runs (seeds 0..N-1) per precision")
-    p.add_argument("--no-dgl", action="store_true", help="leave DGL out even when its environment exists")
+    p.add_argument(
+        "--peers",
+        default="dgl,pyg",
+        help="peers timed beside gnnsys, fp32 with the same model (DGL also under bf16 autocast); '' for none",
+    )
+    p.add_argument(
+        "--acc-precisions",
+        default=",".join(ACC_PRECISIONS),
+        help="gnnsys precisions of the accuracy runs (the first is the one the others are compared with)",
+    )
+    p.add_argument(
+        "--acc-reference",
+        help="an earlier results JSON of this benchmark: each precision's mean test accuracy is compared with it",
+    )
     p.add_argument("--isa", choices=list(EMULATE), help="emulate a CPU with this ISA only (see the docstring)")
     p.add_argument("--load-flag", type=float, default=0.5, help="flag runs above this load average per core")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
@@ -263,6 +284,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     for d in filter(None, (args.dataset, args.bf16_dataset)):
         if not (Path(d) / "meta.json").is_file():
             p.error(f"{d}: not a prepared gnnsys dataset (no meta.json)")
+    args.peers = [s for s in args.peers.split(",") if s]
+    for system in args.peers:
+        if system not in PEERS:
+            p.error(f"--peers: unknown peer {system!r}; choose from {', '.join(PEERS)}")
+        if not SYSTEMS[system][0].exists():
+            p.error(f"--peers: {system} needs {SYSTEMS[system][0]}; run benchmarks/setup_peers.sh {system} first")
+    args.acc_precisions = [s for s in args.acc_precisions.split(",") if s]
+    unknown = [s for s in args.acc_precisions if s not in ACC_PRECISIONS]
+    if unknown or not args.acc_precisions:
+        p.error(f"--acc-precisions: choose from {', '.join(ACC_PRECISIONS)}, got {args.acc_precisions}")
+    if args.acc_reference:
+        try:
+            args.reference_accuracy = json.loads(Path(args.acc_reference).read_text())["accuracy"]
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--acc-reference: {args.acc_reference}: not a results file of this benchmark ({e})")
     return args
 
 
@@ -289,11 +325,12 @@ def configurations(args) -> dict:
     if args.bf16_dataset:
         configs["gnnsys-bf16-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "bf16-mixed", *model]
         configs["gnnsys-auto-stored"] = me + ["gnnsys", args.bf16_dataset, "--precision", "auto", *model]
-    dgl_python, dgl_script = SYSTEMS["dgl"]
-    if dgl_python.exists() and not args.no_dgl:
-        peer = [str(Path(args.dataset).resolve()), *model]
-        configs["dgl-fp32"] = [str(dgl_python), str(dgl_script), *peer]
-        configs["dgl-bf16"] = [str(dgl_python), str(Path(__file__).resolve()), "child", "dgl-autocast", *peer]
+    peer = [str(Path(args.dataset).resolve()), *model]
+    for system in args.peers:
+        python, script = SYSTEMS[system]
+        configs[f"{system}-fp32"] = [str(python), str(script), *peer]
+        if system == "dgl" and not args.isa:  # emulating AVX2, a bf16 GEMM runs some 30x slower than fp32
+            configs["dgl-bf16"] = [str(python), str(Path(__file__).resolve()), "child", "dgl-autocast", *peer]
     return configs
 
 
@@ -361,8 +398,9 @@ def accuracy(runs: list) -> dict:
     }
 
 
-def targets(summary: dict, acc: dict) -> dict:
-    """Each target of the issue with its measured figure and met/missed (None: not measured)."""
+def targets(summary: dict, acc: dict, reference: dict | None = None) -> dict:
+    """Each target with its measured figure and met/missed (None: not measured).
+    `reference`: an earlier run's accuracy per precision (--acc-reference)."""
 
     def speed(a, b):
         return (
@@ -371,19 +409,29 @@ def targets(summary: dict, acc: dict) -> dict:
             else None
         )
 
-    bf16_computes = summary.get("gnnsys-bf16", {}).get("precision") == ["bf16-mixed"]  # else it ran fp32 GEMMs
+    def computes_bf16(name):  # else it ran fp32 GEMMs: no bf16-native CPU
+        return summary.get(name, {}).get("precision") == ["bf16-mixed"]
+
     figures = {
-        "bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32") if bf16_computes else None,
-        "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32") if bf16_computes else None,
+        "bf16_vs_gnnsys_fp32": speed("gnnsys-bf16", "gnnsys-fp32") if computes_bf16("gnnsys-bf16") else None,
+        "bf16_vs_dgl_fp32": speed("gnnsys-bf16", "dgl-fp32") if computes_bf16("gnnsys-bf16") else None,
+        "fp32_vs_dgl_fp32": speed("gnnsys-fp32", "dgl-fp32"),
+        "auto_vs_dgl_fp32": speed("gnnsys-auto", "dgl-fp32") if computes_bf16("gnnsys-auto") else None,
         "fp32_over_floor": summary.get("gnnsys-fp32", {}).get("compute_over_floor"),
         "bf16_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-bf16"),
         "auto_over_fp32_epoch": speed("gnnsys-fp32", "gnnsys-auto"),
     }
-    means = [acc.get(p, {}).get("test_mean") for p in ACC_PRECISIONS]
-    figures["accuracy_points"] = max(abs(m - means[0]) for m in means[1:]) * 100 if None not in means else None
+    means = {p: a["test_mean"] for p, a in acc.items() if a["test_mean"] is not None}
+    first = next(iter(acc), None)
+    others = [abs(m - means[first]) for p, m in means.items() if p != first] if first in means else []
+    figures["accuracy_points"] = max(others) * 100 if others else None
+    shifts = [
+        abs(m - reference[p]["test_mean"]) for p, m in means.items() if (reference or {}).get(p, {}).get("test_mean")
+    ]
+    figures["accuracy_vs_reference"] = max(shifts) if shifts else None
     out = {}
     for name, figure in figures.items():
-        higher_is_better = name.startswith("bf16_vs")
+        higher_is_better = "_vs_" in name and not name.startswith("accuracy")
         met = None if figure is None else (figure >= TARGETS[name] if higher_is_better else figure <= TARGETS[name])
         out[name] = {"target": TARGETS[name], "measured": figure, "met": met}
     return out
@@ -448,7 +496,7 @@ def main(argv=None) -> int:
             me + ["kernels", args.dataset, *(["--bf16-dataset", args.bf16_dataset] if args.bf16_dataset else [])], args
         ),
         "runs": {name: [] for name in configs},
-        "accuracy_runs": {p: [] for p in ACC_PRECISIONS},
+        "accuracy_runs": {p: [] for p in args.acc_precisions},
     }
 
     def save():
@@ -458,7 +506,7 @@ def main(argv=None) -> int:
         result["gemm_gflops"] = rates
         result["summary"] = {n: summarize(n, r, gflop, rates) for n, r in result["runs"].items()}
         result["accuracy"] = {p: accuracy(r) for p, r in result["accuracy_runs"].items()}
-        result["targets"] = targets(result["summary"], result["accuracy"])
+        result["targets"] = targets(result["summary"], result["accuracy"], getattr(args, "reference_accuracy", None))
         atomic_write_bytes(json_path, json.dumps(result, indent=1).encode())
         if can_plot(png_path):
             plot(result, png_path)
@@ -479,7 +527,7 @@ def main(argv=None) -> int:
             )
             save()
     for seed in range(args.acc_seeds if args.acc_epochs else 0):
-        for precision in ACC_PRECISIONS:
+        for precision in args.acc_precisions:
             cmd = me + [
                 "gnnsys",
                 args.dataset,
