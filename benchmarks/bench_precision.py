@@ -446,28 +446,39 @@ def plot(result: dict, path: Path):
     import matplotlib.pyplot as plt
 
     names = [n for n, s in result["summary"].items() if s["epoch_s"]]
-    if not names:
-        return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
-    left.bar(names, [result["summary"][n]["epoch_s"] for n in names], color="tab:blue", label="epoch (median)")
-    floors = [n for n in names if result["summary"][n].get("floor_s")]
-    left.scatter(
-        floors, [result["summary"][n]["floor_s"] for n in floors], color="black", marker="_", s=600, label="GEMM floor"
-    )
-    left.set_ylabel("seconds per epoch")
-    left.set_title(f"{result['dataset']}: epoch time")
-    left.legend()
-    left.tick_params(axis="x", rotation=20)
     acc = result["accuracy"]
     precisions = [p for p in acc if acc[p]["test_mean"] is not None]
-    right.bar(
-        precisions,
-        [100 * acc[p]["test_mean"] for p in precisions],
-        yerr=[100 * (acc[p]["test_stdev"] or 0) for p in precisions],
-        color="tab:green",
-    )
-    right.set_ylabel("test accuracy (%)")
-    right.set_title(f"after {result['config']['acc_epochs']} epochs")
+    widths = [w for w, shown in ((3, names), (1, precisions)) if shown]
+    if not widths:
+        return
+    fig, axes = plt.subplots(1, len(widths), figsize=(3 + 2 * sum(widths), 4), gridspec_kw={"width_ratios": widths})
+    axes = list(axes) if len(widths) > 1 else [axes]
+    if names:
+        left = axes.pop(0)
+        left.bar(names, [result["summary"][n]["epoch_s"] for n in names], color="tab:blue", label="epoch (median)")
+        floors = [n for n in names if result["summary"][n].get("floor_s")]
+        left.scatter(
+            floors,
+            [result["summary"][n]["floor_s"] for n in floors],
+            color="black",
+            marker="_",
+            s=600,
+            label="GEMM floor",
+        )
+        left.set_ylabel("seconds per epoch")
+        left.set_title(f"{result['dataset']}: epoch time")
+        left.legend()
+        left.tick_params(axis="x", rotation=20)
+    if precisions:
+        right = axes.pop(0)
+        right.bar(
+            precisions,
+            [100 * acc[p]["test_mean"] for p in precisions],
+            yerr=[100 * (acc[p]["test_stdev"] or 0) for p in precisions],
+            color="tab:green",
+        )
+        right.set_ylabel("test accuracy (%)")
+        right.set_title(f"after {result['config']['acc_epochs']} epochs")
     save_figure(fig, path)
 
 

@@ -136,7 +136,9 @@ def summarize(runs: list) -> dict:
 
 
 def machine_info(device) -> dict:
-    """Where a run happened: device, CPU count, threads, the CPU and what it
+    """Where a run happened: device, CPU count, the threads of torch (intra-op
+    and inter-op) and of numba's kernels (the loader adds one sampling and
+    one gather thread when the config's `prefetch` > 0), the CPU and what it
     executes natively (`cpu`, gnnsys.runtime.cpu_features), versions."""
     import numba
     import numpy
@@ -145,7 +147,11 @@ def machine_info(device) -> dict:
     info = {
         "device": str(device),
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "threads": {
+            "torch": torch.get_num_threads(),
+            "torch_interop": torch.get_num_interop_threads(),
+            "numba": numba.get_num_threads(),
+        },
         "cpu": cpu_features.detect().to_dict(),
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -124,6 +124,23 @@ def test_detect_is_this_machine_once_per_process_and_in_the_machine_record(monke
     assert machine_info("cpu")["cpu"] == cpu_features.detect().to_dict()
 
 
+def test_the_machine_record_has_the_threads_this_process_computes_with():
+    import numba
+    import torch
+
+    from gnnsys.training.result import machine_info
+
+    torch_threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        numba.set_num_threads(1)
+        threads = machine_info("cpu")["threads"]
+    finally:
+        torch.set_num_threads(torch_threads)
+        numba.set_num_threads(numba_threads)
+    assert threads == {"torch": 1, "torch_interop": torch.get_num_interop_threads(), "numba": 1}
+
+
 @pytest.mark.parametrize(
     "content, problem",
     [
