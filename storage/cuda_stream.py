@@ -1,6 +1,7 @@
-"""`CudaStreams`: the CUDA stream and event calls the loader's stages and
-the shared cache's exchange make; `StreamHandle`: work queued on a side
-stream, whose wait() orders the caller's current stream after it.
+"""`CudaStreams`: the CUDA stream and event calls the loader's stages, the
+shared cache's exchange and pinned staging (storage/staging.py) make;
+`StreamHandle`: work queued on a side stream, whose wait() orders the
+caller's current stream after it.
 
 Every stream and event call goes through a `CudaStreams` object, so the
 ordering logic is tested on the CPU with a recording stand-in
@@ -44,6 +45,20 @@ class CudaStreams:
             return tensor
         host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
         return host.copy_(tensor, non_blocking=True)
+
+    def empty(self, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A new tensor on `device`, its memory owned by the current stream."""
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    def pinned(self, nbytes: int) -> torch.Tensor:
+        """`nbytes` of pinned (page-locked) host memory as a uint8 tensor."""
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """dst.copy_(src) queued on the current stream without the host waiting
+        (from pinned `src`: write `src` again only once an event recorded
+        after the copy has fired)."""
+        dst.copy_(src, non_blocking=True)
 
     def record_stream(self, tensor: torch.Tensor, stream) -> None:
         """Tell the caching allocator that `stream` uses `tensor` (allocated on

@@ -2,7 +2,7 @@
 
 `plan_host_memory` sizes every part a stack holds in host memory (cache
 rows, the policy's per-node state and window, victim rows and index, SSD
-read staging, rows read ahead) and, with `host_mem_budget`, fits them into
+read staging, rows read ahead, pinned staging for a GPU) and, with `host_mem_budget`, fits them into
 it: the rows read ahead get what the rest leaves (up to the window's worth;
 the cache's stats say how many were skipped for lack of room), and a budget
 that cannot hold the rest is refused with one line naming each part and its
@@ -69,6 +69,7 @@ def plan_host_memory(
     engine_bytes: int = 0,
     batch_rows: int = 0,
     cache_on_host: bool = True,
+    pinned: dict | None = None,
 ) -> HostMemoryPlan:
     """The sizes of the host-memory parts of a stack (see HostMemoryPlan).
 
@@ -78,7 +79,8 @@ def plan_host_memory(
     the distinct rows one batch needs (estimate_batch_rows), which sizes the
     policy's window and the rows read ahead (lookahead x batch_rows at most);
     cache_on_host False: the cache's rows live on a GPU; engine_bytes: held
-    for the SSD tier's read engine. With a budget (GB) what the fixed parts
+    for the SSD tier's read engine; pinned: {part: bytes} of the pinned
+    buffers that stage host rows for a GPU (storage/staging.py). With a budget (GB) what the fixed parts
     leave is shared: the SSD staging gets up to FIRST_STAGING (at least
     `min_staging`, one read per SSD thread), the rows read ahead up to the
     window's worth, then the staging up to MAX_STAGING again;
@@ -110,6 +112,7 @@ def plan_host_memory(
         parts["victim"] = VictimBuffer.planned_bytes(victim_rows, num_nodes, row_bytes)
     if engine_bytes:
         parts["ssd.engine"] = engine_bytes
+    parts.update(pinned or {})
     sizes = dict(cache_rows=cache_rows, victim_rows=victim_rows, row_bytes=row_bytes)
     if host_mem_budget is None:
         return HostMemoryPlan(staging_bytes=None, lookahead_fill_rows=None, parts=parts, **sizes)

@@ -5,8 +5,12 @@ A gather sorts and deduplicates the ids, plans block-aligned reads that merge
 rows sharing or adjoining a block (storage/direct_io.py), runs them on an
 io_uring (storage/uring_io.py) or a pool of threads into a page-aligned
 staging buffer bounded by `host_mem_budget` (a batch whose reads do not fit is
-read in waves) and scatters the rows into the caller's order. Staging is plain
-host memory: pinned staging for CUDA copies is not done here. The engine and
+read in waves) and scatters the rows into the caller's order. With `pinned` (a
+storage.staging.PinnedStaging, given by the stack builder when the rows are
+used on a GPU), `gather_into` a tensor on that GPU (the rows a GPU cache
+misses) scatters them into pinned buffers instead, sent by asynchronous copies
+on a side stream; StagedFeatures over this tier does the same for a GPU stack
+without a cache. The engine and
 the gap merged between rows are chosen from the device's measured costs
 (storage/io_probe.py `IOModel`) unless given.
 """
@@ -33,6 +37,7 @@ from gnnsys.storage.table import RowTable
 from .direct_io import ReadPool, aligned, choose_gap, open_rows_file, plan_reads, row_blocks, scatter_rows
 from .io_probe import IOModel
 from .io_probe import io_model as measured_model
+from .staging import PinnedStaging
 from .uring_io import MAX_DEPTH, UringReader, uring_available
 
 DEFAULT_STAGING = 64 << 20
@@ -108,7 +113,9 @@ class SSDFeatures(FeatureSource):
     model); host_mem_budget: bytes of staging buffer (default 64 MiB), at
     least threads x max_read (threads) or max_read (uring), else ConfigError;
     direct: True requires O_DIRECT, False reads through the page cache, None (default)
-    tries O_DIRECT and falls back with a RuntimeWarning. `stats()` gives the
+    tries O_DIRECT and falls back with a RuntimeWarning. pinned: a
+    PinnedStaging through which gather_into writes rows into a tensor on its
+    device (None: no staging; the tier closes it). `stats()` gives the
     device bytes read, the useful bytes (unique rows x row bytes), the reads
     issued, their ratio `read_amplification`, how many times the file was
     read (`file_fraction`) and the gaps chosen.
@@ -128,9 +135,13 @@ class SSDFeatures(FeatureSource):
         depth: int = DEFAULT_DEPTH,
         max_gap: int | str = "auto",
         io_model: IOModel | None = None,
+        pinned: PinnedStaging | None = None,
     ):
         self.path, self.shape, self.dtype, self.stride = rows_file(table)
         self.row_bytes = self.shape[1] * self.dtype.itemsize
+        if pinned is not None and (pinned.dim, pinned.dtype) != (self.shape[1], self.dtype):
+            table_rows = f"{self.shape[1]} x {self.dtype}"
+            raise ConfigError("pinned", f"stages rows of {pinned.dim} x {pinned.dtype}, the table's are {table_rows}")
         if threads < 1:
             raise ConfigError("threads", f"must be at least 1, got {threads}")
         if max_gap != "auto" and (
@@ -154,7 +165,7 @@ class SSDFeatures(FeatureSource):
         except BaseException:
             os.close(file.fd)
             raise
-        self.io_model = io_model
+        self.io_model, self.pinned = io_model, pinned
         uring = self.engine == "uring"
         self._reader = UringReader(self.path, file, depth) if uring else ReadPool(self.path, file, threads)
         self._finalizer = weakref.finalize(self, self._reader.close)
@@ -199,8 +210,13 @@ class SSDFeatures(FeatureSource):
 
     def gather_into(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
         """Row ids[i] into out[at[i]] straight from the staging buffer (no
-        temporary) for a contiguous CPU `out` of this dtype."""
+        temporary) for a contiguous CPU `out` of this dtype; through the pinned
+        staging for an `out` on its device."""
         ids = check_ids(torch.as_tensor(ids), self.shape[0])
+        if self.pinned is not None and out.device == self.pinned.device:
+            fill = lambda lo, hi, staged: self.gather(ids[lo:hi], out=staged)  # noqa: E731
+            self.pinned.upload_into(ids.shape[0], fill, out, at)
+            return
         if out.device.type != "cpu" or out.dtype != self.dtype or not out.is_contiguous():
             return super().gather_into(ids, out, at)
         self._gather_to(ids, out, at.numpy().astype(np.int64, copy=False))
@@ -279,16 +295,23 @@ class SSDFeatures(FeatureSource):
 
     def host_bytes(self) -> dict:
         """{part: bytes} of the host buffers the tier holds: the staging buffer
-        the reads land in and the engine's own (io_uring's rings)."""
-        return {"staging": len(self._staging), **self._reader.host_bytes()}
+        the reads land in, the engine's own (io_uring's rings) and, with
+        pinned staging, its pinned buffers ("pinned")."""
+        pinned = {} if self.pinned is None else {"pinned": self.pinned.host_bytes()}
+        return {"staging": len(self._staging), **self._reader.host_bytes(), **pinned}
 
     def close(self):
-        """Stop the reader (threads or ring) and close the file (also done when collected)."""
+        """Stop the reader (threads or ring), close the file (also done when
+        collected) and release the pinned staging, if any."""
         if hasattr(self, "_async"):
             self._async.shutdown(wait=True)
         self._finalizer()
+        pinned = getattr(self, "pinned", None)  # unset when the constructor failed early
+        if pinned is not None:
+            pinned.close()
 
     def __repr__(self):
         mode = f"O_DIRECT, {self.block} B blocks" if self.direct else "buffered"
         engine = f"io_uring depth {self.depth}" if self.depth else f"{self.threads} threads"
-        return f"SSDFeatures({self.path}, shape={self.shape}, dtype={self.dtype}, {mode}, {engine})"
+        staged = "" if self.pinned is None else f", pinned staging to {self.pinned.device}"
+        return f"SSDFeatures({self.path}, shape={self.shape}, dtype={self.dtype}, {mode}, {engine}{staged})"

@@ -5,7 +5,10 @@ tier `SSDFeatures` reading the file a memory-mapped table maps, with
 O_DIRECT), a victim buffer (when a lookahead window is given), and a
 software cache (`CachedFeatures`, or `SharedCachedFeatures` over
 data-parallel ranks) on top, every part sized by the host-memory plan
-(storage/memory_plan.py).
+(storage/memory_plan.py). On a GPU, host rows reach it through pinned staging
+(storage/staging.py): StagedFeatures over the rows (placement cpu-gather, or
+the SSD tier without a cache), or the SSD tier's own staging for the rows a
+GPU cache misses.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from .packed_plan import PACKED_BASE_STAGING, choose_packing
 from .packed_source import DEFAULT_AHEAD, PackedFeatures
 from .placement import unified
 from .ssd import DEFAULT_MAX_READ, DEFAULT_THREADS, SSDFeatures
+from .staged import StagedFeatures
+from .staging import PinnedStaging
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +122,8 @@ def build_stack(
         for name, value in (("scratch_dir", scratch_dir), ("scratch_gb", scratch_gb)):
             if value is not None:
                 raise ConfigError(name, "holds packed batches; needs features='ssd' or 'packed'")
-    source, plan = _bottom(table, features, device, host_mem_budget, progress, sizes)
+    shared = ranks is not None and ranks.multi
+    source, plan = _bottom(table, features, device, host_mem_budget, progress, sizes, shared)
     plan = replace(plan, note=note)
     if plan.cache_rows == 0:
         return check_stack(source), plan
@@ -149,22 +155,42 @@ def build_stack(
     return check_stack(source), plan
 
 
-def _bottom(table, features, device, host_mem_budget, progress, sizes):
-    """(rows source, HostMemoryPlan): the placed table, or the SSD tier reading its file sized by the plan."""
+def _bottom(table, features, device, host_mem_budget, progress, sizes, shared=False):
+    """(rows source, HostMemoryPlan): the placed table, or the SSD tier reading
+    its file sized by the plan. Host rows used on a GPU pass through pinned
+    staging (storage/staging.py): StagedFeatures over the table (placement
+    cpu-gather) or over the SSD tier (no cache), or the SSD tier's own for the
+    rows a GPU cache misses (a cache of one rank; `shared`: the data-parallel
+    cache, which keeps its rows on the host)."""
     num_nodes, dim = table.shape
     row_bytes = dim * table.dtype.itemsize
+    pinned_bytes = PinnedStaging.planned_bytes(row_bytes)
     if features != "ssd":
         plan = plan_host_memory(num_nodes, row_bytes, **sizes)
-        return unified(table, features, device, progress=progress).source, plan
+        source = unified(table, features, device, progress=progress).source
+        if isinstance(source, StagedFeatures):
+            plan = replace(plan, parts={**plan.parts, f"{source.name}.pinned": pinned_bytes})
+        return source, plan
+    cached = bool(sizes["cache_rows"]) or sizes["cache_gb"] is not None
+    stage = None if sizes["cache_on_host"] or (cached and shared) else "ssd" if cached else StagedFeatures.name
     plan = plan_host_memory(
         num_nodes,
         row_bytes,
         host_mem_budget=host_mem_budget,
         min_staging=DEFAULT_THREADS * DEFAULT_MAX_READ,
         engine_bytes=SSD_ENGINE_BYTES,
+        pinned={f"{stage}.pinned": pinned_bytes} if stage else None,
         **sizes,
     )
-    return SSDFeatures(table, host_mem_budget=plan.staging_bytes), plan
+    pinned = PinnedStaging(dim, table.dtype, device) if stage == "ssd" else None
+    source = SSDFeatures(table, host_mem_budget=plan.staging_bytes, pinned=pinned)
+    if stage == StagedFeatures.name:
+        try:
+            source = StagedFeatures(source, device)
+        except BaseException:
+            source.close()
+            raise
+    return source, plan
 
 
 PACKED_BASE = dict(engine="threads", threads=4, max_gap=0, host_mem_budget=PACKED_BASE_STAGING)  # unplanned gathers

@@ -103,6 +103,22 @@ class RecordingStreams:
     def record_stream(self, tensor, stream):
         self.log.append(("record_stream", id(tensor), stream.name, threading.current_thread().name))
 
+    def empty(self, shape, dtype, device):
+        """A new host tensor standing in for one on `device` (which may be a pretended GPU)."""
+        return torch.empty(shape, dtype=dtype)
+
+    def pinned(self, nbytes):
+        """Plain host memory standing in for pinned memory, logged with its address."""
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+        self.log.append(("pinned", buffer.data_ptr(), nbytes, threading.current_thread().name))
+        return buffer
+
+    def copy(self, dst, src):
+        """dst.copy_(src) at once (the stand-in of a queued copy), logged with
+        the address of `src` and the current stream."""
+        dst.copy_(src)
+        self.log.append(("copy", src.data_ptr(), self.current(None).name, threading.current_thread().name))
+
     def to_host(self, tensor):
         """A copy of `tensor` (a new tensor, as CUDA's to pinned memory), logged with the current stream."""
         host = tensor.clone()
