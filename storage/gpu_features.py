@@ -56,7 +56,8 @@ class PendingGather:
 class TableFeatures(FeatureSource):
     """A FeatureSource over a contiguous [num_rows, row_stride] uint8 `table`
     holding `dim` values of `dtype` per row, gathered by the Triton kernel into
-    tensors on `device`. `max_programs` caps the kernel's grid (None: 2 per SM)."""
+    tensors on `device`. `max_programs` caps the kernel's grid (None: the
+    launch config's thread budget, storage/gather_plan.py)."""
 
     placement = "table"
 

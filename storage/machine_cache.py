@@ -1,6 +1,7 @@
 """Per-machine measurements kept as JSON files under $GNNSYS_CACHE_DIR
-(default ~/.cache/gnnsys): the I/O probe of a device (storage/io_probe.py)
-and the CPU's bf16 GEMM benchmark (gnnsys/runtime/cpu_features.py).
+(default ~/.cache/gnnsys): the I/O probe of a device (storage/io_probe.py),
+the CPU's bf16 GEMM benchmark (gnnsys/runtime/cpu_features.py) and the
+gather kernel's launch configs a GPU's sweep measured (storage/gather_plan.py).
 
 A cache only saves measuring again, so it never stops a run: a file that is
 missing or cannot be read is absent; one that is not valid JSON or fails its

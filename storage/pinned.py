@@ -1,12 +1,17 @@
 """Pinned host placement: the GPU reads feature rows from host memory itself.
 
-A writable, C-contiguous in-memory table is pinned in place with
-cudaHostRegister (no copy). Memory already pinned is not registered again: a
-table another PinnedFeatures registered shares that registration (counted),
-memory pinned by anyone else (torch's pinned allocator) is used as it is.
-Anything else - a read-only memmap of features.bin above all - is copied
-chunk by chunk into an exactly sized buffer that is then registered (torch's
-pinned allocator rounds up to a power of two: a 14 GB table would take 16 GB).
+A writable, C-contiguous in-memory table that starts on a 128-byte line is
+pinned in place with cudaHostRegister (no copy). Memory already pinned is
+not registered again: a table another PinnedFeatures registered shares that
+registration (counted), memory pinned by anyone else (torch's pinned
+allocator) is used as it is. Anything else - a read-only memmap of
+features.bin above all, or a table starting inside a line (torch and numpy
+allocate on 64- or 16-byte boundaries; the gather would have to rotate every
+row back to its line, see storage/triton_gather.py) - is copied chunk by
+chunk into an exactly sized, page-aligned buffer (an anonymous mapping) that
+is then registered (torch's pinned allocator rounds up to a power of two: a
+14 GB table would take 16 GB). `in_place_refusal` is that decision, a pure
+function of the array.
 When pinning in place fails, the CUDA runtime's pending error is cleared
 (else the next kernel launch would raise it) and a pinned copy is made, with
 a one-line warning. A registration ends at close() or when the
@@ -35,6 +40,7 @@ import torch
 from gnnsys._capabilities import require_cuda
 from gnnsys.errors import GPUUnavailableError
 
+from .gather_plan import LINE_BYTES
 from .gpu_features import PendingGather, TableFeatures, as_row_table, copy_rows_into
 
 log = logging.getLogger(__name__)
@@ -137,7 +143,8 @@ def release_pin(pinning: HostPinning, pin: Pin) -> None:
 
 def pin_table(table: np.ndarray, pinning: HostPinning, progress: bool = True) -> Pin:
     """Pin the [num_rows, stride] uint8 rows of `table` (see the module docstring for the rules)."""
-    if can_pin_in_place(table):
+    refusal = in_place_refusal(table)
+    if refusal is None:
         host = torch.from_numpy(table)
         ptr, nbytes = host.data_ptr(), host.numel()
         key = _share(ptr, nbytes)
@@ -151,6 +158,8 @@ def pin_table(table: np.ndarray, pinning: HostPinning, progress: bool = True) ->
         log.warning(
             "features: pinning the table in place failed (cudaHostRegister: CUDA error %s); pinning a copy instead", rc
         )
+    else:
+        log.info("features: pinning a page-aligned copy of the table (not pinned in place: %s)", refusal)
     return _pinned_copy(table, pinning, progress)
 
 
@@ -174,15 +183,30 @@ def _pinned_copy(table: np.ndarray, pinning: HostPinning, progress: bool) -> Pin
 
 
 def can_pin_in_place(table: np.ndarray) -> bool:
-    """Whether cudaHostRegister may pin `table`'s memory where it is: a writable,
-    C-contiguous array that is not a file mapping (a memmap's pages belong to the
-    file; registering them would pin the whole file or fail)."""
+    """Whether `table` is pinned where it is (in_place_refusal finds no reason against)."""
+    return in_place_refusal(table) is None
+
+
+def in_place_refusal(table: np.ndarray) -> str | None:
+    """Why `table`'s memory is not pinned where it is, None when it may be: it
+    must be a writable, C-contiguous, non-empty array that is not a file
+    mapping (a memmap's pages belong to the file; registering them would pin
+    the whole file or fail) and starts on a 128-byte line."""
     base = table
     while isinstance(base, np.ndarray):
         if isinstance(base, np.memmap):
-            return False
+            return "it is a file mapping"
         base = base.base
-    return bool(table.flags.writeable and table.flags.c_contiguous and table.size > 0)
+    if not table.flags.writeable:
+        return "it is read-only"
+    if not table.flags.c_contiguous:
+        return "it is not C-contiguous"
+    if table.size == 0:
+        return "it is empty"
+    offset = table.ctypes.data % LINE_BYTES
+    if offset:
+        return f"it starts {offset} bytes past a {LINE_BYTES}-byte line"
+    return None
 
 
 class PinnedFeatures(TableFeatures):

@@ -16,6 +16,7 @@ is not available.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -37,11 +38,17 @@ from triton.compiler.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
+# name: (dtype, dim, the table's base past a 128-byte line, the launch config: None (the default),
+# ("widest", warps): the widest tile the sweep may try, ("sorted",): the default with ids sorted)
 GATHER_CASES = {
-    "fp32-100": (torch.float32, 100),
-    "fp32-128": (torch.float32, 128),
-    "fp32-602": (torch.float32, 602),
-    "fp16-100": (torch.float16, 100),
+    **{f"fp32-{b}B": (torch.float32, b // 4, 0, None) for b in (256, 512, 1024, 2048, 4096)},
+    "fp32-100": (torch.float32, 100, 0, None),
+    "fp32-602": (torch.float32, 602, 0, None),
+    "fp16-100": (torch.float16, 100, 0, None),
+    "fp32-512B-offset": (torch.float32, 128, 64, None),  # rows rotated back to their line
+    "fp32-512B-widest-4w": (torch.float32, 128, 0, ("widest", 4)),
+    "fp32-4096B-widest-8w": (torch.float32, 1024, 0, ("widest", 8)),
+    "fp32-512B-sorted": (torch.float32, 128, 0, ("sorted",)),
 }
 SAMPLER_FANOUTS = (5, 15, 32)
 _MEMORY_OP = re.compile(r"\b(ld|st)\.global((?:\.[a-z0-9]+)*?)(?:\.v(\d))?\.([bsuf])(\d+)\b")
@@ -86,20 +93,50 @@ def report(compiled, ptxas_log: str, elem_bits: int) -> dict:
     }
 
 
-def gather_case(dtype: torch.dtype, dim: int, num_rows: int = 1000, n: int = 4096) -> dict:
-    """The gather of `n` ids from a table of 128-byte-aligned rows of `dim` x `dtype`."""
-    from gnnsys.storage.triton_gather import _gather_rows_kernel, launch_args, plan_gather
+def gather_case(dtype: torch.dtype, dim: int, offset: int, how: tuple | None, rows: int = 1000, n: int = 4096) -> dict:
+    """The gather of `n` ids from a table of 128-byte-stride rows of `dim` x `dtype` starting `offset`
+    bytes past a line, with the launch config `how` names (see GATHER_CASES)."""
+    from gnnsys.storage.gather_plan import LaunchConfig, max_tile_rows, plan_gather
+    from gnnsys.storage.triton_gather import _gather_rows_kernel, launch_args, launch_config
 
     row_bytes = dim * dtype.itemsize
     stride = -(-row_bytes // 128) * 128
-    table = aligned(num_rows * stride).view(num_rows, stride)
+    table = aligned(rows * stride + offset)[offset:].view(rows, stride)
     out = aligned(n * row_bytes).view(dtype).view(n, dim)
     ids = torch.zeros(n, dtype=torch.int64)
     err = torch.zeros(1, dtype=torch.int64)
-    grid, args, meta = launch_args(table, ids, out, err, max_programs=264)
-    compiled, log = compile_launch(_gather_rows_kernel, args, meta)
     plan = plan_gather(table.data_ptr(), stride, out.data_ptr(), row_bytes)
-    return report(compiled, log, 8 * plan.elem)
+    config = launch_config(plan.load_bytes, out.device)
+    if how and how[0] == "widest":
+        config = LaunchConfig(max_tile_rows(plan, how[1]), how[1])
+    elif how:
+        config = dataclasses.replace(config, sort=True)
+    grid, args, meta = launch_args(table, ids, out, err, config=config)
+    compiled, log = compile_launch(_gather_rows_kernel, args, meta)
+    facts = {"rotate": meta["ROTATE"], "block_r": meta["BLOCK_R"], "block_w": meta["BLOCK_W"], "warps": config.warps}
+    facts |= {"threads_per_sm": config.threads_per_sm, "elem_bits": 8 * plan.elem, "span": plan.span}
+    return report(compiled, log, 8 * plan.elem) | loop_structure(compiled.asm["ttir"]) | facts
+
+
+def loop_structure(ttir: str) -> dict:
+    """Where the gather's atomics are and what its tile loop carries, from the Triton IR:
+    `atomics` (tt.atomic_rmw ops), `atomics_in_loops` (of them, inside an scf.for), and
+    `carried` (the result types of the outermost scf.for: the values one tile hands the next)."""
+    depth, loops, atomics, in_loops, carried = 0, [], 0, 0, None
+    for line in ttir.splitlines():
+        code = line.strip()
+        if "scf.for" in code:
+            if carried is None:
+                types = code.split("->", 1)[1] if "->" in code else ""
+                carried = re.findall(r"tensor<[^>]*>|\bi\d+\b", types.split("{", 1)[0])
+            loops.append(depth)
+        if "tt.atomic_rmw" in code:
+            atomics += 1
+            in_loops += bool(loops)
+        depth += code.count("{") - code.count("}")
+        while loops and depth <= loops[-1]:
+            loops.pop()
+    return {"atomics": atomics, "atomics_in_loops": in_loops, "carried": carried or []}
 
 
 def sampler_case(fanout: int, n: int = 1024, num_nodes: int = 10_000) -> dict:

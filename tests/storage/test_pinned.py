@@ -16,15 +16,28 @@ import torch
 from gnnsys.errors import GPUUnavailableError
 from gnnsys.storage import pinned as pinned_module
 from gnnsys.storage.gpu_features import PendingGather, TableFeatures, copy_rows_into
-from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place, pin_table, release_pin
+from gnnsys.storage.pinned import PinnedFeatures, can_pin_in_place, in_place_refusal, pin_table, release_pin
+from gnnsys.storage.table import RowTable
 from tests.storage.fakes import FakePinning
 
 HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 
+def on_line(shape, offset: int = 0, fill=None) -> np.ndarray:
+    """A writable uint8 array of `shape` starting `offset` bytes past a 128-byte line (holding `fill`)."""
+    n = int(np.prod(shape))
+    buf = np.zeros(n + 256, np.uint8)
+    skip = (-buf.ctypes.data) % 128 + offset
+    a = buf[skip : skip + n].reshape(shape)
+    if fill is not None:
+        a[:] = fill
+    assert a.ctypes.data % 128 == offset
+    return a
+
+
 def test_what_can_be_pinned_in_place(tmp_path):
-    a = np.zeros((4, 128), np.uint8)
+    a = on_line((4, 128))
     assert can_pin_in_place(a)
     assert not can_pin_in_place(a[:, :64])  # not contiguous
     ro = a.copy()
@@ -32,6 +45,10 @@ def test_what_can_be_pinned_in_place(tmp_path):
     assert not can_pin_in_place(ro)
     mm = np.memmap(tmp_path / "f.bin", np.uint8, "w+", shape=(4, 128))
     assert not can_pin_in_place(mm) and not can_pin_in_place(np.asarray(mm)[1:])
+    assert in_place_refusal(mm) == "it is a file mapping" and in_place_refusal(a) is None
+    assert in_place_refusal(on_line((4, 128), offset=64)) == "it starts 64 bytes past a 128-byte line"
+    assert in_place_refusal(a[:, 1:]) == "it is not C-contiguous" and in_place_refusal(ro) == "it is read-only"
+    assert in_place_refusal(a[2:]) is None and in_place_refusal(on_line((3, 100))[1:]) is not None  # stride 100
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 300, 1 << 20])
@@ -92,7 +109,7 @@ def test_pending_gather_check_waits_for_its_own_event():
 
 
 def test_pin_in_place_registers_once_and_unregisters_after_pending_work():
-    table = np.zeros((4, 128), np.uint8)
+    table = on_line((4, 128))
     pinning = FakePinning()
     pin = pin_table(table, pinning, progress=False)
     assert pin.in_place and pin.tensor.data_ptr() == table.ctypes.data
@@ -105,7 +122,7 @@ def test_pin_in_place_registers_once_and_unregisters_after_pending_work():
 
 
 def test_memory_pinned_by_someone_else_is_used_as_it_is():
-    table = np.zeros((4, 128), np.uint8)
+    table = on_line((4, 128))
     pinning = FakePinning(pinned={table.ctypes.data})
     pin = pin_table(table, pinning, progress=False)
     release_pin(pinning, pin)
@@ -113,7 +130,7 @@ def test_memory_pinned_by_someone_else_is_used_as_it_is():
 
 
 def test_a_table_pinned_twice_shares_one_registration():
-    table = np.zeros((4, 128), np.uint8)
+    table = on_line((4, 128))
     pinning = FakePinning()
     first, second = pin_table(table, pinning, False), pin_table(table[1:], pinning, False)
     assert len(pinning.calls("register")) == 1 and second.in_place
@@ -124,7 +141,7 @@ def test_a_table_pinned_twice_shares_one_registration():
 
 
 def test_failed_registration_is_cleared_and_an_exact_copy_is_pinned(caplog):
-    table = np.arange(3 * 1000, dtype=np.int64).astype(np.uint8).reshape(3, 1000)  # 3000 bytes
+    table = on_line((3, 1000), fill=np.arange(3000).astype(np.uint8).reshape(3, 1000))  # 3000 bytes
     pinning = FakePinning(codes=[712])  # cudaErrorHostMemoryAlreadyRegistered
     with caplog.at_level(logging.WARNING, logger="gnnsys.storage.pinned"):
         pin = pin_table(table, pinning, progress=False)
@@ -145,6 +162,20 @@ def test_a_memmap_is_copied_into_an_exactly_sized_registered_buffer(tmp_path):
     pin = pin_table(np.memmap(tmp_path / "f.bin", np.uint8, "r", shape=(5, 384)), pinning, progress=False)
     assert pinning.calls("register") == [("register", pin.tensor.data_ptr(), 5 * 384)]
     assert np.array_equal(pin.tensor.numpy(), mm)
+    release_pin(pinning, pin)
+
+
+def test_a_table_off_its_line_is_pinned_as_a_page_aligned_copy(caplog):
+    """torch leaves tensors 64 B past a line: pinned in place, every row read
+    would be rotated; a page-aligned copy puts them back on lines. Memory
+    pinned by someone else is copied as well when it starts off a line."""
+    table = on_line((5, 256), offset=64, fill=np.arange(5 * 256).astype(np.uint8).reshape(5, 256))
+    pinning = FakePinning(pinned={table.ctypes.data})
+    with caplog.at_level(logging.INFO, logger="gnnsys.storage.pinned"):
+        pin = pin_table(table, pinning, progress=False)
+    assert not pin.in_place and pin.tensor.data_ptr() % 4096 == 0 and np.array_equal(pin.tensor.numpy(), table)
+    assert pinning.log == [("register", pin.tensor.data_ptr(), 5 * 256)]
+    assert "pinning a page-aligned copy of the table (not pinned in place: it starts 64 bytes past" in caplog.text
     release_pin(pinning, pin)
 
 
@@ -180,10 +211,15 @@ def test_a_collected_pinned_table_is_unregistered(monkeypatch):
 def test_pinned_zero_copy_gather(make_dataset, dtype):
     t = torch.randn(50, 13).to(dtype)
     ids = torch.tensor([49, 3, 3, 0], device="cuda")
-    with PinnedFeatures(t) as in_place:  # a writable in-memory table: registered where it is
+    raw = t.view(torch.uint8).reshape(50, -1).numpy()
+    rows = RowTable(on_line(raw.shape, fill=raw), 13, dtype)
+    with PinnedFeatures(rows) as in_place:  # a writable in-memory table on a line: registered where it is
         assert in_place.pinned_in_place and in_place.table.is_pinned()
         assert torch.equal(in_place.gather(ids).cpu().view(torch.uint8), t[ids.cpu()].view(torch.uint8))
     assert in_place.closed
+    with PinnedFeatures(t) as as_given:  # torch's allocator: pinned in place only when on a line
+        assert as_given.pinned_in_place == (t.data_ptr() % 128 == 0) and as_given.table.data_ptr() % 128 == 0
+        assert torch.equal(as_given.gather(ids).cpu().view(torch.uint8), t[ids.cpu()].view(torch.uint8))
     ds, arrays = make_dataset(num_nodes=50, dim=13)
     with PinnedFeatures(ds.features) as copied:  # a read-only memmap: read into a pinned allocation
         assert not copied.pinned_in_place

@@ -7,10 +7,6 @@ any gnnsys module imports triton. With CUDA the same tests run compiled on
 the GPU and the variable is left alone.
 """
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -19,14 +15,15 @@ pytest.importorskip("triton")  # interpreted on the CPU: tests/conftest.py sets 
 
 from gnnsys._capabilities import HAS_CUDA, triton_interpreting  # noqa: E402
 from gnnsys.storage import UnifiedTensor  # noqa: E402
+from gnnsys.storage.gather_plan import LaunchConfig  # noqa: E402
 from gnnsys.storage.gpu_features import TableFeatures  # noqa: E402
+from gnnsys.storage.triton_gather import gather_rows  # noqa: E402
 from tests.storage.fakes import pretend_cuda  # noqa: E402
 
 assert HAS_CUDA or triton_interpreting(), "without CUDA, Triton must run interpreted (tests/conftest.py)"
 
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def padded_table(x: torch.Tensor, stride: int) -> torch.Tensor:
@@ -96,26 +93,6 @@ def test_out_of_range_id_is_never_read(bad):
         handle.check()
 
 
-@pytest.mark.parametrize(
-    "table_ptr,stride,row_bytes,expect",
-    [
-        # elem, load_vec, store_vec, rotate, row_v, load_v, src_stride_v, base_off_v
-        (4096, 512, 400, (4, 4, 4, False, 25, 25, 32, 0)),  # fp32 x 100 (products): 16-byte loads and stores
-        (4096, 2432, 2408, (4, 4, 2, False, 301, 151, 152, 0)),  # fp32 x 602: stores 8 bytes, loads the padded row
-        (4096, 256, 200, (4, 4, 2, False, 25, 13, 16, 0)),  # fp16 x 100
-        (4096, 28, 28, (4, 1, 1, True, 7, 7, 7, 0)),  # unaligned in-memory rows: rotated, 4-byte words
-        (4096 + 6, 10, 10, (2, 1, 1, True, 5, 5, 5, 3)),  # a table starting 6 bytes past a line
-        (4096 + 32, 112, 100, (4, 4, 1, True, 25, 7, 7, 2)),  # 16-byte loads of rotated rows
-    ],
-)
-def test_plan_vector_widths_and_rotation(table_ptr, stride, row_bytes, expect):
-    from gnnsys.storage.triton_gather import plan_gather
-
-    p = plan_gather(table_ptr, stride, 1024, row_bytes)
-    assert (p.elem, p.load_vec, p.store_vec, p.rotate, p.row_v, p.load_v, p.src_stride_v, p.base_off_v) == expect
-    assert p.load_v * p.load_vec * p.elem <= stride  # loading whole vectors never leaves the row's stride
-
-
 def strided_ids():
     """Non-contiguous id tensors: a step, a stride-0 expand, a transposed column."""
     return {
@@ -141,11 +118,55 @@ def test_cuda_device_is_normalised(monkeypatch):
     assert source.device == torch.device("cuda:0")  # what a tensor allocated on "cuda" reports
 
 
-def test_bench_gather_gpu_parses_args():
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_gather_gpu.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0 and "--row-bytes" in r.stdout
+def table_at(x: torch.Tensor, stride: int, offset: int) -> torch.Tensor:
+    """x's rows in a zero-padded [n, stride] table starting `offset` bytes past a 128-byte line."""
+    raw = x.view(torch.uint8).reshape(x.shape[0], -1)
+    buf = torch.zeros(x.shape[0] * stride + 256, dtype=torch.uint8, device=DEVICE)
+    skip = (-buf.data_ptr()) % 128 + offset
+    table = buf[skip : skip + x.shape[0] * stride].view(x.shape[0], stride)
+    table[:, : raw.shape[1]] = raw.to(DEVICE)
+    assert table.data_ptr() % 128 == offset
+    return table
+
+
+@pytest.mark.parametrize("row_bytes", [256, 512, 1024, 2048, 4096])
+@pytest.mark.parametrize("layout", ["aligned", "offset", "packed"])
+def test_every_row_size_and_layout(row_bytes, layout):
+    """Rows on lines, the same rows with the base 64 B past a line (rotated),
+    and unpadded rows straddling lines; with the default tile, with tiles of 2
+    rows over 3 programs (each program loops, carrying the next ids), and so
+    with the ids sorted first (rows stored through the permutation)."""
+    dim = row_bytes // 4 - (layout == "packed")
+    x = torch.randn(23, dim, generator=torch.Generator().manual_seed(row_bytes))
+    table = table_at(x, dim * 4 if layout == "packed" else row_bytes, 64 if layout == "offset" else 0)
+    ids = torch.tensor([22, 0, 5, 5, 17, 3, 22, 9, 11, 1, 0])
+    for config, programs in ((None, None), (LaunchConfig(rows=2), 3), (LaunchConfig(rows=2, sort=True), 3)):
+        out = torch.empty(len(ids), dim, device=DEVICE)
+        err = gather_rows(table, ids.to(DEVICE), out, programs, config)
+        assert int(err[0]) == len(ids) and same_bits(out, x[ids])
+
+
+@pytest.mark.parametrize("sort", [False, True])
+@pytest.mark.parametrize("bad_at", [[11, 37], [37], [49], [0, 49], [12, 13, 14, 15]])
+def test_the_first_bad_position_is_reported_across_tiles_and_programs(bad_at, sort):
+    """Tiles of 4 rows over 3 programs: program 0 has tiles 0, 3, 6, 9, 12
+    (positions 0-3, 12-15, ..., 48-49), so positions 11 and 37 fall to
+    different programs; each keeps its first and one atomic takes the least.
+    Sorted, the bad ids come first and the positions reported are the caller's."""
+    x = torch.randn(10, 8)
+    ids = torch.arange(50) % 10
+    ids[bad_at] = -1 - torch.tensor(bad_at)
+    out = torch.full((50, 8), 7.0, device=DEVICE)
+    err = gather_rows(padded_table(x, 128), ids.to(DEVICE), out, 3, LaunchConfig(rows=4, sort=sort))
+    assert int(err[0]) == min(bad_at)
+    good = ids >= 0
+    assert same_bits(out[good.to(DEVICE)], x[ids[good]]) and not out[~good.to(DEVICE)].any()
+
+
+@pytest.mark.parametrize("n", [1, 3, 64, 65])
+def test_batches_around_one_tile(n):
+    x = torch.randn(70, 30)
+    ids = torch.randperm(70, generator=torch.Generator().manual_seed(n))[:n]
+    out = torch.empty(n, 30, device=DEVICE)
+    err = gather_rows(padded_table(x, 128), ids.to(DEVICE), out, config=LaunchConfig(rows=64))
+    assert int(err[0]) == n and same_bits(out, x[ids])
