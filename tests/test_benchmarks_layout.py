@@ -15,6 +15,7 @@ HELPER_MODULES = {
     "peaks": "peak sampling",
     "side_by_side": "gnnsys against DGL for bench_proteins.py and bench_mag.py",
     "plot_minibatch": "bench_minibatch.py's figure, also redrawn standalone from a result",
+    "gpu_facts": "the GPU, CUDA, torch and Triton every GPU result records",
 }
 
 
