@@ -131,3 +131,18 @@ def test_the_headline_figures_against_their_targets(tmp_path, capsys):
 def test_the_figures_need_a_results_folder(tmp_path, capsys):
     assert gpu_figures.main([str(tmp_path / "absent")]) == 2
     assert capsys.readouterr().err == f"gpu_figures: needs one results folder, got {tmp_path / 'absent'}\n"
+
+
+def test_a_case_records_its_epochs_precision_and_tiers(make_dataset):
+    """bench_case on the CPU (the options' device and sizes changed): the record the GPU run writes."""
+    from gnnsys.datasets import PrepareOptions
+
+    ds, _ = make_dataset(num_nodes=400, num_edges=2000, dim=16, options=PrepareOptions(progress=False, align=512))
+    case = {"features": "ssd", "sampler": "cpu", "precision_asked": "32"}
+    small = {"device": "cpu", "fanouts": (4, 3), "hidden": 8, "batch_size": 64}
+    record = bench_epoch_gpu.bench_case(ds.path, case, bench_epoch_gpu.train_options(case, 2, 400, 0.1) | small)
+    assert record["precision"] == "32" and record["epoch_s"] > 0 and len(record["epoch_times_s"]) == 1
+    assert record["cache_rows"] == 40 and record["tiers_last"] and record["machine"]["device"] == "cpu"
+    gpu_only = {"features": "pinned", "sampler": "cpu", "precision_asked": "32"}
+    failed = bench_epoch_gpu.bench_case(ds.path, gpu_only, bench_epoch_gpu.train_options(gpu_only, 2, 400, 0.1) | small)
+    assert failed["epoch_s"] is None and failed["error"].startswith("GPUUnavailableError: placement 'pinned'")
