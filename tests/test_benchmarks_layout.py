@@ -16,6 +16,7 @@ HELPER_MODULES = {
     "side_by_side": "gnnsys against DGL for bench_proteins.py and bench_mag.py",
     "plot_minibatch": "bench_minibatch.py's figure, also redrawn standalone from a result",
     "gather_common": "what bench_gather_gpu.py and sweep_gather_gpu.py share",
+    "gpu_facts": "the GPU, CUDA, torch and Triton every GPU result records",
 }
 
 
