@@ -38,9 +38,10 @@
 #
 # Assumes PY has a CUDA build of torch (with the triton and the pure-Python packages it depends on),
 # numpy, numba and llvmlite, scipy, pandas, and psutil and xxhash (which torch_geometric imports): binary
-# packages, never carried. pymetis is optional (GNNPipe partitioning only). Carries only pure-Python
-# wheels: torch_geometric, tqdm and requests (with its dependencies), and pytest (with its dependencies)
-# and pytest-timeout.
+# packages, never carried. pymetis is optional (GNNPipe partitioning only). Carries pure-Python wheels
+# (torch_geometric, tqdm and requests with its dependencies, pytest with its dependencies and
+# pytest-timeout) and the PyG peer's CPython 3.12 torch-scatter and torch-sparse; a wheel PY's Python
+# cannot take, or whose module PY already imports, is left out with one line saying why.
 #
 # --dry-run works on any machine, with or without CUDA: it checks the arguments, runs the install step
 # with pip's --dry-run (pip builds the editable metadata and resolves the wheels; nothing is installed),

@@ -8,7 +8,8 @@
 # default --budget of 480 s with a 10% margin):
 #   install (15)  pip install --no-deps --no-build-isolation --no-index -e . into PY (default python3), with
 #                 the carried wheels (--wheels, default benchmarks/.gpu-wheels: torch-sparse and
-#                 torch-scatter for the PyG peer, and the pure-Python ones) whose module PY cannot import yet
+#                 torch-scatter for the PyG peer, and the pure-Python ones) that PY's Python can take and
+#                 whose module PY cannot import yet
 #   facts (10)    the machine: nvidia-smi (GPU, driver, PCIe link, clocks), CPU, memory and disk, into
 #                 machine_facts.txt (GPU, CUDA, torch, Triton and the commit are in gpu_headline.json)
 #   prepare (60)  the synthetic graphs, at once: products-shaped x0.25 (612K nodes, 15M edges, 512-byte

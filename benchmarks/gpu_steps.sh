@@ -164,19 +164,31 @@ script_step() {  # NAME FILE ARGS...: run_step NAME PY FILE ARGS..., or the step
     run_step "$name" "$PY" "$file" "$@"
 }
 
-install_step() {  # the install step: the project, and the carried wheels whose module PY cannot import yet
-    local wheel module
+# "" when PY should install the wheel $1, else why not: its module is importable already, or PY's
+# Python cannot take its tags (the GPU peer's wheels are built for one CPython)
+WHEEL_VERDICT='import importlib.util, sys
+from pip._vendor.packaging.tags import sys_tags
+from pip._vendor.packaging.utils import parse_wheel_filename
+name, _, _, tags = parse_wheel_filename(sys.argv[1].rsplit("/", 1)[-1])
+module = name.replace("-", "_")
+if importlib.util.find_spec(module) is not None:
+    print(f"{module} is already importable")
+elif not tags & set(sys_tags()):
+    built = ", ".join(sorted({t.interpreter for t in tags}))
+    print(f"this Python cannot install it (built for {built})")'
+
+install_step() {  # the install step: the project, and the carried wheels PY can take and cannot import yet
+    local wheel verdict
     local install=("$PY" -m pip install --no-deps --no-build-isolation --no-index)
     ((DRY_RUN)) && install+=(--dry-run)
     install+=(-e "$ROOT")
     for wheel in "$WHEELS"/*.whl; do
         [[ -e $wheel ]] || break
-        module=$(basename "$wheel")
-        module=${module%%-*}
-        if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is not None)"; then
+        verdict=$("$PY" -c "$WHEEL_VERDICT" "$wheel")
+        if [[ -z $verdict ]]; then
             install+=("$wheel")
         else
-            echo "install: $module is already importable; its carried wheel is left out" | tee -a "$LOG"
+            echo "install: $(basename "$wheel") is left out: $verdict" | tee -a "$LOG"
         fi
     done
     run_step install "${install[@]}"

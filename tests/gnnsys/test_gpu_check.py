@@ -42,6 +42,9 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
     wheels.mkdir()
     pure_wheel(wheels, "gnnsys_check_probe", "1.0")  # a module this Python lacks: carried, pip would install it
     pure_wheel(wheels, "tqdm", "0.0.1")  # one it has: left out, its own tqdm untouched
+    pure_wheel(wheels, "gnnsys_other_probe", "1.0").rename(  # built for another CPython: left out
+        wheels / "gnnsys_other_probe-1.0-cp299-cp299-linux_x86_64.whl"
+    )
     out = tmp_path / "out"
     r = gpu_check(
         "--dry-run",
@@ -61,7 +64,11 @@ def test_dry_run_installs_nothing_and_plans_every_step(tmp_path):
     steps = {s["name"]: s for s in report["steps"]}
     would = next(line for line in steps["install"]["output_tail"] if line.startswith("Would install"))
     assert would.split()[2:] == ["gnnsys-0.1.0", "gnnsys_check_probe-1.0"]
-    assert "tqdm is already importable" in r.stdout
+    assert "tqdm-0.0.1-py3-none-any.whl is left out: tqdm is already importable" in r.stdout
+    assert (
+        "gnnsys_other_probe-1.0-cp299-cp299-linux_x86_64.whl is left out: this Python cannot install it"
+        " (built for cp299)" in r.stdout
+    )
     assert list(steps) == [
         "install",
         "smoke",
