@@ -40,9 +40,9 @@ class Pipeline:
 
     def run(self):
         """Generator of the batches in order; joins the threads when it ends or is closed."""
-        for t in self.threads:
-            t.start()
         try:
+            for t in self.threads:  # inside the try: an interrupt between two starts stops those started
+                t.start()
             for _ in range(len(self.batches)):
                 began = time.perf_counter()
                 item = self._get(self.ready)

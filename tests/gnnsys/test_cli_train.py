@@ -242,9 +242,10 @@ def test_json_to_stdout_or_a_fifo_is_streamed(make_dataset, tmp_path, capfd):
 
 def start_training(argv, cwd):
     """`gnnsys train ARGV` in a subprocess (SIGINT at its default, as a
-    terminal's Ctrl-C finds it), stdout and stderr piped."""
+    terminal's Ctrl-C finds it), stdout and stderr piped; a crash prints
+    every thread's stack (faulthandler)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "gnnsys", "train", *argv],
+        [sys.executable, "-X", "faulthandler", "-m", "gnnsys", "train", *argv],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -297,10 +298,10 @@ def test_sigterm_without_a_checkpoint_says_none_was_written(make_dataset, tmp_pa
     rows_until(run, 1)
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=60)
-    assert run.returncode == 143
-    assert err == (
+    assert (run.returncode, err) == (  # a crash's status comes with its stderr (faulthandler's stacks)
+        143,
         "gnnsys train: terminated; no checkpoint was written "
-        "(--checkpoint-dir DIR writes one after every epoch, --resume continues)\n"
+        "(--checkpoint-dir DIR writes one after every epoch, --resume continues)\n",
     )
 
 

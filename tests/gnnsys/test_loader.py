@@ -199,6 +199,26 @@ def test_leaving_early_stops_every_thread(make_dataset, leave):
     assert wait_until(lambda: not live_stage_threads(), 1.0)
 
 
+def test_an_interrupt_while_the_threads_start_stops_those_started(make_dataset, monkeypatch):
+    """Ctrl-C or SIGTERM landing between two thread starts: the threads
+    already started are stopped and joined, not left running at exit."""
+    ds, _ = make_dataset(num_nodes=300, num_edges=3000)
+    loader = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[5, 5]), BatchOptions(batch_size=4), PipelineOptions(sampling_threads=2)
+    )
+    start = threading.Thread.start
+
+    def interrupted_start(thread):
+        start(thread)
+        if thread.name == "gnnsys-sample-1":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    assert wait_until(lambda: not live_stage_threads(), 1.0)
+
+
 @pytest.mark.parametrize(
     "make, match",
     [
