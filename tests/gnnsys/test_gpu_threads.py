@@ -30,7 +30,7 @@ def threads(*args, cwd=ROOT, **env) -> subprocess.CompletedProcess:
 def test_dry_run_plans_every_core_count_with_commands_bench_roofline_accepts(tmp_path):
     r = threads("--dry-run", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert "plan: the steps' limits add up to 65s of the 90s budget" in r.stdout
+    assert "plan: the steps' limits add up to 70s of the 90s budget" in r.stdout
     report = json.loads((tmp_path / "gpu_threads.json").read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert list(steps) == STEPS and report["budget_s"] == 90
@@ -49,7 +49,7 @@ def test_dry_run_plans_every_core_count_with_commands_bench_roofline_accepts(tmp
 
 def test_dry_run_refuses_limits_over_the_budget_and_a_bad_scale(tmp_path):
     r = threads("--dry-run", "--out", str(tmp_path), "--budget", "60")
-    assert r.returncode == 2 and "limits add up to 65s, over --budget 60s with a 10% margin" in r.stderr
+    assert r.returncode == 2 and "limits add up to 70s, over --budget 60s with a 10% margin" in r.stderr
     r = threads("--dry-run", "--out", str(tmp_path), GPU_THREADS_SCALE="10")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == "gpu_threads: GPU_THREADS_SCALE must be a scale in (0, 1], got '10'\n"
