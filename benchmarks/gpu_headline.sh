@@ -39,9 +39,9 @@
 # cases take about 85 s, the fp32 CPU-gather case with the GPU sampler fits too. Papers x0.03: its one
 # case took 47 s of which 1 s was epochs: the rest was mostly the layer-wise evaluation streaming 3.3M
 # nodes (on a 2-core CPU at x0.003, layer-wise 6-9 s against 1 s sampled), hence --eval sampled there.
-# SSD at x0.25 took 12 s an epoch and 50 s a case, PyG with no loader processes did not finish 145
-# batches in 110 s (over 0.75 s a batch): at x0.1 (20 batches an epoch) with 8 loader processes both
-# fit their steps with room to spare.
+# SSD at x0.25 took 12 s an epoch and 50 s a case, PyG with no loader processes did not finish its
+# ~150 batches in 110 s (0.7 s a batch or more, sampling in one thread): at x0.1 (20 batches an
+# epoch), with 8 loader processes for PyG, both should fit their steps with room to spare.
 # Results under --out (default benchmarks/results/gpu_<card>/, <card> from the GPU's name, e.g. gpu_h100):
 # gpu_headline.json (the machine; each step's status, exit code, seconds, command and output tail),
 # gpu_headline.log (all output), machine_facts.txt, bench_gather_gpu.json, sweep_gather_gpu.json,
