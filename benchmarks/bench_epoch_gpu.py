@@ -6,23 +6,31 @@ Graphs: synthetic products-shaped (--products-scale, default 0.25: 612K nodes,
 papers100M-shaped (--papers-scale, default 0.03: 3.3M nodes, 48M edges,
 128 x float32 features, 1.7 GB), prepared under --root with `gnnsys prepare
 synthetic` when missing, all graphs at once; --prepare-only prepares them
-and exits (no GPU needed). Cases, in this order: each sampler (--sampler:
-gpu, gpu-pinned, cpu) x each placement (--features: gpu resident, pinned
-zero-copy, cpu-gather, or ssd: the SSD tier's O_DIRECT random reads under
-a cache of --cache-frac of the rows, default 0.1) x each precision
-(--precision: 32, bf16-mixed, 16-mixed, auto; default 32,bf16-mixed). Each
-case trains --epochs epochs with `gnnsys.train` and evaluates once after
-the last, layer-wise for every placement (not timed); the median epoch time
-of the epochs after the first is reported. Every case records the precision
-it trained in (and the one asked for), the GPU, CUDA, torch and Triton
-(benchmarks/gpu_facts.py), its last epoch's time breakdown and tier
-counters, its ratio to the GPU-resident case of the same graph, sampler and
-precision (vs_gpu_resident) and, for ssd, to the faster of pinned and
-cpu-gather with the same sampler and precision (vs_in_memory). The JSON is
-rewritten after each case, so a run cut short keeps the cases it finished;
-a case that fails is recorded with its error and the exit status is 1;
-with --time-budget SECONDS, a case that would end past it (judged by the
-longest case so far) is recorded as not run, the run ending in time.
+and exits (no GPU needed; there --products-scale may list several scales,
+each prepared). Cases: each sampler (--sampler: gpu, gpu-pinned, cpu) x
+each placement (--features: gpu resident, pinned zero-copy, cpu-gather,
+or ssd: the SSD tier's O_DIRECT random reads under a cache of --cache-frac
+of the rows, default 0.1) x each precision (--precision: 32, bf16-mixed,
+16-mixed, auto; default 32,bf16-mixed), in that order, except that the
+CPU-gather baseline's cases come after all the others (precision, then
+sampler), so a run cut short has measured the placements it compares
+first. Each case trains --epochs epochs with `gnnsys.train` and evaluates
+once after the last (not timed), by --eval: layerwise (default; exact,
+streaming over every node) or sampled (the training fanouts over the
+validation and test nodes, far cheaper where those are few, as on the
+papers shape); the median epoch time of the epochs after the first is
+reported. Every case records the precision it trained in (and the one
+asked for), the GPU, CUDA, torch and Triton (benchmarks/gpu_facts.py), its
+last epoch's time breakdown and tier counters, its seconds in all and
+outside its epochs (loading, placing the features, evaluating), its ratio
+to the GPU-resident case of the same graph, sampler and precision
+(vs_gpu_resident) and, for ssd, to the faster of pinned and cpu-gather
+with the same sampler and precision (vs_in_memory). The JSON is rewritten
+after each case, so a run cut short keeps the cases it finished; a case
+that fails is recorded with its error and the exit status is 1; with
+--time-budget SECONDS, a case that would end past it (judged by the
+longest case so far with its sampler, the first case's compilations left
+out) is recorded as not run, the run ending in time.
 Writes --out (default benchmarks/results/bench_epoch_gpu.json) and a .png
 beside it (none with --no-plot or without matplotlib).
 
@@ -49,6 +57,8 @@ FEATURES = ("gpu", "pinned", "cpu-gather", "ssd")
 IN_MEMORY = ("pinned", "cpu-gather")  # host memory: what the SSD tier is compared with
 SAMPLERS = ("gpu", "gpu-pinned", "cpu")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")
+EVALS = ("layerwise", "sampled")
+BASELINE = "cpu-gather"  # the placement the others are compared with, run after them
 MODEL = dict(model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=256)
 
 
@@ -67,18 +77,41 @@ def choices(flag: str, text: str, allowed: tuple) -> list:
     return values
 
 
+def scale(flag: str, value: float) -> float:
+    """`value`, a graph's scale, when in (0, 1] (else one line, exit 2)."""
+    if not 0 < value <= 1:
+        fail(f"{flag} must be in (0, 1], got {value:g}")
+    return value
+
+
+def scales(flag: str, text: str) -> list[float]:
+    """The distinct comma-separated scales of `flag`, each in (0, 1] (else one line, exit 2)."""
+    values = []
+    for v in text.split(","):
+        try:
+            values.append(scale(flag, float(v)))
+        except ValueError:
+            fail(f"{flag}: {v!r} is not a number")
+    return list(dict.fromkeys(values))
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.error = lambda message: fail(message)  # type: ignore[method-assign]
     p.add_argument("--graph", choices=list(GRAPHS), action="append", help="graph shape (repeatable; default products)")
     p.add_argument("--root", type=Path, default=RESULTS.parent / ".cache" / "data", help="where datasets are prepared")
-    p.add_argument("--products-scale", type=float, default=0.25, help="scale of the products-shaped graph")
+    p.add_argument(
+        "--products-scale",
+        default="0.25",
+        help="scale of the products-shaped graph (several, comma-separated, with --prepare-only)",
+    )
     p.add_argument("--papers-scale", type=float, default=0.03, help="scale of the papers100M-shaped graph")
     p.add_argument("--epochs", type=int, default=3, help="epochs per case (>= 2: the first is dropped)")
     p.add_argument("--features", default="gpu,pinned,cpu-gather", help=f"placements to run ({', '.join(FEATURES)})")
     p.add_argument("--sampler", default="gpu,cpu", help=f"samplers to run ({', '.join(SAMPLERS)})")
     p.add_argument("--precision", default="32,bf16-mixed", help=f"precisions to run ({', '.join(PRECISIONS)})")
     p.add_argument("--cache-frac", type=float, default=None, help="--features ssd: cache this share of the rows (0.1)")
+    p.add_argument("--eval", choices=EVALS, default="layerwise", help="the evaluation after the last epoch (not timed)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds: cases that would end later are not run")
     p.add_argument("--prepare-only", action="store_true", help="prepare the graphs and exit (no GPU needed)")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_epoch_gpu.json")
@@ -90,9 +123,11 @@ def parse_args(argv=None):
     args.precision = choices("--precision", args.precision, PRECISIONS)
     if args.epochs < 2:
         fail(f"--epochs must be >= 2 (the first is dropped), got {args.epochs}")
-    for flag, scale in (("--products-scale", args.products_scale), ("--papers-scale", args.papers_scale)):
-        if not 0 < scale <= 1:
-            fail(f"{flag} must be in (0, 1], got {scale:g}")
+    args.products_scales = scales("--products-scale", args.products_scale)
+    if len(args.products_scales) > 1 and not args.prepare_only:
+        fail(f"--products-scale: one scale to run cases on, got {args.products_scale} (several with --prepare-only)")
+    args.products_scale = args.products_scales[0]
+    scale("--papers-scale", args.papers_scale)
     if args.time_budget is not None and args.time_budget <= 0:
         fail(f"--time-budget must be > 0 seconds, got {args.time_budget:g}")
     if args.cache_frac is not None and "ssd" not in args.features:
@@ -103,47 +138,42 @@ def parse_args(argv=None):
     return args
 
 
-def dataset_dir(graph: str, args) -> Path:
-    """Where the `graph`-shaped dataset of `args`' scale is (or will be) prepared."""
-    return args.root / f"{graph}-{args.products_scale if graph == 'products' else args.papers_scale:g}"
-
-
-def prepare(args) -> dict:
-    """{graph: dataset directory} for args.graph, those missing prepared now, in parallel child processes."""
-    paths = {graph: dataset_dir(graph, args) for graph in args.graph}
+def prepare(args) -> list[tuple[str, Path]]:
+    """(graph, dataset directory) for args.graph at each of its scales (--root/GRAPH-SCALE), those
+    missing prepared now, in parallel child processes."""
+    shapes = [(g, s) for g in args.graph for s in (args.products_scales if g == "products" else [args.papers_scale])]
+    paths = [(graph, args.root / f"{graph}-{scale:g}") for graph, scale in shapes]
     children = {}
-    for graph, out in paths.items():
+    for (graph, scale), (_, out) in zip(shapes, paths):
         if (out / "meta.json").is_file():
             continue
         args.root.mkdir(parents=True, exist_ok=True)
-        scale = args.products_scale if graph == "products" else args.papers_scale
         command = [sys.executable, "-m", "gnnsys", "prepare", "synthetic", "--like", GRAPHS[graph], "--scale"]
         command += [f"{scale:g}", "--overwrite", "--no-progress", "--out", str(out)]
         print(f"preparing {graph}-shaped x{scale:g} in {out}", flush=True)
-        children[graph] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    ended = {graph: child.communicate()[1].strip() for graph, child in children.items()}  # waits for each
-    failed = {graph: error for graph, error in ended.items() if children[graph].returncode != 0}
-    for graph, error in failed.items():
-        print(f"bench_epoch_gpu: preparing the {graph}-shaped graph failed: {error[-500:]}", file=sys.stderr)
+        children[out.name] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ended = {name: child.communicate()[1].strip() for name, child in children.items()}  # waits for each
+    failed = {name: error for name, error in ended.items() if children[name].returncode != 0}
+    for name, error in failed.items():
+        print(f"bench_epoch_gpu: preparing {name} failed: {error[-500:]}", file=sys.stderr)
     if failed:
         sys.exit(1)
     return paths
 
 
 def plan(args) -> list[dict]:
-    """The cases of one graph, in the order they run: sampler x placement x precision."""
-    return [
-        {"features": f, "sampler": s, "precision_asked": p}
-        for s in args.sampler
-        for f in args.features
-        for p in args.precision
-    ]
+    """The cases of one graph, in the order they run: sampler x placement x precision, then the
+    CPU-gather baseline's by precision x sampler."""
+    grid = [(s, f, p) for s in args.sampler for f in args.features for p in args.precision if f != BASELINE]
+    if BASELINE in args.features:
+        grid += [(s, BASELINE, p) for p in args.precision for s in args.sampler]
+    return [{"features": f, "sampler": s, "precision_asked": p} for s, f, p in grid]
 
 
-def train_options(case: dict, epochs: int, num_nodes: int, cache_frac: float) -> dict:
-    """gnnsys.train's options for `case`: evaluated once after the last epoch, layer-wise;
-    ssd with a cache of cache_frac of the rows and random reads (no packed batches)."""
-    options = MODEL | dict(epochs=epochs, eval_every=epochs, eval="layerwise", device="cuda", progress=False)
+def train_options(case: dict, epochs: int, num_nodes: int, cache_frac: float, evaluation: str = "layerwise") -> dict:
+    """gnnsys.train's options for `case`: evaluated once after the last epoch, by `evaluation`
+    (layerwise or sampled); ssd with a cache of cache_frac of the rows and random reads (no packed batches)."""
+    options = MODEL | dict(epochs=epochs, eval_every=epochs, eval=evaluation, device="cuda", progress=False)
     options |= dict(features=case["features"], sampler=case["sampler"], precision=case["precision_asked"])
     if case["features"] == "ssd":
         options |= dict(cache_rows=max(1, round(cache_frac * num_nodes)), scratch_gb=0)
@@ -157,12 +187,16 @@ def bench_case(path: Path, case: dict, options: dict) -> dict:
     record = dict(case)
     if "cache_rows" in options:
         record["cache_rows"] = options["cache_rows"]
+    started = time.monotonic()
     try:
         result = train(path, **options)
     except Exception as e:  # noqa: BLE001 -- recorded; the other cases still run
         return record | {"precision": None, "epoch_s": None, "error": f"{type(e).__name__}: {e}"}
+    took = time.monotonic() - started
     times = [e["time_s"] for e in result.epochs[1:]]
     return record | {
+        "first_epoch_s": result.epochs[0]["time_s"],
+        "outside_epochs_s": round(took - sum(e["time_s"] for e in result.epochs), 2),  # load, placement, evaluation
         "precision": result.config["precision"],
         "epoch_s": statistics.median(times),
         "epoch_times_s": times,
@@ -219,23 +253,31 @@ def plot(report: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def expected_seconds(took: list, sampler: str) -> float:
+    """What the next case with `sampler` should take, from `took` ((sampler, seconds) of the cases run, the
+    first with the compilations): the longest later case with that sampler, else the longest later case, else
+    the first."""
+    later = took[1:]
+    return max([s for name, s in later if name == sampler] or [s for _, s in later] or [s for _, s in took] or [0.0])
+
+
 def run_cases(path: Path, args, facts: dict, cases: list, save, began: float) -> None:
     """Each case of plan(args) on the dataset at `path`, appended to `cases` (with `facts`) and saved
     (`save()`) as it ends; with --time-budget, the cases the time left cannot hold are recorded as not run."""
     import gnnsys
 
     num_nodes = gnnsys.load_dataset(path).num_nodes
-    took: list[float] = []  # seconds of each case run, the first with the compilations
+    took: list[tuple[str, float]] = []  # (sampler, seconds) of each case run, the first with the compilations
     for case in plan(args):
         started = time.monotonic()
-        longest = max(took[1:] or took or [0.0])
-        if args.time_budget and started - began + longest > args.time_budget:
+        if args.time_budget and started - began + expected_seconds(took, case["sampler"]) > args.time_budget:
             late = f"not run: it would end past the {args.time_budget:g} s time budget"
             record = case | {"precision": None, "epoch_s": None, "skipped": late}
         else:
-            record = bench_case(path, case, train_options(case, args.epochs, num_nodes, args.cache_frac))
-            took.append(time.monotonic() - started)
-            record["seconds"] = round(took[-1], 1)
+            options = train_options(case, args.epochs, num_nodes, args.cache_frac, args.eval)
+            record = bench_case(path, case, options)
+            took.append((case["sampler"], time.monotonic() - started))
+            record["seconds"] = round(took[-1][1], 1)
         cases.append(record | facts)
         add_ratios(cases)
         print(describe(path.name, cases[-1]), flush=True)
@@ -246,7 +288,7 @@ def main(argv=None) -> int:
     began = time.monotonic()
     args = parse_args(argv)
     if args.prepare_only:
-        for graph, path in prepare(args).items():
+        for graph, path in prepare(args):
             print(f"{graph}: {path}")
         return 0
     if not torch.cuda.is_available():
@@ -255,13 +297,14 @@ def main(argv=None) -> int:
 
     facts = gpu_facts()
     config = vars(args) | {"root": str(args.root), "out": str(args.out), "model": MODEL}
+    del config["products_scales"]  # one scale when cases run: products_scale
     report = {"benchmark": "bench_epoch_gpu", "config": config, "gpu": facts, "graphs": {}}
 
     def save(machine=None):  # what a killed run leaves
         report["machine"] = report.get("machine") or machine
         atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
 
-    for graph, path in prepare(args).items():
+    for graph, path in prepare(args):
         report["graphs"][graph] = {"path": str(path), "cases": []}
         run_cases(path, args, facts, report["graphs"][graph]["cases"], save, began)
     save()

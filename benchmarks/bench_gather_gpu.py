@@ -24,7 +24,9 @@ checked bit for bit before timing. The JSON (--out) records the GPU, torch,
 Triton, CUDA and each case's launch (tile rows and width, warps, grid, and
 where its config came from: this GPU's tuning file from sweep_gather_gpu.py,
 gather_plan.MEASURED or the default), and
-the target: zero-copy >= 0.9x memcpy for aligned 512 B rows. --no-plot: no .png.
+the target: zero-copy >= 0.9x memcpy for aligned 512 B rows; it is
+rewritten after each case, so a run cut short keeps the cases it finished.
+--no-plot: no .png.
 
     python benchmarks/bench_gather_gpu.py --quick          # ~30 s on an H100
     python benchmarks/bench_gather_gpu.py --dry-run [...]  # the plan and its time estimate, no GPU needed
@@ -211,7 +213,10 @@ def main(argv=None) -> int:
         torch.empty(most, dtype=torch.uint8, pin_memory=True),
         torch.empty(most, dtype=torch.uint8, device="cuda"),
     )
-    results = []
+    results: list = []
+    report = {"benchmark": "bench_gather_gpu", "machine": machine(), "config": vars(args) | {"out": str(args.out)}}
+    report |= {"target": None, "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for c in p["cases"]:
         r = bench_case(c["row_bytes"], c["layout"], tables, scratch, args)
         results.append(r)
@@ -221,15 +226,8 @@ def main(argv=None) -> int:
             + f"  zero-copy/memcpy {r['vs_memcpy']['zero-copy']:.2f}x  host {r['host_s'] * 1e6:.0f} us a call",
             flush=True,
         )
-    report = {
-        "benchmark": "bench_gather_gpu",
-        "machine": machine(),
-        "config": vars(args) | {"out": str(args.out)},
-        "target": target(results),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
+        report |= {"target": target(results), "results": results}  # rewritten after every case: a run cut short
+        atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())  # keeps the cases it finished
     print(f"wrote {args.out}")
     if report["target"]:
         t = report["target"]

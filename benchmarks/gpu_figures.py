@@ -7,8 +7,8 @@ Reads DIR/epoch_products.json, epoch_papers.json and epoch_ssd.json
 (bench_epoch_gpu.py) and pyg_peer_products.json (benchmarks/peers/pyg_epoch.py),
 writes DIR/headline_figures.json and prints one line per figure: its value
 against its target (met or missed), with the GPU, torch, Triton and precision
-it was measured with; a figure whose results are absent or failed is "not
-measured". The zero-copy gather against a pinned memcpy is in
+it was measured with; a figure whose results are absent, unreadable, failed
+or not run (a step cut short) is "not measured". The zero-copy gather against a pinned memcpy is in
 DIR/bench_gather_gpu.json, the table of bench_gather_gpu.py itself.
 
 Figures (TARGETS):
@@ -17,13 +17,17 @@ Figures (TARGETS):
 - ssd_vs_in_memory: an epoch reading the SSD tier under a cache of 10% of the
   rows over the faster of pinned and cpu-gather (products shape, same run);
 - gnnsys_vs_pyg: gnnsys's fastest fp32 epoch over PyG's (NeighborLoader
-  sampling and slicing on the CPU, the same GraphSAGE on the GPU, fp32),
-  products shape, same machine and run.
+  sampling and slicing on the CPU, the same GraphSAGE on the GPU, fp32) on
+  the graph the peer ran on (its dataset directory, found among the epoch
+  reports' graphs), products shape, same machine and run; PyG's epoch is the
+  median of its training epochs after the first (the first alone where only
+  one finished: a peer cut short leaves the epochs it finished).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -49,25 +53,44 @@ def figure(name: str, value: float | None, case: dict | None, **where) -> dict:
 
 def measured(report: dict | None, graph: str) -> list:
     """The cases of `graph` in a bench_epoch_gpu.py report that measured an epoch."""
-    cases = ((report or {}).get("graphs") or {}).get(graph, {}).get("cases", [])
+    graphs = report.get("graphs") if isinstance(report, dict) else None
+    cases = (graphs or {}).get(graph, {}).get("cases", [])
     return [c for c in cases if c.get("epoch_s")]
+
+
+def measured_on(folder: Path, dataset: str | None) -> list:
+    """The measured cases of every epoch_*.json in `folder` that ran on the dataset directory `dataset`."""
+    out = []
+    for path in sorted(folder.glob("epoch_*.json")) if dataset else []:
+        report = read(path)
+        for graph, entry in (report.get("graphs") or {}).items() if isinstance(report, dict) else []:
+            if os.path.normpath(str(entry.get("path"))) == os.path.normpath(dataset):
+                out += measured(report, graph)
+    return out
+
+
+def dataset_name(report: dict | None, graph: str) -> str | None:
+    """The name of the dataset directory `graph` ran on in a bench_epoch_gpu.py report (e.g. products-0.25)."""
+    path = ((report.get("graphs") or {}).get(graph) or {}).get("path") if isinstance(report, dict) else None
+    return os.path.basename(os.path.normpath(path)) if path else None
 
 
 def epoch_figures(folder: Path) -> list:
     """pinned_vs_gpu_resident per graph, sampler and precision; ssd_vs_in_memory per sampler and precision."""
     out = []
     for graph in ("products", "papers"):
-        cases = measured(read(folder / f"epoch_{graph}.json"), graph)
-        pinned = [c for c in cases if c["features"] == "pinned"]
+        report = read(folder / f"epoch_{graph}.json")
+        pinned = [c for c in measured(report, graph) if c["features"] == "pinned"]
         for c in pinned:
-            where = dict(graph=graph, sampler=c["sampler"], precision=c["precision"])
-            out.append(figure("pinned_vs_gpu_resident", c.get("vs_gpu_resident"), c, **where))
+            where = dict(graph=graph, dataset=dataset_name(report, graph), sampler=c["sampler"])
+            out.append(figure("pinned_vs_gpu_resident", c.get("vs_gpu_resident"), c, **where, precision=c["precision"]))
         if not pinned:
             out.append(figure("pinned_vs_gpu_resident", None, None, graph=graph))
-    ssd = [c for c in measured(read(folder / "epoch_ssd.json"), "products") if c["features"] == "ssd"]
+    report = read(folder / "epoch_ssd.json")
+    ssd = [c for c in measured(report, "products") if c["features"] == "ssd"]
     for c in ssd:
-        where = dict(graph="products", sampler=c["sampler"], precision=c["precision"])
-        where["in_memory_features"] = c.get("in_memory_features")
+        where = dict(graph="products", dataset=dataset_name(report, "products"), sampler=c["sampler"])
+        where |= dict(precision=c["precision"], in_memory_features=c.get("in_memory_features"))
         out.append(figure("ssd_vs_in_memory", c.get("vs_in_memory"), c, **where))
     if not ssd:
         out.append(figure("ssd_vs_in_memory", None, None, graph="products"))
@@ -75,22 +98,26 @@ def epoch_figures(folder: Path) -> list:
 
 
 def peer_figure(folder: Path) -> dict:
-    """gnnsys_vs_pyg: gnnsys's fastest fp32 products epoch over PyG's epoch (median after the first)."""
-    ours = [c for c in measured(read(folder / "epoch_products.json"), "products") if c["precision"] == "32"]
-    peer = read(folder / "pyg_peer_products.json") or {}
+    """gnnsys_vs_pyg: gnnsys's fastest fp32 epoch on the peer's graph over PyG's epoch (median after the first)."""
+    peer = read(folder / "pyg_peer_products.json")
+    peer = peer if isinstance(peer, dict) else {}
+    dataset = (peer.get("config") or {}).get("dataset")
+    ours = [c for c in measured_on(folder, dataset) if c["precision"] == "32"]
     times = [e["time_s"] for e in peer.get("epochs", []) if e.get("time_s")]
-    times = times[1:] or times
+    timed = times[1:] or times
     best = min(ours, key=lambda c: c["epoch_s"], default=None)
-    if best is None or not times:
-        return figure("gnnsys_vs_pyg", None, best, graph="products", precision="32")
-    pyg_s = statistics.median(times)
-    where = dict(graph="products", precision="32", features=best["features"], sampler=best["sampler"])
-    return figure("gnnsys_vs_pyg", best["epoch_s"] / pyg_s, best, **where, gnnsys_s=best["epoch_s"], pyg_s=pyg_s)
+    where = dict(graph="products", dataset=os.path.basename(os.path.normpath(dataset)) if dataset else None)
+    if best is None or not timed:
+        return figure("gnnsys_vs_pyg", None, best, **where, precision="32")
+    pyg_s = statistics.median(timed)
+    where |= dict(precision="32", features=best["features"], sampler=best["sampler"], gnnsys_s=best["epoch_s"])
+    where |= dict(pyg_s=pyg_s, pyg_epochs_timed=len(timed), pyg_complete=not peer.get("partial"))
+    return figure("gnnsys_vs_pyg", best["epoch_s"] / pyg_s, best, **where)
 
 
 def describe(f: dict) -> str:
     """One line of figure `f`."""
-    where = ", ".join(f"{k} {f[k]}" for k in ("graph", "sampler", "precision") if f.get(k))
+    where = ", ".join(f"{k} {f[k]}" for k in ("graph", "dataset", "sampler", "precision") if f.get(k))
     if f["value"] is None:
         return f"{f['figure']} ({where}): not measured"
     verdict = "met" if f["met"] else "MISSED"

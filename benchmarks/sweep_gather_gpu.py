@@ -23,7 +23,8 @@ The fastest config of each row size
 - is printed as the lines of storage/gather_plan.py's MEASURED (the configs
   used on GPUs without a tuning file);
 - is in the results JSON (--out) with every measurement, the GPU, torch,
-  Triton and CUDA.
+  Triton and CUDA (rewritten after each row size, so a run cut short keeps
+  the sizes it swept).
 
     python benchmarks/sweep_gather_gpu.py --quick          # ~60 s on an H100
     python benchmarks/sweep_gather_gpu.py --dry-run [...]  # the configs and a time estimate, no GPU needed
@@ -244,7 +245,13 @@ def main(argv=None) -> int:
 
     facts = machine()
     tables = Tables(args.table_mib << 20)
-    measured = [m for r, cs in p["configs"].items() for m in sweep_size(r, cs, tables, args)]
+    report = {"benchmark": "sweep_gather_gpu", "machine": facts, "config": vars(args) | {"out": str(args.out)}}
+    report["config"]["tuning_dir"] = str(args.tuning_dir) if args.tuning_dir else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    measured: list = []
+    for r, cs in p["configs"].items():  # the report rewritten after each row size: a run cut short keeps them
+        measured += sweep_size(r, cs, tables, args)
+        atomic_write_bytes(args.out, json.dumps(report | {"measured": measured}, indent=2).encode())
     fastest = best(measured)
     defaults = {m["row_bytes"]: m for m in measured if m["default"]}
     for r, m in sorted(fastest.items()):
@@ -259,10 +266,7 @@ def main(argv=None) -> int:
             print(f"wrote {path} (gather_rows reads it on this GPU)")
         else:
             status = 1
-    report = {"benchmark": "sweep_gather_gpu", "machine": facts, "config": vars(args) | {"out": str(args.out)}}
     report |= {"fastest": doc["configs"], "measured": measured}
-    report["config"]["tuning_dir"] = str(args.tuning_dir) if args.tuning_dir else None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
     print(f"wrote {args.out}")
     return status

@@ -32,6 +32,13 @@ def run(*args, cwd=None) -> subprocess.CompletedProcess:
         (["--features", "ssd", "--cache-frac", "1"], "--cache-frac must be in (0, 1), got 1"),
         (["--epochs", "1"], "--epochs must be >= 2 (the first is dropped), got 1"),
         (["--papers-scale", "0"], "--papers-scale must be in (0, 1], got 0"),
+        (["--products-scale", "0.25,x"], "--products-scale: 'x' is not a number"),
+        (["--products-scale", "0.25,2"], "--products-scale must be in (0, 1], got 2"),
+        (
+            ["--products-scale", "0.25,0.1"],
+            "--products-scale: one scale to run cases on, got 0.25,0.1 (several with --prepare-only)",
+        ),
+        (["--eval", "full"], "argument --eval: invalid choice: 'full' (choose from layerwise, sampled)"),
         (["--graph", "arxiv"], "argument --graph: invalid choice: 'arxiv' (choose from products, papers)"),
     ],
 )
@@ -39,19 +46,33 @@ def test_bad_flags_are_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as e:
         bench_epoch_gpu.parse_args(args)
     err = capsys.readouterr().err
-    assert (
-        e.value.code == 2 and err.replace("'products', 'papers'", "products, papers") == f"bench_epoch_gpu: {message}\n"
-    )
+    for quoted in ("'products', 'papers'", "'layerwise', 'sampled'"):  # as Python 3.12+ writes choices
+        err = err.replace(quoted, quoted.replace("'", ""))
+    assert e.value.code == 2 and err == f"bench_epoch_gpu: {message}\n"
 
 
-def test_the_cases_run_sampler_first_then_placement_then_precision():
-    args = bench_epoch_gpu.parse_args(["--features", "gpu,pinned", "--sampler", "gpu,cpu"])
+def test_the_cases_run_sampler_first_then_placement_then_precision_and_the_baseline_last():
+    args = bench_epoch_gpu.parse_args(["--features", "cpu-gather,gpu,pinned", "--sampler", "gpu,cpu"])
     assert args.precision == ["32", "bf16-mixed"] and args.graph == ["products"]
     order = [(c["sampler"], c["features"], c["precision_asked"]) for c in bench_epoch_gpu.plan(args)]
     assert order[:4] == [("gpu", "gpu", "32"), ("gpu", "gpu", "bf16-mixed"), ("gpu", "pinned", "32")] + [
         ("gpu", "pinned", "bf16-mixed")
     ]
-    assert len(order) == 8 and {s for s, _, _ in order[4:]} == {"cpu"}
+    assert {s for s, _, _ in order[4:8]} == {"cpu"} and {f for _, f, _ in order[:8]} == {"gpu", "pinned"}
+    assert order[8:] == [("gpu", "cpu-gather", "32"), ("cpu", "cpu-gather", "32")] + [
+        ("gpu", "cpu-gather", "bf16-mixed"),
+        ("cpu", "cpu-gather", "bf16-mixed"),
+    ]
+
+
+def test_a_case_is_expected_to_take_as_long_as_the_longest_with_its_sampler():
+    assert bench_epoch_gpu.expected_seconds([], "gpu") == 0
+    assert bench_epoch_gpu.expected_seconds([("gpu", 19.0)], "cpu") == 19.0  # only the first, compilations and all
+    took = [("gpu", 19.0), ("gpu", 6.0), ("gpu", 7.0)]
+    assert bench_epoch_gpu.expected_seconds(took, "gpu") == 7.0
+    assert bench_epoch_gpu.expected_seconds(took, "cpu") == 7.0  # none with the cpu sampler yet
+    assert bench_epoch_gpu.expected_seconds([*took, ("cpu", 12.0)], "gpu") == 7.0
+    assert bench_epoch_gpu.expected_seconds([*took, ("cpu", 12.0)], "cpu") == 12.0
 
 
 def test_each_case_trains_with_its_placement_sampler_and_precision():
@@ -60,6 +81,8 @@ def test_each_case_trains_with_its_placement_sampler_and_precision():
     assert ssd["features"] == "ssd" and ssd["cache_rows"] == 100 and ssd["scratch_gb"] == 0
     assert pinned["features"] == "pinned" and "cache_rows" not in pinned and pinned["precision"] == "32"
     assert pinned["eval"] == "layerwise" and pinned["eval_every"] == 3 and pinned["device"] == "cuda"
+    sampled = bench_epoch_gpu.train_options(bench_epoch_gpu.plan(args)[1], 3, 1000, args.cache_frac, "sampled")
+    assert sampled["eval"] == "sampled" and sampled["eval_every"] == 3
     from gnnsys.training.options import MinibatchOptions
 
     MinibatchOptions(**(ssd | {"device": "cpu", "sampler": "cpu"}))  # options train() accepts
@@ -100,32 +123,67 @@ def test_prepare_only_makes_the_graphs_at_once_without_a_gpu(tmp_path, capsys):
         assert meta["num_nodes"] > 0 and f"{graph}: {tmp_path / f'{graph}-{scale}'}" in out
     assert bench_epoch_gpu.main(["--graph", "products", *scales]) == 0
     assert "preparing" not in capsys.readouterr().out  # made once
+    scales[3] = "0.0005,0.0004"  # several products scales: each prepared
+    assert bench_epoch_gpu.main(["--graph", "products", *scales]) == 0
+    out = capsys.readouterr().out
+    assert out.count("preparing") == 1 and f"products: {tmp_path / 'products-0.0004'}" in out
+    assert json.loads((tmp_path / "products-0.0004" / "meta.json").read_text())["num_nodes"] > 0
 
 
-def epoch_report(graph, cases, facts=None):
+def epoch_report(graph, cases, path, facts=None):
     facts = facts or {"gpu": "NVIDIA H100", "torch": "2.11", "triton": "3.6", "cuda": "13.0"}
-    return {"graphs": {graph: {"cases": [c | {"precision": c["precision_asked"]} | facts for c in cases]}}}
+    cases = [c | {"precision": c["precision_asked"]} | facts for c in cases]
+    return {"graphs": {graph: {"path": path, "cases": cases}}}
+
+
+def figures_of(folder: Path) -> dict:
+    """{(figure, graph): figure} of gpu_figures.py's headline_figures.json in `folder`, after running it."""
+    assert gpu_figures.main([str(folder)]) == 0
+    figures = json.loads((folder / "headline_figures.json").read_text())["figures"]
+    return {(f["figure"], f.get("graph")): f for f in figures}
 
 
 def test_the_headline_figures_against_their_targets(tmp_path, capsys):
-    products = [case("gpu", "gpu", "32", 1.0), case("pinned", "gpu", "32", 1.1), case("cpu-gather", "gpu", "32", 2.0)]
-    ssd = [case("ssd", "gpu", "32", 1.6), case("pinned", "gpu", "32", 1.0)]
+    products = [case("gpu", "gpu", "32", 0.5), case("pinned", "gpu", "32", 0.55), case("cpu-gather", "gpu", "32", 1.0)]
+    ssd = [case("pinned", "gpu", "32", 1.0), case("gpu", "gpu", "32", 0.9), case("ssd", "gpu", "32", 1.6)]
     for cases in (products, ssd):
         bench_epoch_gpu.add_ratios(cases)
-    (tmp_path / "epoch_products.json").write_text(json.dumps(epoch_report("products", products)))
-    (tmp_path / "epoch_ssd.json").write_text(json.dumps(epoch_report("products", ssd)))
-    (tmp_path / "pyg_peer_products.json").write_text(json.dumps({"epochs": [{"time_s": 9.0}, {"time_s": 4.0}]}))
-    assert gpu_figures.main([str(tmp_path)]) == 0
-    figures = json.loads((tmp_path / "headline_figures.json").read_text())["figures"]
-    got = {(f["figure"], f.get("graph")): (f["value"], f["met"]) for f in figures}
-    assert got[("pinned_vs_gpu_resident", "products")] == (pytest.approx(1.1), True)
-    assert got[("pinned_vs_gpu_resident", "papers")] == (None, None)  # not measured
-    assert got[("ssd_vs_in_memory", "products")] == (pytest.approx(1.6), False)
-    assert got[("gnnsys_vs_pyg", "products")] == (pytest.approx(0.25), True)  # 1.0 s against 4.0 s
-    assert all(f["gpu"] == "NVIDIA H100" for f in figures if f["value"] is not None)
+    (tmp_path / "epoch_products.json").write_text(json.dumps(epoch_report("products", products, "/d/products-0.25")))
+    (tmp_path / "epoch_ssd.json").write_text(json.dumps(epoch_report("products", ssd, "/d/products-0.1")))
+    peer = {"config": {"dataset": "/d/./products-0.1/"}, "epochs": [{"time_s": 9.0}, {"time_s": 4.0}]}
+    (tmp_path / "pyg_peer_products.json").write_text(json.dumps(peer))
+    got = figures_of(tmp_path)
+    pinned, ssd = got[("pinned_vs_gpu_resident", "products")], got[("ssd_vs_in_memory", "products")]
+    assert (pinned["value"], pinned["met"], pinned["dataset"]) == (pytest.approx(1.1), True, "products-0.25")
+    assert got[("pinned_vs_gpu_resident", "papers")]["value"] is None  # not measured
+    assert (ssd["value"], ssd["met"], ssd["dataset"]) == (pytest.approx(1.6), False, "products-0.1")
+    versus = got[("gnnsys_vs_pyg", "products")]  # gnnsys on the peer's graph (0.9 s), not the faster x0.25 one
+    assert (versus["value"], versus["met"], versus["dataset"]) == (pytest.approx(0.225), True, "products-0.1")
+    assert versus["features"] == "gpu" and versus["pyg_epochs_timed"] == 1 and versus["pyg_complete"]
+    assert all(f["gpu"] == "NVIDIA H100" for f in got.values() if f["value"] is not None)
     out = capsys.readouterr().out
-    assert "ssd_vs_in_memory (graph products, sampler gpu, precision 32): 1.60 (target <= 1.5: MISSED)" in out
+    assert "ssd_vs_in_memory (graph products, dataset products-0.1, sampler gpu, precision 32): 1.60 (target" in out
     assert "pinned_vs_gpu_resident (graph papers): not measured" in out
+
+
+def test_figures_whose_results_are_absent_or_cut_short_are_not_measured(tmp_path, capsys):
+    got = figures_of(tmp_path)  # nothing ran
+    assert len(got) == 4 and all(f["value"] is None and f["met"] is None for f in got.values())
+    assert capsys.readouterr().out.count(": not measured") == 4
+    (tmp_path / "epoch_products.json").write_text('{"graphs": {"products": {"cases": [')  # killed mid-write
+    (tmp_path / "epoch_papers.json").write_text("[]")
+    late = case("pinned", "gpu", "32", None) | {"skipped": "not run: it would end past the 80 s time budget"}
+    ssd = [case("ssd", "gpu", "32", 12.0), late]
+    bench_epoch_gpu.add_ratios(ssd)
+    (tmp_path / "epoch_ssd.json").write_text(json.dumps(epoch_report("products", ssd, "/d/products-0.1")))
+    assert all(f["value"] is None for f in figures_of(tmp_path).values())  # no in-memory case to compare with
+    peer = {"config": {"dataset": "/d/products-0.1"}, "epochs": [{"time_s": 3.0}], "partial": True}
+    (tmp_path / "pyg_peer_products.json").write_text(json.dumps(peer))
+    ssd[1] = case("pinned", "gpu", "32", 1.5)
+    bench_epoch_gpu.add_ratios(ssd)
+    (tmp_path / "epoch_ssd.json").write_text(json.dumps(epoch_report("products", ssd, "/d/products-0.1")))
+    versus = figures_of(tmp_path)[("gnnsys_vs_pyg", "products")]  # the one epoch PyG finished
+    assert versus["value"] == pytest.approx(0.5) and versus["pyg_epochs_timed"] == 1 and not versus["pyg_complete"]
 
 
 def test_the_figures_need_a_results_folder(tmp_path, capsys):
@@ -143,6 +201,7 @@ def test_a_case_records_its_epochs_precision_and_tiers(make_dataset):
     record = bench_epoch_gpu.bench_case(ds.path, case, bench_epoch_gpu.train_options(case, 2, 400, 0.1) | small)
     assert record["precision"] == "32" and record["epoch_s"] > 0 and len(record["epoch_times_s"]) == 1
     assert record["cache_rows"] == 40 and record["tiers_last"] and record["machine"]["device"] == "cpu"
+    assert record["first_epoch_s"] > 0 and record["outside_epochs_s"] >= 0  # loading and evaluating, for sizing
     gpu_only = {"features": "pinned", "sampler": "cpu", "precision_asked": "32"}
     failed = bench_epoch_gpu.bench_case(ds.path, gpu_only, bench_epoch_gpu.train_options(gpu_only, 2, 400, 0.1) | small)
     assert failed["epoch_s"] is None and failed["error"].startswith("GPUUnavailableError: placement 'pinned'")

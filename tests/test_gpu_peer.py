@@ -1,6 +1,7 @@
 """The GPU peer: benchmarks/peers/pyg_epoch.py's --device and --workers (bad
 values refused in one line; the CPU epoch on a tiny graph where a sampling
-library is at hand, the CUDA epoch on a GPU), and the wheels
+library is at hand, the CUDA epoch on a GPU; the record printed after each
+epoch, so a run cut short keeps its finished epochs), and the wheels
 benchmarks/make_gpu_wheels.sh carries for it (make_gpu_peer_wheels.sh: bad
 arguments refused, built wheels put in the folder within its 64 MiB)."""
 
@@ -118,6 +119,18 @@ def check_record(record: dict, arxiv: Path, device: str, workers: int):
     assert epoch["batches"] == batches and math.isfinite(epoch["loss"]) and epoch["loss"] > 0
     assert record["metric"] == "acc" and 0 <= record["valid"] <= 1 and 0 <= record["test"] <= 1
     assert "torch_sparse" in record["machine"] or "pyg_lib" in record["machine"]
+
+
+def test_each_epoch_but_the_last_prints_the_record_so_far(capsys):
+    """A peer killed for time (the headline's step limit) leaves the epochs it finished on its last line."""
+    import common
+
+    step = lambda batch, x: torch.tensor(0.5)  # noqa: E731
+    args = SimpleNamespace(epochs=3, eval=False)
+    common.train_and_report({"system": "t"}, args, torch.nn.Linear(1, 1), [1, 2], lambda b: b, step, None, None, {})
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [len(line["epochs"]) for line in lines] == [1, 2, 3] and all(e["batches"] == 2 for e in lines[-1]["epochs"])
+    assert [line.get("partial") for line in lines] == [True, True, None]
 
 
 @pytest.mark.parametrize("workers", [0, 1])

@@ -224,11 +224,15 @@ def split_scores(logits: torch.Tensor, labels: torch.Tensor, splits: dict) -> di
 def train_and_report(record: dict, args, model, batches, gather, step, full_logits, labels, splits):
     """The shared end of a peer script: `args.epochs` timed training epochs,
     then (with --eval) valid/test scores of `full_logits()` (split_scores,
-    named by record["metric"]), printed as one JSON line."""
+    named by record["metric"]), printed as one JSON line. Each epoch but the
+    last also prints the record so far, marked "partial": a run killed for
+    time leaves the epochs it finished (readers take the last line)."""
     record["epochs"] = []
     for epoch in range(args.epochs):
         model.train()
         record["epochs"].append({"epoch": epoch, **timed_epoch(batches, gather, step)})
+        if epoch + 1 < args.epochs:
+            emit(record | {"partial": True})
     if args.eval and args.epochs:
         record["metric"] = "rocauc" if labels.dim() == 2 else "acc"
         record.update(split_scores(full_logits(), labels, splits))

@@ -31,7 +31,7 @@ def test_dry_run_plans_every_step_within_eight_minutes(tmp_path):
     report = json.loads((tmp_path / "gpu-headline-out" / "gpu_headline.json").read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert list(steps) == STEPS and report["budget_s"] == 480 and report["dry_run"]
-    assert "plan: the steps' limits add up to 420s of the 480s budget" in r.stdout
+    assert "plan: the steps' limits add up to 415s of the 480s budget" in r.stdout
     absent = {
         name for name, s in steps.items() if script_of(s["command"]) and not (ROOT / script_of(s["command"])).is_file()
     }
@@ -39,7 +39,8 @@ def test_dry_run_plans_every_step_within_eight_minutes(tmp_path):
     assert r.returncode == (3 if absent else 0), r.stdout + r.stderr
     assert {s["status"] for n, s in steps.items() if n not in absent | {"install"}} == {"planned"}
     assert "--quick --out" in steps["gather"]["command"] and "--quick --out" in steps["sweep"]["command"]
-    assert "--device cuda" in steps["pyg-peer"]["command"] and "products-0.25" in steps["pyg-peer"]["command"]
+    peer = shlex.split(steps["pyg-peer"]["command"])
+    assert peer[2].endswith("/products-0.1") and " ".join(peer[3:]) == "--device cuda --epochs 2 --workers 8"
     assert report["machine"]["executable"] == sys.executable
 
 
@@ -55,22 +56,29 @@ def test_the_epoch_steps_are_commands_bench_epoch_gpu_accepts(tmp_path):
     epoch = {s["name"]: s["command"] for s in report["steps"] if "bench_epoch_gpu.py" in s["command"]}
     assert list(epoch) == ["prepare", "epoch-products", "epoch-papers", "ssd"]
     args = {name: bench_epoch_gpu.parse_args(shlex.split(command)[2:]) for name, command in epoch.items()}
-    assert args["prepare"].prepare_only and args["prepare"].graph == ["products", "papers"]
+    limits = {s["name"]: s["limit_s"] for s in report["steps"]}
+    prepare = args["prepare"]
+    assert prepare.prepare_only and prepare.graph == ["products", "papers"] and prepare.products_scales == [0.25, 0.1]
     for name in ("epoch-products", "epoch-papers"):
         a = args[name]
         assert a.features == ["gpu", "pinned", "cpu-gather"] and a.sampler == ["gpu", "cpu"]
         assert a.precision == ["32", "bf16-mixed"] and a.graph == [name.removeprefix("epoch-")]
-        assert a.time_budget == 75 and a.epochs == 3  # 10 s inside the step's 85 s
+        assert a.time_budget == limits[name] - 10 and a.epochs == 3
+        first = [(c["sampler"], c["features"]) for c in bench_epoch_gpu.plan(a)[:8]]  # pinned vs GPU-resident
+        assert {f for _, f in first} == {"gpu", "pinned"} and {s for s, _ in first} == {"gpu", "cpu"}
+    assert args["epoch-products"].eval == "layerwise" and args["epoch-papers"].eval == "sampled"
     ssd = args["ssd"]
-    assert ssd.features == ["ssd", "pinned", "cpu-gather"] and ssd.cache_frac == 0.1 and ssd.graph == ["products"]
-    assert ssd.time_budget == 35 and ssd.precision == ["32"]
-    assert {a.root for a in args.values()} == {args["prepare"].root}  # every step reads what prepare made
-    assert {(a.products_scale, a.papers_scale) for a in args.values()} == {(0.25, 0.03)}
+    assert ssd.features == ["pinned", "gpu", "ssd"] and ssd.cache_frac == 0.1 and ssd.graph == ["products"]
+    assert ssd.time_budget == limits["ssd"] - 10 and ssd.precision == ["32"] and ssd.products_scale == 0.1
+    assert {a.root for a in args.values()} == {prepare.root}  # every step reads what prepare made
+    assert args["epoch-products"].products_scale == 0.25 and {a.papers_scale for a in args.values()} == {0.03}
+    peer = shlex.split(next(s["command"] for s in report["steps"] if s["name"] == "pyg-peer"))[2]
+    assert peer == str(prepare.root / "products-0.1")  # the graph of the ssd step's gnnsys cases
 
 
 def test_dry_run_refuses_limits_over_the_budget(tmp_path):
     r = headline("--dry-run", "--python", sys.executable, "--out", str(tmp_path), "--budget", "470")
-    assert r.returncode == 2 and "limits add up to 435s, over --budget 470s with a 10% margin" in r.stderr
+    assert r.returncode == 2 and "limits add up to 430s, over --budget 470s with a 10% margin" in r.stderr
 
 
 @pytest.mark.parametrize(
