@@ -9,8 +9,9 @@ synthetic` when missing, all graphs at once; --prepare-only prepares them
 and exits (no GPU needed; there --products-scale may list several scales,
 each prepared). Cases: each sampler (--sampler: gpu, gpu-pinned, cpu) x
 each placement (--features: gpu resident, pinned zero-copy, cpu-gather,
-or ssd: the SSD tier's O_DIRECT random reads under a cache of --cache-frac
-of the rows, default 0.1) x each precision (--precision: 32, bf16-mixed,
+packed: the SSD tier reading each batch's rows packed in one sequential
+segment, or ssd: its O_DIRECT random reads; both under a cache of
+--cache-frac of the rows, default 0.1) x each precision (--precision: 32, bf16-mixed,
 16-mixed, auto; default 32,bf16-mixed), in that order, except that the
 CPU-gather baseline's cases come after all the others (precision, then
 sampler), so a run cut short has measured the placements it compares
@@ -24,7 +25,7 @@ asked for), the GPU, CUDA, torch and Triton (benchmarks/gpu_facts.py), its
 last epoch's time breakdown and tier counters, its seconds in all and
 outside its epochs (loading, placing the features, evaluating), its ratio
 to the GPU-resident case of the same graph, sampler and precision
-(vs_gpu_resident) and, for ssd, to the faster of pinned and cpu-gather
+(vs_gpu_resident) and, for packed and ssd, to the faster of pinned and cpu-gather
 with the same sampler and precision (vs_in_memory). The JSON is rewritten
 after each case, so a run cut short keeps the cases it finished; a case
 that fails is recorded with its error and the exit status is 1; with
@@ -53,7 +54,8 @@ from plotting import can_plot
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GRAPHS = {"products": "ogbn-products", "papers": "ogbn-papers100M"}
-FEATURES = ("gpu", "pinned", "cpu-gather", "ssd")
+FEATURES = ("gpu", "pinned", "cpu-gather", "packed", "ssd")
+ON_SSD = ("packed", "ssd")  # the SSD tier: packed batches read sequentially, or rows read at random
 IN_MEMORY = ("pinned", "cpu-gather")  # host memory: what the SSD tier is compared with
 SAMPLERS = ("gpu", "gpu-pinned", "cpu")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")
@@ -110,7 +112,9 @@ def parse_args(argv=None):
     p.add_argument("--features", default="gpu,pinned,cpu-gather", help=f"placements to run ({', '.join(FEATURES)})")
     p.add_argument("--sampler", default="gpu,cpu", help=f"samplers to run ({', '.join(SAMPLERS)})")
     p.add_argument("--precision", default="32,bf16-mixed", help=f"precisions to run ({', '.join(PRECISIONS)})")
-    p.add_argument("--cache-frac", type=float, default=None, help="--features ssd: cache this share of the rows (0.1)")
+    p.add_argument(
+        "--cache-frac", type=float, default=None, help="--features packed or ssd: cache this share of the rows (0.1)"
+    )
     p.add_argument("--eval", choices=EVALS, default="layerwise", help="the evaluation after the last epoch (not timed)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds: cases that would end later are not run")
     p.add_argument("--prepare-only", action="store_true", help="prepare the graphs and exit (no GPU needed)")
@@ -130,8 +134,8 @@ def parse_args(argv=None):
     scale("--papers-scale", args.papers_scale)
     if args.time_budget is not None and args.time_budget <= 0:
         fail(f"--time-budget must be > 0 seconds, got {args.time_budget:g}")
-    if args.cache_frac is not None and "ssd" not in args.features:
-        fail("--cache-frac sizes the SSD tier's cache; add ssd to --features")
+    if args.cache_frac is not None and not set(ON_SSD) & set(args.features):
+        fail("--cache-frac sizes the SSD tier's cache; add packed or ssd to --features")
     args.cache_frac = 0.1 if args.cache_frac is None else args.cache_frac
     if not 0 < args.cache_frac < 1:
         fail(f"--cache-frac must be in (0, 1), got {args.cache_frac:g}")
@@ -172,11 +176,14 @@ def plan(args) -> list[dict]:
 
 def train_options(case: dict, epochs: int, num_nodes: int, cache_frac: float, evaluation: str = "layerwise") -> dict:
     """gnnsys.train's options for `case`: evaluated once after the last epoch, by `evaluation`
-    (layerwise or sampled); ssd with a cache of cache_frac of the rows and random reads (no packed batches)."""
+    (layerwise or sampled); packed and ssd with a cache of cache_frac of the rows, ssd reading at random
+    (no packed batches)."""
     options = MODEL | dict(epochs=epochs, eval_every=epochs, eval=evaluation, device="cuda", progress=False)
     options |= dict(features=case["features"], sampler=case["sampler"], precision=case["precision_asked"])
+    if case["features"] in ON_SSD:
+        options |= dict(cache_rows=max(1, round(cache_frac * num_nodes)))
     if case["features"] == "ssd":
-        options |= dict(cache_rows=max(1, round(cache_frac * num_nodes)), scratch_gb=0)
+        options |= dict(scratch_gb=0)
     return options
 
 
@@ -207,7 +214,7 @@ def bench_case(path: Path, case: dict, options: dict) -> dict:
 
 
 def add_ratios(cases: list) -> None:
-    """Each measured case's vs_gpu_resident and, for ssd, vs_in_memory (and which placement that was)."""
+    """Each measured case's vs_gpu_resident and, for packed and ssd, vs_in_memory (and which placement that was)."""
 
     def same(c, d):
         return (c["sampler"], c["precision_asked"]) == (d["sampler"], d["precision_asked"]) and d["epoch_s"]
@@ -217,7 +224,7 @@ def add_ratios(cases: list) -> None:
             continue
         base = next((d["epoch_s"] for d in cases if d["features"] == "gpu" and same(c, d)), None)
         c["vs_gpu_resident"] = c["epoch_s"] / base if base else None
-        if c["features"] == "ssd":
+        if c["features"] in ON_SSD:
             memory = [d for d in cases if d["features"] in IN_MEMORY and same(c, d)]
             best = min(memory, key=lambda d: d["epoch_s"], default=None)
             c["vs_in_memory"] = c["epoch_s"] / best["epoch_s"] if best else None

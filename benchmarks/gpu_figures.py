@@ -15,7 +15,8 @@ Figures (TARGETS):
 - pinned_vs_gpu_resident: an epoch with pinned features read zero-copy over
   one with the features in GPU memory (same graph, sampler and precision);
 - ssd_vs_in_memory: an epoch reading the SSD tier under a cache of 10% of the
-  rows over the faster of pinned and cpu-gather (products shape, same run);
+  rows, packed (features packed) and at random (features ssd), each over the
+  faster of pinned and cpu-gather (products shape, same run);
 - gnnsys_vs_pyg: gnnsys's fastest fp32 epoch over PyG's (NeighborLoader
   sampling and slicing on the CPU, the same GraphSAGE on the GPU, fp32) on
   the graph the peer ran on (its dataset directory, found among the epoch
@@ -76,7 +77,8 @@ def dataset_name(report: dict | None, graph: str) -> str | None:
 
 
 def epoch_figures(folder: Path) -> list:
-    """pinned_vs_gpu_resident per graph, sampler and precision; ssd_vs_in_memory per sampler and precision."""
+    """pinned_vs_gpu_resident per graph, sampler and precision; ssd_vs_in_memory per SSD reader (packed,
+    ssd), sampler and precision."""
     out = []
     for graph in ("products", "papers"):
         report = read(folder / f"epoch_{graph}.json")
@@ -87,9 +89,10 @@ def epoch_figures(folder: Path) -> list:
         if not pinned:
             out.append(figure("pinned_vs_gpu_resident", None, None, graph=graph))
     report = read(folder / "epoch_ssd.json")
-    ssd = [c for c in measured(report, "products") if c["features"] == "ssd"]
+    ssd = [c for c in measured(report, "products") if c["features"] in ("packed", "ssd")]
     for c in ssd:
-        where = dict(graph="products", dataset=dataset_name(report, "products"), sampler=c["sampler"])
+        where = dict(graph="products", dataset=dataset_name(report, "products"), features=c["features"])
+        where |= dict(sampler=c["sampler"])
         where |= dict(precision=c["precision"], in_memory_features=c.get("in_memory_features"))
         out.append(figure("ssd_vs_in_memory", c.get("vs_in_memory"), c, **where))
     if not ssd:
@@ -117,7 +120,7 @@ def peer_figure(folder: Path) -> dict:
 
 def describe(f: dict) -> str:
     """One line of figure `f`."""
-    where = ", ".join(f"{k} {f[k]}" for k in ("graph", "dataset", "sampler", "precision") if f.get(k))
+    where = ", ".join(f"{k} {f[k]}" for k in ("graph", "dataset", "features", "sampler", "precision") if f.get(k))
     if f["value"] is None:
         return f"{f['figure']} ({where}): not measured"
     verdict = "met" if f["met"] else "MISSED"

@@ -24,8 +24,9 @@
 #                 epochs (the first dropped); the papers shape evaluates sampled (its validation and test
 #                 nodes are 0.3% of the graph); a case that would end later than 10 s inside the step's
 #                 limit is recorded as not run (--time-budget), so the step ends in time
-#   ssd (50)      the products shape x0.1 read from the SSD tier (O_DIRECT random reads) under a cache of
-#                 10% of the rows, after pinned and gpu features in the same run, GPU sampler, fp32, 3
+#   ssd (50)      the products shape x0.1 read from the SSD tier under a cache of 10% of the rows, packed
+#                 (each batch's rows in one sequential segment) and then by O_DIRECT random reads, after
+#                 pinned and gpu features in the same run, GPU sampler, fp32, 3
 #                 epochs (same time budget); its pinned and gpu cases are gnnsys's side of the PyG peer
 #   pyg-peer (45) benchmarks/peers/pyg_epoch.py on the products shape x0.1 with --device cuda --workers 8:
 #                 PyG's NeighborLoader sampling (8 loader processes) and slicing on the CPU, the same
@@ -105,7 +106,7 @@ script_step epoch-products "${EPOCH[@]}" "${TIMED[@]}" --time-budget $((LIMIT[ep
 script_step epoch-papers "${EPOCH[@]}" "${TIMED[@]}" --time-budget $((LIMIT[epoch-papers] - 10)) \
     --graph papers "${GRID[@]}" --eval sampled --out "$OUT_DIR/epoch_papers.json"
 script_step ssd "${EPOCH[@]}" "${TIMED[@]}" --time-budget $((LIMIT[ssd] - 10)) --products-scale "$SMALL_SCALE" \
-    --graph products --features pinned,gpu,ssd --sampler gpu --precision 32 --cache-frac 0.1 \
+    --graph products --features pinned,gpu,packed,ssd --sampler gpu --precision 32 --cache-frac 0.1 \
     --out "$OUT_DIR/epoch_ssd.json"
 script_step pyg-peer benchmarks/peers/pyg_epoch.py "$DATA/products-$SMALL_SCALE" --device cuda --epochs 2 \
     --workers 8

@@ -26,9 +26,9 @@ def run(*args, cwd=None) -> subprocess.CompletedProcess:
     "args,message",
     [
         (["--precision", "fp32"], "--precision: 'fp32' is not one of 32, bf16-mixed, 16-mixed, auto"),
-        (["--features", "gpu,host"], "--features: 'host' is not one of gpu, pinned, cpu-gather, ssd"),
+        (["--features", "gpu,host"], "--features: 'host' is not one of gpu, pinned, cpu-gather, packed, ssd"),
         (["--sampler", ""], "--sampler: '' is not one of gpu, gpu-pinned, cpu"),
-        (["--cache-frac", "0.1"], "--cache-frac sizes the SSD tier's cache; add ssd to --features"),
+        (["--cache-frac", "0.1"], "--cache-frac sizes the SSD tier's cache; add packed or ssd to --features"),
         (["--features", "ssd", "--cache-frac", "1"], "--cache-frac must be in (0, 1), got 1"),
         (["--epochs", "1"], "--epochs must be >= 2 (the first is dropped), got 1"),
         (["--papers-scale", "0"], "--papers-scale must be in (0, 1], got 0"),
@@ -76,16 +76,19 @@ def test_a_case_is_expected_to_take_as_long_as_the_longest_with_its_sampler():
 
 
 def test_each_case_trains_with_its_placement_sampler_and_precision():
-    args = bench_epoch_gpu.parse_args(["--features", "ssd,pinned", "--cache-frac", "0.1", "--precision", "32"])
-    ssd, pinned = [bench_epoch_gpu.train_options(c, 3, 1000, args.cache_frac) for c in bench_epoch_gpu.plan(args)[:2]]
-    assert ssd["features"] == "ssd" and ssd["cache_rows"] == 100 and ssd["scratch_gb"] == 0
+    args = bench_epoch_gpu.parse_args(["--features", "ssd,pinned,packed", "--cache-frac", "0.1", "--precision", "32"])
+    cases = bench_epoch_gpu.plan(args)
+    ssd, pinned, packed = [bench_epoch_gpu.train_options(c, 3, 1000, args.cache_frac) for c in cases[:3]]
+    assert ssd["features"] == "ssd" and ssd["cache_rows"] == 100 and ssd["scratch_gb"] == 0  # random reads
+    assert packed["features"] == "packed" and packed["cache_rows"] == 100 and "scratch_gb" not in packed
     assert pinned["features"] == "pinned" and "cache_rows" not in pinned and pinned["precision"] == "32"
     assert pinned["eval"] == "layerwise" and pinned["eval_every"] == 3 and pinned["device"] == "cuda"
     sampled = bench_epoch_gpu.train_options(bench_epoch_gpu.plan(args)[1], 3, 1000, args.cache_frac, "sampled")
     assert sampled["eval"] == "sampled" and sampled["eval_every"] == 3
     from gnnsys.training.options import MinibatchOptions
 
-    MinibatchOptions(**(ssd | {"device": "cpu", "sampler": "cpu"}))  # options train() accepts
+    for options in (ssd, packed):
+        MinibatchOptions(**(options | {"device": "cpu", "sampler": "cpu"}))  # options train() accepts
 
 
 def case(features, sampler, precision, epoch_s):
@@ -137,15 +140,17 @@ def epoch_report(graph, cases, path, facts=None):
 
 
 def figures_of(folder: Path) -> dict:
-    """{(figure, graph): figure} of gpu_figures.py's headline_figures.json in `folder`, after running it."""
+    """{(figure, graph): figure} of gpu_figures.py's headline_figures.json in `folder`, after running it;
+    an SSD figure with the packed reader under (figure, graph, "packed")."""
     assert gpu_figures.main([str(folder)]) == 0
     figures = json.loads((folder / "headline_figures.json").read_text())["figures"]
-    return {(f["figure"], f.get("graph")): f for f in figures}
+    return {(f["figure"], f.get("graph"), *(["packed"] if f.get("features") == "packed" else [])): f for f in figures}
 
 
 def test_the_headline_figures_against_their_targets(tmp_path, capsys):
     products = [case("gpu", "gpu", "32", 0.5), case("pinned", "gpu", "32", 0.55), case("cpu-gather", "gpu", "32", 1.0)]
-    ssd = [case("pinned", "gpu", "32", 1.0), case("gpu", "gpu", "32", 0.9), case("ssd", "gpu", "32", 1.6)]
+    ssd = [case("pinned", "gpu", "32", 1.0), case("gpu", "gpu", "32", 0.9), case("packed", "gpu", "32", 1.2)]
+    ssd.append(case("ssd", "gpu", "32", 1.6))
     for cases in (products, ssd):
         bench_epoch_gpu.add_ratios(cases)
     (tmp_path / "epoch_products.json").write_text(json.dumps(epoch_report("products", products, "/d/products-0.25")))
@@ -157,12 +162,15 @@ def test_the_headline_figures_against_their_targets(tmp_path, capsys):
     assert (pinned["value"], pinned["met"], pinned["dataset"]) == (pytest.approx(1.1), True, "products-0.25")
     assert got[("pinned_vs_gpu_resident", "papers")]["value"] is None  # not measured
     assert (ssd["value"], ssd["met"], ssd["dataset"]) == (pytest.approx(1.6), False, "products-0.1")
+    packed = got[("ssd_vs_in_memory", "products", "packed")]
+    assert (packed["value"], packed["met"], packed["in_memory_features"]) == (pytest.approx(1.2), True, "pinned")
     versus = got[("gnnsys_vs_pyg", "products")]  # gnnsys on the peer's graph (0.9 s), not the faster x0.25 one
     assert (versus["value"], versus["met"], versus["dataset"]) == (pytest.approx(0.225), True, "products-0.1")
     assert versus["features"] == "gpu" and versus["pyg_epochs_timed"] == 1 and versus["pyg_complete"]
     assert all(f["gpu"] == "NVIDIA H100" for f in got.values() if f["value"] is not None)
     out = capsys.readouterr().out
-    assert "ssd_vs_in_memory (graph products, dataset products-0.1, sampler gpu, precision 32): 1.60 (target" in out
+    where = "graph products, dataset products-0.1, features ssd, sampler gpu, precision 32"
+    assert f"ssd_vs_in_memory ({where}): 1.60 (target" in out
     assert "pinned_vs_gpu_resident (graph papers): not measured" in out
 
 
@@ -202,6 +210,9 @@ def test_a_case_records_its_epochs_precision_and_tiers(make_dataset):
     assert record["precision"] == "32" and record["epoch_s"] > 0 and len(record["epoch_times_s"]) == 1
     assert record["cache_rows"] == 40 and record["tiers_last"] and record["machine"]["device"] == "cpu"
     assert record["first_epoch_s"] > 0 and record["outside_epochs_s"] >= 0  # loading and evaluating, for sizing
+    packed = case | {"features": "packed"}
+    record = bench_epoch_gpu.bench_case(ds.path, packed, bench_epoch_gpu.train_options(packed, 2, 400, 0.1) | small)
+    assert record["epoch_s"] > 0 and record["tiers_last"]["packed"]["batches"] > 0  # read from packed segments
     gpu_only = {"features": "pinned", "sampler": "cpu", "precision_asked": "32"}
     failed = bench_epoch_gpu.bench_case(ds.path, gpu_only, bench_epoch_gpu.train_options(gpu_only, 2, 400, 0.1) | small)
     assert failed["epoch_s"] is None and failed["error"].startswith("GPUUnavailableError: placement 'pinned'")

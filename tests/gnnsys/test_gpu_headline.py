@@ -68,7 +68,7 @@ def test_the_epoch_steps_are_commands_bench_epoch_gpu_accepts(tmp_path):
         assert {f for _, f in first} == {"gpu", "pinned"} and {s for s, _ in first} == {"gpu", "cpu"}
     assert args["epoch-products"].eval == "layerwise" and args["epoch-papers"].eval == "sampled"
     ssd = args["ssd"]
-    assert ssd.features == ["pinned", "gpu", "ssd"] and ssd.cache_frac == 0.1 and ssd.graph == ["products"]
+    assert ssd.features == ["pinned", "gpu", "packed", "ssd"] and ssd.cache_frac == 0.1 and ssd.graph == ["products"]
     assert ssd.time_budget == limits["ssd"] - 10 and ssd.precision == ["32"] and ssd.products_scale == 0.1
     assert {a.root for a in args.values()} == {prepare.root}  # every step reads what prepare made
     assert args["epoch-products"].products_scale == 0.25 and {a.papers_scale for a in args.values()} == {0.03}
