@@ -19,9 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.ids import sorted_distinct
 
 from .direct_io import open_rows_file, row_blocks
 from .io_probe import io_model
@@ -202,7 +201,7 @@ def choose_packing(
     row_bytes = dim * dtype.itemsize
     sampled = getattr(drawn, "sampled", None)  # the packer writes each batch's sampled arrays too
     first = [sampled(0, b) if sampled else {"input_nodes": drawn.draw(0, b)} for b in range(min(3, drawn.batches))]
-    largest = max((np.unique(a["input_nodes"]).shape[0] for a in first), default=0)
+    largest = max((sorted_distinct(a["input_nodes"]).shape[0] for a in first), default=0)
     rows = min(num_nodes, max(batch_rows, largest + largest // 4))
     fixed = getattr(drawn, "fixed", None)  # packed once beside the windows, each batch's rows uncached
     reserved = 0 if fixed is None else fixed.batches * padded(rows * row_bytes)

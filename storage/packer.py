@@ -21,11 +21,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.identity import check_identity
+from gnnsys.ids import count_ids, sorted_distinct
 
 from .direct_io import aligned, open_rows_file
 from .packing import PAD, READ_BYTES, Manifest, Segment, ids_crc, padded, write_sampled
@@ -50,12 +50,6 @@ class WindowPlan:
     cached: np.ndarray
     uncached: list[np.ndarray]
     sampled_bytes: int = 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _count(counts, ids):
-    for i in ids:
-        counts[i] += 1
 
 
 class Packer:
@@ -140,8 +134,8 @@ class Packer:
                 arrays = sampled(epoch, batch)
                 written += write_sampled(self.sampled_path(first, count, g), arrays, self.sampled_key)
                 ids = arrays["input_nodes"]
-            ids = np.unique(np.asarray(ids, dtype=np.int64))
-            _count(counts, ids)
+            ids = sorted_distinct(np.asarray(ids, dtype=np.int64))
+            count_ids(ids, counts)
             batches.append((int(ids.shape[0]), ids_crc(ids)))
             drawn.append(ids.astype(narrow))
         read = np.flatnonzero(counts)
