@@ -25,7 +25,7 @@ from gnnsys.ids import sorted_distinct
 from .direct_io import open_rows_file, row_blocks
 from .io_probe import io_model
 from .memory_plan import GB, HostMemoryPlan, plan_host_memory
-from .packer import CHUNK_BYTES, staging_bytes
+from .pack_scan import SCAN_BYTES, staging_bytes
 from .packing import padded, read_buffer_bytes
 from .ssd import rows_file
 
@@ -65,7 +65,7 @@ def packed_parts(
         "packed.read_buffers": ahead * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
         "packer.counts": 5 * num_nodes,
         "packer.ids": window * batch_rows * id_bytes(num_nodes),
-        "packer.staging": staging_bytes(window + 1) + CHUNK_BYTES,
+        "packer.staging": staging_bytes(window + 1) + SCAN_BYTES,
         "ssd.staging": PACKED_BASE_STAGING,
     }
 
