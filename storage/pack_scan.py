@@ -3,7 +3,7 @@
 rows file on a thread while the current one is staged, and `SegmentWrites`
 copies each file's rows straight from the read buffer into that file's
 staging buffer (a numba kernel that releases the GIL) and hands every full
-buffer, once its crc32 is taken, to a writer thread, which writes it (with
+buffer, once it is added to its file's digest (storage/digest.py), to a writer thread, which writes it (with
 O_DIRECT when asked) while the scan goes on, then returns it to a pool the
 files share. A file is written in multiples of PAD, its end padded with zeros.
 """
@@ -14,7 +14,6 @@ import math
 import os
 import queue
 import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 from gnnsys.errors import DatasetError
 from gnnsys.identity import check_identity
 
+from .digest import Digest
 from .direct_io import aligned, open_rows_file
 from .packing import PAD, READ_BYTES, padded
 
@@ -102,13 +102,14 @@ class SegmentWrites:
     """The packed files `paths` (made new; O_DIRECT when `direct`) of the
     rows of a file whose rows are `row_bytes` long and `stride` bytes apart,
     staged in buffers of `stage` bytes (a multiple of PAD) and written on a
-    writer thread, keeping each file's rows, bytes and crc32."""
+    writer thread, keeping each file's rows, bytes and digest."""
 
     def __init__(self, paths: list[Path], direct: bool, stage: int, row_bytes: int, stride: int):
         self.paths, self.stage, self.row_bytes, self.stride = paths, stage, row_bytes, stride
         self.word = math.gcd(8, row_bytes, stride)  # rows are copied in words of this many bytes
         files = len(paths)
-        self.rows, self.nbytes, self.crc, self.fill = [0] * files, [0] * files, [0] * files, [0] * files
+        self.rows, self.nbytes, self.fill = [0] * files, [0] * files, [0] * files
+        self.digests = [Digest() for _ in range(files)]
         self.buffers: list[np.ndarray | None] = [None] * files
         self._free: queue.SimpleQueue = queue.SimpleQueue()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -153,7 +154,8 @@ class SegmentWrites:
         self._stop()
         self._raise()
         return [
-            (p.name, r, padded(n), c) for p, r, n, c in zip(self.paths, self.rows, self.nbytes, self.crc, strict=True)
+            (p.name, r, padded(n), d.value())
+            for p, r, n, d in zip(self.paths, self.rows, self.nbytes, self.digests, strict=True)
         ]
 
     def close(self) -> None:
@@ -179,10 +181,10 @@ class SegmentWrites:
 
     def _submit(self, j: int, nbytes: int) -> None:
         """Add file j's staging buffer, its first `nbytes` (a multiple of PAD),
-        to the file's crc32 and hand it to the writer."""
+        to the file's digest and hand it to the writer."""
         self._raise()
         buffer = self.buffers[j]
-        self.crc[j] = zlib.crc32(memoryview(buffer)[:nbytes], self.crc[j])
+        self.digests[j].update(buffer[:nbytes])
         self._jobs.put((j, buffer, nbytes))
         self.buffers[j], self.fill[j] = None, 0
 

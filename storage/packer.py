@@ -205,8 +205,8 @@ class Packer:
         finally:
             writes.close()
         segments = [
-            Segment(n, r, b, c, crc, unique)
-            for (n, r, b, c), (unique, crc) in zip(done[:-1], plan.batches, strict=True)
+            Segment(n, r, b, d, crc, unique)
+            for (n, r, b, d), (unique, crc) in zip(done[:-1], plan.batches, strict=True)
         ]
         return segments, Segment(*done[-1])
 
