@@ -44,11 +44,11 @@ def staging_bytes(files: int) -> int:
 
 
 def scan(path: Path, direct: bool, identity, num_rows: int, lists: list[np.ndarray], writes, check) -> None:
-    """Read the rows file `path` (`num_rows` rows, as `writes` has them
+    """Read the rows file `path` (`num_rows` rows, `writes.stride` bytes
     apart; O_DIRECT when `direct`; the FileIdentity `identity` checked) in
     chunks, in order, reading the next chunk while the rows of this one that
-    list j (sorted ids) holds go to file j of `writes` (a SegmentWrites of
-    this file's rows); `check()` between chunks (it raises to stop)."""
+    list j (sorted ids) holds go to file j of `writes` (a SegmentWrites);
+    `check()` between chunks (it raises to stop)."""
     file, stride = open_rows_file(path, direct), writes.stride
     try:
         check_identity(path, identity, file.fd)
@@ -145,7 +145,7 @@ class SegmentWrites:
 
     def finish(self) -> list[tuple[str, int, int, int]]:
         """Pad every file to a multiple of PAD, write what is staged and wait
-        for the writer; per file (name, rows, bytes, crc32)."""
+        for the writer; per file (name, rows, bytes, digest)."""
         for j, buffer in enumerate(self.buffers):
             if buffer is not None:
                 end = padded(self.fill[j])

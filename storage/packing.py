@@ -15,8 +15,8 @@ epoch + batch, so a window may cross epochs) lives in one directory:
   for (the dataset's identity and file, split, seed, batch size, fanouts,
   sampler, rank and world size, the window's batches, the cache's capacity
   and cached set) and per file its rows, bytes and XXH64 digest
-  (storage/digest.py), per batch also the crc32 of its sorted distinct ids (what tells the reader a gather is that
-  batch's).
+  (storage/digest.py), per batch also the crc32 of its sorted distinct ids
+  (what tells the reader a gather is that batch's).
 
 A window whose manifest is missing, unreadable or packed for another key is
 stale (rebuilt); a file whose size or digest differs from its manifest is
