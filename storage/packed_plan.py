@@ -19,14 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.ids import sorted_distinct
 
 from .direct_io import open_rows_file, row_blocks
 from .io_probe import io_model
 from .memory_plan import GB, HostMemoryPlan, plan_host_memory
-from .packer import CHUNK_BYTES, staging_bytes
+from .pack_scan import SCAN_BYTES, staging_bytes
 from .packing import padded, read_buffer_bytes
 from .ssd import rows_file
 
@@ -66,7 +65,7 @@ def packed_parts(
         "packed.read_buffers": ahead * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
         "packer.counts": 5 * num_nodes,
         "packer.ids": window * batch_rows * id_bytes(num_nodes),
-        "packer.staging": staging_bytes(window + 1) + CHUNK_BYTES,
+        "packer.staging": staging_bytes(window + 1) + SCAN_BYTES,
         "ssd.staging": PACKED_BASE_STAGING,
     }
 
@@ -202,7 +201,7 @@ def choose_packing(
     row_bytes = dim * dtype.itemsize
     sampled = getattr(drawn, "sampled", None)  # the packer writes each batch's sampled arrays too
     first = [sampled(0, b) if sampled else {"input_nodes": drawn.draw(0, b)} for b in range(min(3, drawn.batches))]
-    largest = max((np.unique(a["input_nodes"]).shape[0] for a in first), default=0)
+    largest = max((sorted_distinct(a["input_nodes"]).shape[0] for a in first), default=0)
     rows = min(num_nodes, max(batch_rows, largest + largest // 4))
     fixed = getattr(drawn, "fixed", None)  # packed once beside the windows, each batch's rows uncached
     reserved = 0 if fixed is None else fixed.batches * padded(rows * row_bytes)

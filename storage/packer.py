@@ -14,24 +14,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.identity import check_identity
+from gnnsys.ids import count_ids, sorted_distinct
 
-from .direct_io import aligned, open_rows_file
-from .packing import PAD, READ_BYTES, Manifest, Segment, ids_crc, padded, write_sampled
+from .pack_scan import SegmentWrites, scan, stage_size
+from .packing import Manifest, Segment, ids_crc, padded, write_sampled
 
-CHUNK_BYTES = 32 << 20  # the rows file is scanned in reads of about this size
-STAGE_ALL, STAGE_MIN, STAGE_MAX = 64 << 20, 256 << 10, 4 << 20  # a window's write staging, shared by its files
 log = logging.getLogger(__name__)
 
 
@@ -50,12 +46,6 @@ class WindowPlan:
     cached: np.ndarray
     uncached: list[np.ndarray]
     sampled_bytes: int = 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _count(counts, ids):
-    for i in ids:
-        counts[i] += 1
 
 
 class Packer:
@@ -140,8 +130,8 @@ class Packer:
                 arrays = sampled(epoch, batch)
                 written += write_sampled(self.sampled_path(first, count, g), arrays, self.sampled_key)
                 ids = arrays["input_nodes"]
-            ids = np.unique(np.asarray(ids, dtype=np.int64))
-            _count(counts, ids)
+            ids = sorted_distinct(np.asarray(ids, dtype=np.int64))
+            count_ids(ids, counts)
             batches.append((int(ids.shape[0]), ids_crc(ids)))
             drawn.append(ids.astype(narrow))
         read = np.flatnonzero(counts)
@@ -206,119 +196,19 @@ class Packer:
         """Scan the rows file once, appending each chunk's rows to every segment that needs them."""
         lists = [*plan.uncached, plan.cached]
         names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))] + ["cache.seg"]
-        writers = [_Writer(directory / name, self.write_direct, stage_size(len(names))) for name in names]
+        (directory / "cache.ids").write_bytes(plan.cached.tobytes())
+        paths, stage = [directory / n for n in names], stage_size(len(names))
+        writes = SegmentWrites(paths, self.write_direct, stage, self.row_bytes, self.stride)
         try:
-            (directory / "cache.ids").write_bytes(plan.cached.tobytes())
-            self._scan(lists, writers, stop)
-            done = [w.finish() for w in writers]
+            scan(self.path, self.direct, self.identity, self.shape[0], lists, writes, lambda: _check(stop))
+            done = writes.finish()
         finally:
-            for w in writers:
-                w.close()
+            writes.close()
         segments = [
-            Segment(n, r, b, c, crc, unique)
-            for (n, r, b, c), (unique, crc) in zip(done[:-1], plan.batches, strict=True)
+            Segment(n, r, b, d, crc, unique)
+            for (n, r, b, d), (unique, crc) in zip(done[:-1], plan.batches, strict=True)
         ]
         return segments, Segment(*done[-1])
-
-    def _scan(self, lists: list[np.ndarray], writers: list, stop) -> None:
-        """Read the rows file in chunks, in order, and hand each list's rows in a chunk to its writer."""
-        file = open_rows_file(self.path, self.direct)
-        try:
-            check_identity(self.path, self.identity, file.fd)
-            per_chunk = max(1, CHUNK_BYTES // self.stride)
-            buffer = memoryview(aligned(per_chunk * self.stride + 2 * file.block))
-            start = [0] * len(lists)
-            for r0 in range(0, self.shape[0], per_chunk):
-                _check(stop)
-                r1 = min(self.shape[0], r0 + per_chunk)
-                ends = [int(np.searchsorted(ids, r1)) for ids in lists]
-                if all(e == s for e, s in zip(ends, start, strict=True)):
-                    continue
-                offset = r0 * self.stride // file.block * file.block
-                want = -(-(r1 * self.stride - offset) // file.block) * file.block
-                got = _read(file, buffer, offset, want, self.path)
-                if got < (r1 - 1) * self.stride + self.row_bytes - offset:
-                    raise DatasetError(self.path, f"ended at byte {offset + got} while packing row {r1 - 1}")
-                rows = np.ndarray(
-                    (r1 - r0, self.row_bytes), np.uint8, buffer, r0 * self.stride - offset, (self.stride, 1)
-                )
-                for j, ids in enumerate(lists):
-                    if ends[j] > start[j]:
-                        writers[j].write(rows[ids[start[j] : ends[j]] - r0])
-                    start[j] = ends[j]
-        finally:
-            os.close(file.fd)
-
-
-def stage_size(files: int) -> int:
-    """The write staging of each of a window's `files` packed files: STAGE_ALL shared, within [STAGE_MIN, STAGE_MAX]."""
-    return min(STAGE_MAX, max(STAGE_MIN, STAGE_ALL // files)) // PAD * PAD
-
-
-def staging_bytes(files: int) -> int:
-    """The write staging a window of `files` packed files holds while it is packed."""
-    return files * stage_size(files)
-
-
-def _read(file, buffer: memoryview, offset: int, want: int, path) -> int:
-    """Read `want` bytes at `offset` into `buffer` in reads of at most READ_BYTES; the bytes read."""
-    done = 0
-    while done < want:
-        try:
-            n = os.preadv(file.fd, [buffer[done : done + min(READ_BYTES, want - done)]], offset + done)
-        except OSError as e:
-            raise DatasetError(path, f"cannot read {want} bytes at {offset} ({e.strerror})") from None
-        if n <= 0:
-            break
-        done += n
-    return done
-
-
-class _Writer:
-    """Appends rows to one packed file through a staging buffer written in
-    multiples of PAD (with O_DIRECT when `direct`), keeping its rows, bytes and crc32."""
-
-    def __init__(self, path: Path, direct: bool, stage: int):
-        self.path, self.rows, self.nbytes, self.crc, self.fill = path, 0, 0, 0, 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DIRECT if direct else 0), 0o600)
-        self.stage = memoryview(aligned(stage))
-
-    def write(self, rows: np.ndarray) -> None:
-        data = memoryview(np.ascontiguousarray(rows)).cast("B")
-        self.crc = zlib.crc32(data, self.crc)
-        self.nbytes += len(data)
-        self.rows += rows.shape[0]
-        done = 0
-        while done < len(data):
-            take = min(len(data) - done, len(self.stage) - self.fill)
-            self.stage[self.fill : self.fill + take] = data[done : done + take]
-            self.fill, done = self.fill + take, done + take
-            if self.fill == len(self.stage):
-                self._flush(self.fill)
-
-    def _flush(self, nbytes: int) -> None:
-        """Write the first `nbytes` (a multiple of PAD) of the staging buffer."""
-        try:
-            done = 0
-            while done < nbytes:
-                done += os.write(self.fd, self.stage[done:nbytes])
-        except OSError as e:
-            raise DatasetError(self.path, f"cannot write the packed segment ({e.strerror})") from None
-        self.fill = 0
-
-    def finish(self) -> tuple[str, int, int, int]:
-        """Pad to a multiple of PAD and write what is staged; (name, rows, bytes, crc32)."""
-        end = padded(self.fill)
-        pad = bytes(end - self.fill)
-        self.stage[self.fill : end] = pad
-        self.crc = zlib.crc32(pad, self.crc)
-        self._flush(end)
-        return self.path.name, self.rows, padded(self.nbytes), self.crc
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def _check(stop) -> None:

@@ -14,12 +14,12 @@ epoch + batch, so a window may cross epochs) lives in one directory:
 - `manifest.json`, written last (atomically): the key the window was packed
   for (the dataset's identity and file, split, seed, batch size, fanouts,
   sampler, rank and world size, the window's batches, the cache's capacity
-  and cached set) and per file its rows, bytes and crc32, per batch also the
-  crc32 of its sorted distinct ids (what tells the reader a gather is that
-  batch's).
+  and cached set) and per file its rows, bytes and XXH64 digest
+  (storage/digest.py), per batch also the crc32 of its sorted distinct ids
+  (what tells the reader a gather is that batch's).
 
 A window whose manifest is missing, unreadable or packed for another key is
-stale (rebuilt); a file whose size or crc32 differs from its manifest is
+stale (rebuilt); a file whose size or digest differs from its manifest is
 refused (DatasetError), never read into a batch.
 
 Beside it, `sampled-NNNNNNNNNN-K/sNNNNNNNNNN.npz` per batch: the batch as the
@@ -43,9 +43,10 @@ import numpy as np
 from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import DatasetError
 
+from .digest import digest
 from .direct_io import aligned, open_rows_file
 
-FORMAT = 1
+FORMAT = 2  # 2: files checked by their XXH64 digest (1: by crc32)
 PAD = 4096  # segments end on a multiple of this: whole-file O_DIRECT reads on any logical block up to 4 KiB
 READ_BYTES = 8 << 20  # the largest single read of a segment
 MANIFEST = "manifest.json"
@@ -54,14 +55,14 @@ MANIFEST = "manifest.json"
 @dataclass(frozen=True)
 class Segment:
     """One packed file: its name in the window's directory, the rows it
-    holds, its size on disk (padded) and the crc32 of its whole content; for
+    holds, its size on disk (padded) and the XXH64 digest of its whole content; for
     a batch, `ids`: the crc32 of the batch's sorted distinct ids and `unique`
     their count."""
 
     file: str
     rows: int
     nbytes: int
-    crc: int
+    digest: int
     ids: int = 0
     unique: int = 0
 
@@ -117,7 +118,7 @@ def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memor
     """The content of the packed file `path` (padded), read with large
     O_DIRECT reads when `direct` into the page-aligned buffer `into` (at
     least segment.nbytes; None: a new one); DatasetError naming the file when
-    it is missing or its size or crc32 is not the manifest's."""
+    it is missing or its size or digest is not the manifest's."""
     try:
         file = open_rows_file(path, direct and segment.nbytes >= PAD)
     except DatasetError:
@@ -134,8 +135,8 @@ def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memor
             done += n
     finally:
         os.close(file.fd)
-    if zlib.crc32(buffer) != segment.crc:
-        raise _refused(path, "content does not match its manifest's crc32")
+    if digest(buffer) != segment.digest:
+        raise _refused(path, "content does not match its manifest's digest")
     return buffer
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gnnsys.ids import sorted_distinct
+
 from .policy import CachePolicy
 
 
@@ -20,7 +22,7 @@ class BeladyPolicy(CachePolicy):
 
     def __init__(self, capacity: int, num_nodes: int, trace, score=None):
         super().__init__(capacity, num_nodes)
-        self._trace = [np.unique(np.asarray(b, dtype=np.int64)) for b in trace]
+        self._trace = [sorted_distinct(np.asarray(b, dtype=np.int64)) for b in trace]
         never = len(self._trace)
         upcoming = np.full(self.num_nodes, never, np.int64)
         self._after = [None] * never  # per batch: next use of each of its ids

@@ -20,7 +20,7 @@ import torch
 
 from gnnsys._capabilities import normalize_device
 from gnnsys.errors import ConfigError
-from gnnsys.ids import gather_distinct, indices_on
+from gnnsys.ids import gather_distinct, indices_on, sorted_distinct
 from gnnsys.storage.gather_cpu import copy_rows
 from gnnsys.storage.source import CacheTier, FeatureSource, VictimTier
 
@@ -158,7 +158,7 @@ class CachedFeatures(CacheTier):
         with self._lock:
             self.policy.set_window(batches)
             if self.fill is not None and batches and batches[-1].shape[0]:
-                self.fill.request(self.policy.batches + 1 + len(batches), np.unique(batches[-1]))
+                self.fill.request(self.policy.batches + 1 + len(batches), sorted_distinct(batches[-1]))
 
     def wait_lookahead_fill(self) -> None:
         """Block until the lookahead-fill thread has read every requested row (a

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnsys.ids import count_ids
+from gnnsys.ids import count_ids, sorted_distinct
 
 
 def out_degree(indices, num_nodes: int) -> np.ndarray:
@@ -32,5 +32,5 @@ def presample_hotness(sampler, seed_batches, epochs) -> np.ndarray:
     for e in epochs:
         for b, seeds in enumerate(seed_batches.epoch(e)):
             ids = torch.as_tensor(sampler.sample(seeds, e, b).input_nodes).numpy()
-            counts[np.unique(ids)] += 1
+            counts[sorted_distinct(ids)] += 1
     return counts

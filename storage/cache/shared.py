@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, gather_output
+from gnnsys.ids import check_ids, gather_output, sorted_distinct
 from gnnsys.storage.source import CacheTier, FeatureSource, GatherHandle
 
 from ..cuda_stream import CudaStreams, StreamHandle
@@ -207,7 +207,7 @@ class SharedCachedFeatures(CacheTier):
         (hybrid), applied in call order with the gathers."""
         local = []
         for b in batches:
-            b = np.unique(torch.as_tensor(b).cpu().numpy().astype(np.int64, copy=False))
+            b = sorted_distinct(torch.as_tensor(b).cpu().numpy().astype(np.int64, copy=False))
             b = b[(b >= 0) & (b < self.shape[0])]
             local.append(np.searchsorted(self._shard, b[self.ownership.owner[b] == self.rank]))
         self._submit(self._cache.set_window, local)

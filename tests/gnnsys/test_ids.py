@@ -1,9 +1,11 @@
-"""gnnsys.ids: index arrays moved to a device in one transfer."""
+"""gnnsys.ids: index arrays moved to a device in one transfer, and distinct ids sorted."""
 
 import numpy as np
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gnnsys.ids import indices_on
+from gnnsys.ids import indices_on, sorted_distinct
 from gnnsys.storage.gather_cpu import copy_rows
 
 
@@ -26,3 +28,16 @@ def test_copy_rows_off_the_cpu_sends_both_index_arrays_in_one_transfer(monkeypat
     monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: copies.append(args) or to(t, *args, **kw))
     copy_rows(src, np.array([4, 0]), out, np.array([1, 3]))
     assert len(copies) == 1
+
+
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=60), st.sampled_from([np.int32, np.int64]))
+def test_sorted_distinct_is_np_uniques_result(values, dtype):
+    ids = np.array(values, np.int64).astype(dtype)
+    got = sorted_distinct(ids)
+    want = np.unique(ids)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_sorted_distinct_leaves_its_input_alone():
+    ids = np.array([5, 1, 5, 3])
+    assert sorted_distinct(ids).tolist() == [1, 3, 5] and ids.tolist() == [5, 1, 5, 3]

@@ -14,9 +14,9 @@ from gnnsys.cli import main
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.storage import packed_plan
 from gnnsys.storage.base import tiers
+from gnnsys.storage.pack_scan import SPARE, staging_bytes
 from gnnsys.storage.packed_plan import packed_parts, packing_pays, plan_packed
 from gnnsys.storage.packed_source import PackedFeatures
-from gnnsys.storage.packer import staging_bytes
 from gnnsys.storage.packing import padded
 from gnnsys.storage.ssd import SSDFeatures
 from tests.storage.test_packed_source import FAST
@@ -55,7 +55,9 @@ def test_the_budget_shrinks_the_window_to_what_it_holds():
 
 
 def test_staging_is_shared_by_a_windows_files_within_its_bounds():
-    assert staging_bytes(1) == 4 << 20 and staging_bytes(16) == 64 << 20 and staging_bytes(1000) == 1000 * (256 << 10)
+    assert staging_bytes(1) == (1 + SPARE) * (2 << 20)  # at most 2 MiB a buffer
+    assert staging_bytes(40) == (40 + SPARE) * ((64 << 20) // 40 // 4096 * 4096)  # 64 MiB shared, whole pages
+    assert staging_bytes(1000) == (1000 + SPARE) * (256 << 10)
 
 
 @pytest.mark.parametrize(

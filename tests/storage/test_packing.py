@@ -138,9 +138,9 @@ def full_disk_after(monkeypatch, scratch, writes: int):
     """os.write fails with ENOSPC on files under `scratch` after `writes` writes there succeed."""
     import errno
 
-    import gnnsys.storage.packer as packer_module
+    import gnnsys.storage.pack_scan as scan_module
 
-    write, done = packer_module.os.write, [0]
+    write, done = scan_module.os.write, [0]
 
     def filling(fd, data):
         if os.readlink(f"/proc/self/fd/{fd}").startswith(str(scratch)):
@@ -149,7 +149,7 @@ def full_disk_after(monkeypatch, scratch, writes: int):
             done[0] += 1
         return write(fd, data)
 
-    monkeypatch.setattr(packer_module.os, "write", filling)
+    monkeypatch.setattr(scan_module.os, "write", filling)
 
 
 @pytest.mark.parametrize("writes", [0, 3])
