@@ -107,8 +107,9 @@ def open_rows_file(path, direct: bool | None) -> RowsFile:
 
 
 def aligned(nbytes: int) -> mmap.mmap:
-    """Page-aligned anonymous memory of `nbytes` (pages are committed on first touch)."""
-    return mmap.mmap(-1, max(nbytes, 1))
+    """Page-aligned private anonymous memory of `nbytes` (pages are committed on
+    first touch and counted in the process's RssAnon, as its other buffers are)."""
+    return mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def row_blocks(row_bytes: int, stride: int, block: int) -> int:
