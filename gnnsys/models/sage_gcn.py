@@ -17,9 +17,13 @@ The rest follows PyG's convolutions, whose modules keep the parameters
 (SAGEConv: lin_l with the bias on the aggregated rows, lin_r on the
 destination rows only; GCNConv: lin, then bias): the same outputs and
 gradients to rounding. The mean's normalisation is part of the aggregation
-kernel's weights, SAGE's root product (with the bias) writes the output that
-the neighbour product accumulates onto in place (no copy, no add), and the root rows' gradient is
-added into the aggregation's input gradient in place (`aggregate_with_root`).
+kernel's weights. Aggregating first, SAGE's two products are one: the kernel
+writes each aggregated row beside its root row (`aggregate_with_root`), and
+[aggregated | root] times [lin_l | lin_r] (with the bias) is a single GEMM of
+twice the inner size, forward and backward (one weight-gradient and one
+input-gradient product instead of two each, and no read-modify-write of the
+output by a second product); the root columns' gradient is added into the
+aggregation's input gradient by the transposed kernel's own pass.
 
 Row counts: a bf16 GEMM on the CPU runs on oneDNN, which builds a primitive
 for every new shape (and gnnsys keeps few of them, see `gnnsys/__init__.py`),
@@ -70,9 +74,8 @@ def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> 
         return F.linear(x_src[:num_dst], w_r, bias).add_(h)
     rows = gemm_rows(num_dst, x_src, dtype)
     rows = rows if rows <= adj.num_src else num_dst  # the root rows are source rows
-    h, x_root = aggregate_with_root(adj, x_src, dtype, rows)
-    out = F.linear(x_root, w_r, bias)
-    return _first(out.addmm_(h, w_l.t().to(out.dtype)), num_dst)
+    both = aggregate_with_root(adj, x_src, dtype, rows)  # [aggregated | root] rows side by side
+    return _first(F.linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
 
 
 def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
