@@ -64,10 +64,11 @@ def gemm_rows(rows: int, x: torch.Tensor, dtype: torch.dtype) -> int:
     return -(-rows // step) * step
 
 
-def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
+def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with_bias: bool = True) -> torch.Tensor:
     """PyG SAGEConv `conv` (mean) of the `adj.num_dst` destination rows from
-    `x_src`, aggregated in `dtype` (see the module docstring)."""
-    w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias
+    `x_src`, aggregated in `dtype` (see the module docstring); without its bias
+    unless `with_bias` (for a caller that adds it in its own pass)."""
+    w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias if with_bias else None
     num_dst = adj.num_dst
     if project_first(num_dst, adj.num_src, adj.indices.shape[0], w_l.shape[1], w_l.shape[0]):
         h = aggregate(adj, F.linear(x_src, w_l), dtype)
@@ -78,13 +79,13 @@ def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> 
     return _first(F.linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
 
 
-def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
+def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with_bias: bool = True) -> torch.Tensor:
     """PyG GCNConv `conv` (normalize=False) over `adj`, its propagation matrix
-    (`gnnsys.models.gnn.gcn_adj_t`), aggregated in `dtype`."""
-    weight, bias = conv.lin.weight, conv.bias
+    (`gnnsys.models.gnn.gcn_adj_t`), aggregated in `dtype`; without its bias unless `with_bias`."""
+    weight, bias = conv.lin.weight, conv.bias if with_bias else None
     if project_first(adj.num_dst, adj.num_src, adj.indices.shape[0], weight.shape[1], weight.shape[0]):
         h = aggregate(adj, F.linear(x_src, weight), dtype)
-        return h + bias.to(h.dtype)
+        return h if bias is None else h + bias.to(h.dtype)
     h = aggregate(adj, x_src, dtype, gemm_rows(adj.num_dst, x_src, dtype))
     return _first(F.linear(h, weight, bias), adj.num_dst)
 
