@@ -90,6 +90,23 @@ def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with
     return _first(F.linear(h, weight, bias), adj.num_dst)
 
 
+class _FirstRows(torch.autograd.Function):
+    """out[:rows], whose backward zeroes only the rows past `rows` of the padded gradient
+    (autograd's slice backward zero-fills all of it, then copies the gradient in)."""
+
+    @staticmethod
+    def forward(ctx, out, rows):
+        ctx.padded = out.shape[0]
+        return out[:rows]
+
+    @staticmethod
+    def backward(ctx, grad):
+        padded = grad.new_empty(ctx.padded, *grad.shape[1:])
+        padded[: grad.shape[0]] = grad
+        padded[grad.shape[0] :].zero_()
+        return padded, None
+
+
 def _first(out: torch.Tensor, rows: int) -> torch.Tensor:
-    """out's first `rows` rows (out itself when it has no more: no slice for autograd to zero-fill)."""
-    return out if out.shape[0] == rows else out[:rows]
+    """out's first `rows` rows (out itself when it has no more)."""
+    return out if out.shape[0] == rows else _FirstRows.apply(out, rows)
