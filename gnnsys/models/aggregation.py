@@ -29,26 +29,66 @@ import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from gnnsys.models.bf16 import as_numpy, load, store
 
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # what the CPU kernel reads and writes
+_AHEAD = 6  # edges between prefetching a source row and summing it: the gather is latency-bound
+_TASK_ROWS = 64  # output rows per parallel task
+
+
+@intrinsic
+def _prefetch(typingctx, row, offset):
+    """Hint the CPU to bring the cache line `offset` bytes into array `row`'s data into its caches (LLVM's prefetch)."""
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [byte, ir.IntType(32), ir.IntType(32), ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        i32 = lambda v: ir.Constant(ir.IntType(32), v)  # noqa: E731
+        builder.call(fn, [builder.gep(builder.bitcast(data, byte), [args[1]]), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(row, types.intp), codegen
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _weighted_sum(indptr, indices, weights, x, out):
-    """out[r] = sum over e in indptr[r]:indptr[r+1] of weights[e] * x[indices[e]], in fp32."""
-    d = x.shape[1]
-    for r in numba.prange(out.shape[0]):
-        acc = np.zeros(d, np.float32)
-        for e in range(indptr[r], indptr[r + 1]):
-            w = weights[e]
-            row = x[indices[e]]
+def _weighted_sum(indptr, indices, weights, x, out, d, copy_rows, add_rows):
+    """out[r, :d] = sum over e in indptr[r]:indptr[r+1] of weights[e] * x[indices[e], :d], summed in
+    fp32 (zero for r past indptr's rows), plus x[r, d:2d] for r < add_rows; out[r, d:2d] = x[r, :d]
+    for r < copy_rows. Each row of x read is prefetched _AHEAD edges before it is summed."""
+    num_dst, num_edges, rows = indptr.shape[0] - 1, indices.shape[0], out.shape[0]
+    line = 64 // x.itemsize
+    for task in numba.prange((rows + _TASK_ROWS - 1) // _TASK_ROWS):
+        acc = np.empty(d, np.float32)  # one per task: an allocation per row cost up to a third of the time
+        for r in range(task * _TASK_ROWS, min(rows, (task + 1) * _TASK_ROWS)):
+            acc[:] = 0
+            if r < num_dst:
+                for e in range(indptr[r], indptr[r + 1]):
+                    if e + _AHEAD < num_edges:
+                        ahead = x[indices[e + _AHEAD]]
+                        for j in range(0, d, line):
+                            _prefetch(ahead, j * x.itemsize)
+                    w = weights[e]
+                    row = x[indices[e]]
+                    for j in range(d):
+                        acc[j] += w * load(row[j])
+            o = out[r]
+            if r < add_rows:
+                own = x[r]
+                for j in range(d):
+                    acc[j] += load(own[d + j])
             for j in range(d):
-                acc[j] += w * load(row[j])
-        o = out[r]
-        for j in range(d):
-            store(o, j, acc[j])
+                store(o, j, acc[j])
+            if r < copy_rows:
+                own = x[r]
+                for j in range(d):
+                    store(o, d + j, load(own[j]))
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -146,26 +186,27 @@ class Adjacency:
         return Adjacency(move(self.indptr), move(self.indices), move(self.weights), self.num_src)
 
 
-def _run_kernel(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype, rows: int) -> torch.Tensor:
+def _run_kernel(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype, rows: int, d: int, copy_rows: int, add_rows: int):
+    """`rows` rows: the weighted sums of x[:, :d] (those past adj.num_dst zero) plus x[r, d:2d] for r < add_rows,
+    then, when copy_rows (0 or rows), x[r, :d] as columns d:2d; in `dtype` (`_weighted_sum`)."""
     for what, t in (("input", x.dtype), ("output", dtype)):
         if t not in KERNEL_DTYPES:
             raise TypeError(f"aggregation on the CPU takes float32 or bfloat16, got {what} {t}")
-    if x.shape[0] != adj.num_src:
-        raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
-    out = torch.empty(rows, x.shape[1], dtype=dtype)
-    out[adj.num_dst :].zero_()
-    sums = as_numpy(out[: adj.num_dst])
-    _weighted_sum(adj.indptr.numpy(), adj.indices.numpy(), adj.weights.numpy(), as_numpy(x.contiguous()), sums)
+    out = torch.empty(rows, 2 * d if copy_rows else d, dtype=dtype)
+    indptr, indices, weights = adj.indptr.numpy(), adj.indices.numpy(), adj.weights.numpy()
+    _weighted_sum(indptr, indices, weights, as_numpy(x.contiguous()), as_numpy(out), d, copy_rows, add_rows)
     return out
 
 
-def _run_sparse(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype, rows: int) -> torch.Tensor:
-    """The weighted sums as `torch.sparse.mm` in fp32 (autocast off), rounded once to `dtype`."""
-    if x.shape[0] != adj.num_src:
-        raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
+def _run_sparse(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype, rows: int, d: int, copy_rows: int, add_rows: int):
+    """`_run_kernel`'s rows with `torch.sparse.mm` in fp32 (autocast off), rounded once to `dtype`."""
     with torch.autocast(x.device.type, enabled=False):
-        out = torch.sparse.mm(adj.csr(torch.float32), x.float()).to(dtype)
-    return F.pad(out, (0, 0, 0, rows - adj.num_dst)) if rows > adj.num_dst else out
+        out = torch.sparse.mm(adj.csr(torch.float32), x[: adj.num_src, :d].float())
+        if add_rows:
+            out[:add_rows] += x[:add_rows, d : 2 * d].float()
+        out = out.to(dtype)
+        out = F.pad(out, (0, 0, 0, rows - adj.num_dst)) if rows > adj.num_dst else out
+        return torch.cat([out, x[:rows, :d].to(dtype)], 1) if copy_rows else out
 
 
 def _uses_kernel(x: torch.Tensor) -> bool:
@@ -176,18 +217,18 @@ def _uses_kernel(x: torch.Tensor) -> bool:
 class _Aggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, adj, dtype, root, rows):
-        ctx.adj, ctx.x_dtype, ctx.root = adj, x.dtype, root
+        if x.shape[0] != adj.num_src:
+            raise ValueError(f"x has {x.shape[0]} rows, the adjacency has {adj.num_src} source nodes")
+        ctx.adj, ctx.x_dtype, ctx.root, ctx.dim = adj, x.dtype, root, x.shape[1]
         ctx.run = _run_kernel if _uses_kernel(x) else _run_sparse
-        out = ctx.run(adj, x, dtype, rows)
-        return (out, x[:root]) if root else out
+        return ctx.run(adj, x, dtype, rows, ctx.dim, root, 0)
 
     @staticmethod
-    def backward(ctx, grad, grad_root=None):
+    def backward(ctx, grad):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None
-        grad_x = ctx.run(ctx.adj.transposed(), grad[: ctx.adj.num_dst], ctx.x_dtype, ctx.adj.num_src)
-        if grad_root is not None:
-            grad_x[: ctx.root] += grad_root
+        # the transposed sums of grad's first dim columns, plus (with a root) its root columns on the first rows
+        grad_x = ctx.run(ctx.adj.transposed(), grad, ctx.x_dtype, ctx.adj.num_src, ctx.dim, 0, ctx.root)
         return grad_x, None, None, None, None
 
 
@@ -203,11 +244,11 @@ def aggregate(
 
 
 def aggregate_with_root(adj: Adjacency, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16, rows: int | None = None):
-    """(aggregate(adj, x, dtype, rows), x[:rows]) (rows: adj.num_dst by default,
-    at most adj.num_src): a layer that also reads its destination rows (SAGE's
-    root weight) gets them here, so that their gradient is added into the
-    aggregation's input gradient in place instead of through a zero-filled
-    full-size slice gradient and an add."""
+    """[rows, 2 * dim]: aggregate(adj, x, dtype, rows) beside x[:rows] in `dtype` (rows: adj.num_dst
+    by default, at most adj.num_src), written in one kernel pass. A layer that also reads its
+    destination rows (SAGE's root weight) multiplies this by its two weights side by side in one
+    product; the root columns' gradient is added into the aggregation's input gradient by the same
+    pass that sums the transposed aggregation (no slice gradient, no add)."""
     rows = _rows(adj, rows)
     if rows > adj.num_src:
         raise ValueError(f"rows {rows} is more than the adjacency's {adj.num_src} source nodes")

@@ -10,7 +10,9 @@ multiplies in the same pass:
   is stored;
 - `relu_dropout`: ReLU and dropout in one pass; backward passes the gradient
   where the output is positive, which needs only the output (kept anyway by
-  the layer that reads it), not the key.
+  the layer that reads it), not the key. Given the bias of the product before
+  it (which then leaves it out), it adds the bias in the same pass and its
+  backward sums the bias gradient too (`gnnsys.models.gnn.GNNLayer`).
 The key is drawn from torch's default generator, so `torch.manual_seed` and the
 checkpointed RNG state make runs reproducible as with `nn.Dropout`. The
 kernels take float32, float64 and bfloat16 (as its bits, `gnnsys.models.bf16`; the
@@ -30,28 +32,46 @@ from gnnsys.models.bf16 import as_numpy, load, store
 from gnnsys.samplers.random_hash import draw_below, mix64
 
 _LEVELS = 1 << 31  # resolution of the keep decision
+_CHUNK = 128  # rows per partial sum of the bias gradient
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _masked_scale(x, out, key, threshold, scale, relu):
-    """out[i] = x[i] * scale where draw i of `key` (uniform below _LEVELS) >=
-    threshold (and, with `relu`, x[i] > 0), else 0."""
+def _masked_scale(x, bias, out, key, threshold, scale, relu):
+    """x, out: [rows, d]. out[r, j] = v * scale where draw r * d + j of `key` (uniform
+    below _LEVELS) >= threshold (and, with `relu`, v > 0), else 0; v = x[r, j] + bias[j]
+    (x[r, j] when bias is empty)."""
     base = mix64(np.uint64(key))
-    for i in numba.prange(x.shape[0]):
-        v = load(x[i])
-        keep = draw_below(base, i, _LEVELS) >= threshold and (not relu or v > 0)
-        store(out, i, v * scale if keep else 0.0)
+    d, biased = x.shape[1], bias.shape[0] > 0
+    for r in numba.prange(x.shape[0]):
+        row, o = x[r], out[r]
+        for j in range(d):
+            v = load(row[j])
+            if biased:
+                v += bias[j]
+            keep = draw_below(base, r * d + j, _LEVELS) >= threshold and (not relu or v > 0)
+            store(o, j, v * scale if keep else 0.0)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _scale_where_positive(grad, out, grad_in, scale):
-    """grad_in[i] = grad[i] * scale where out[i] > 0, else 0."""
-    for i in numba.prange(grad.shape[0]):
-        store(grad_in, i, load(grad[i]) * scale if load(out[i]) > 0 else 0.0)
+def _scale_where_positive(grad, out, grad_in, scale, sums):
+    """grad, out, grad_in: [rows, d]. grad_in[r, j] = grad[r, j] * scale where out[r, j] > 0,
+    else 0; when `sums` has rows, sums[c, j] = the sum of grad_in[:, j] over chunk c's
+    _CHUNK rows (before rounding to grad_in's type): a fixed order, whatever the threads."""
+    rows, d, summing = grad.shape[0], grad.shape[1], sums.shape[0] > 0
+    for c in numba.prange((rows + _CHUNK - 1) // _CHUNK):
+        for r in range(c * _CHUNK, min(rows, (c + 1) * _CHUNK)):
+            g, o, gi = grad[r], out[r], grad_in[r]
+            for j in range(d):
+                v = load(g[j]) * scale if load(o[j]) > 0 else 0.0
+                store(gi, j, v)
+                if summing:
+                    sums[c, j] += v
 
 
-def _flat(x: torch.Tensor) -> np.ndarray:
-    return as_numpy(x.detach().contiguous().view(-1))
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x (contiguous) as [rows, last dim]: what the kernels walk; element r * d + j is x's flat element."""
+    d = x.shape[-1] if x.dim() and x.shape[-1] else 1
+    return x.detach().contiguous().view(x.numel() // d, d)
 
 
 def _scale(x: torch.Tensor, p: float):
@@ -59,10 +79,16 @@ def _scale(x: torch.Tensor, p: float):
     return (np.float64 if x.dtype == torch.float64 else np.float32)(1.0 / (1.0 - p))
 
 
-def _apply_mask(x: torch.Tensor, key: int, p: float, relu: bool) -> torch.Tensor:
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _apply_mask(x: torch.Tensor, key: int, p: float, relu: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    flat = _flat(x)
-    _masked_scale(flat, _flat(out), np.uint64(key), round(p * _LEVELS), _scale(x, p), relu)
+    bias = torch.empty(0) if bias is None else bias
+    bias = bias.detach().to(_compute_dtype(x)).contiguous()
+    threshold = round(p * _LEVELS)
+    _masked_scale(as_numpy(_rows(x)), bias.numpy(), as_numpy(_rows(out)), np.uint64(key), threshold, _scale(x, p), relu)
     return out
 
 
@@ -79,9 +105,9 @@ class _HashDropout(torch.autograd.Function):
 
 class _ReluDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, key, p):
-        out = _apply_mask(x, key, p, relu=True)
-        ctx.p = p
+    def forward(ctx, x, bias, key, p):
+        out = _apply_mask(x, key, p, relu=True, bias=bias)
+        ctx.p, ctx.bias_dtype = p, None if bias is None else bias.dtype
         ctx.save_for_backward(out)
         return out
 
@@ -89,8 +115,13 @@ class _ReluDropout(torch.autograd.Function):
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
         grad_in = torch.empty_like(out)
-        _scale_where_positive(_flat(grad), _flat(out), _flat(grad_in), _scale(grad, ctx.p))
-        return grad_in, None, None
+        rows = _rows(grad)
+        summing = ctx.needs_input_grad[1]
+        sums = torch.zeros(-(-rows.shape[0] // _CHUNK) if summing else 0, rows.shape[1], dtype=torch.float64)
+        _scale_where_positive(
+            as_numpy(rows), as_numpy(_rows(out)), as_numpy(_rows(grad_in)), _scale(grad, ctx.p), sums.numpy()
+        )
+        return grad_in, sums.sum(0).to(ctx.bias_dtype) if summing else None, None, None
 
 
 def _hashable(x: torch.Tensor, p: float) -> bool:
@@ -118,14 +149,21 @@ def hash_dropout(x: torch.Tensor, p: float, training: bool = True, key: int | No
     return _HashDropout.apply(x, _draw_key() if key is None else key, p)
 
 
-def relu_dropout(x: torch.Tensor, p: float, training: bool = True, key: int | None = None) -> torch.Tensor:
-    """`hash_dropout(torch.relu(x), p, training, key)` in one pass forward and one backward."""
+def relu_dropout(
+    x: torch.Tensor, p: float, training: bool = True, key: int | None = None, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`hash_dropout(torch.relu(x + bias), p, training, key)` in one pass forward and one
+    backward (which also sums the bias gradient). `bias` ([x.shape[-1]], optional) is a
+    linear map's bias that its product left out: adding it here saves the product
+    writing it into its output first and a separate pass summing its gradient."""
     _check_p(p)
+    if bias is not None and not (training and p > 0.0 and _hashable(x, p)):
+        x = x + bias.to(x.dtype)
     if not training or p == 0.0:
         return torch.relu(x)
     if not _hashable(x, p):
         return F.dropout(torch.relu(x), p, True)
-    return _ReluDropout.apply(x, _draw_key() if key is None else key, p)
+    return _ReluDropout.apply(x, bias, _draw_key() if key is None else key, p)
 
 
 class HashDropout(nn.Module):

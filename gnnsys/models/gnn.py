@@ -184,27 +184,41 @@ class GNNLayer(nn.Module):
             raise ValueError(f"x_src has {x_src.shape[0]} rows, block has {block.num_src} source nodes")
         x_src = self.input_dropout(x_src)
         x_dst = x_src[: block.num_dst]
-        return self.post_conv(self._conv(x_src, x_dst, block), x_dst)
+        bias = self._fused_bias()
+        return self.post_conv(self._conv(x_src, x_dst, block, with_bias=bias is None), x_dst, bias)
 
-    def post_conv(self, h: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
-        """The layer after its conv: `h` (the conv's rows) plus the residual of
-        the destination rows `x_dst`, then norm, activation and dropout (also
-        what streaming inference, gnnsys.inference.streaming, finishes a block with)."""
+    def _fused_bias(self) -> torch.Tensor | None:
+        """The conv's bias when ReLU + dropout come right after a SAGE/GCN conv: then the
+        conv's product leaves it out and `relu_dropout` adds it in its own pass (and sums its
+        gradient in its backward one), instead of the product writing it into its output
+        first and its gradient taking a pass of its own. None otherwise."""
+        if self.kind == "gat" or not self.activation or self.residual is not None or self.norm is not None:
+            return None
+        return self.conv.lin_l.bias if self.kind == "sage" else self.conv.bias
+
+    def post_conv(self, h: torch.Tensor, x_dst: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer after its conv: `h` (the conv's rows, plus `bias` when the conv
+        left it out) plus the residual of the destination rows `x_dst`, then norm,
+        activation and dropout (also what streaming inference, gnnsys.inference.streaming,
+        finishes a block with)."""
+        if bias is not None and (not self.activation or self.residual is not None or self.norm is not None):
+            h, bias = h + bias.to(h.dtype), None  # something comes between the conv and the activation
         if self.residual is not None:
             h = h + self.residual(x_dst)
         if self.norm is not None:
             h = self.norm(h)
         if self.activation:
-            return relu_dropout(h, self.dropout.p, self.training)
+            return relu_dropout(h, self.dropout.p, self.training, bias=bias)
         return self.dropout(h)
 
-    def _conv(self, x_src, x_dst, block):
+    def _conv(self, x_src, x_dst, block, with_bias: bool = True):
         dtype = low_precision(x_src) or x_src.dtype
         if self.kind == "sage":
             adj = _cached(block, "mean_adjacency", lambda: Adjacency.mean(block.indptr, block.indices, block.num_src))
-            return sage_rows(self.conv, x_src, adj, dtype)
+            return sage_rows(self.conv, x_src, adj, dtype, with_bias)
         if self.kind == "gcn":
-            return gcn_rows(self.conv, x_src, _cached(block, "gcn_adjacency", lambda: gcn_adjacency(block)), dtype)
+            adj = _cached(block, "gcn_adjacency", lambda: gcn_adjacency(block))
+            return gcn_rows(self.conv, x_src, adj, dtype, with_bias)
         return self.conv((x_src, x_dst), block.edge_index(), size=block.size)
 
 

@@ -17,9 +17,13 @@ The rest follows PyG's convolutions, whose modules keep the parameters
 (SAGEConv: lin_l with the bias on the aggregated rows, lin_r on the
 destination rows only; GCNConv: lin, then bias): the same outputs and
 gradients to rounding. The mean's normalisation is part of the aggregation
-kernel's weights, SAGE's root product (with the bias) writes the output that
-the neighbour product accumulates onto in place (no copy, no add), and the root rows' gradient is
-added into the aggregation's input gradient in place (`aggregate_with_root`).
+kernel's weights. Aggregating first, SAGE's two products are one: the kernel
+writes each aggregated row beside its root row (`aggregate_with_root`), and
+[aggregated | root] times [lin_l | lin_r] (with the bias) is a single GEMM of
+twice the inner size, forward and backward (one weight-gradient and one
+input-gradient product instead of two each, and no read-modify-write of the
+output by a second product); the root columns' gradient is added into the
+aggregation's input gradient by the transposed kernel's own pass.
 
 Row counts: a bf16 GEMM on the CPU runs on oneDNN, which builds a primitive
 for every new shape (and gnnsys keeps few of them, see `gnnsys/__init__.py`),
@@ -60,32 +64,49 @@ def gemm_rows(rows: int, x: torch.Tensor, dtype: torch.dtype) -> int:
     return -(-rows // step) * step
 
 
-def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
+def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with_bias: bool = True) -> torch.Tensor:
     """PyG SAGEConv `conv` (mean) of the `adj.num_dst` destination rows from
-    `x_src`, aggregated in `dtype` (see the module docstring)."""
-    w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias
+    `x_src`, aggregated in `dtype` (see the module docstring); without its bias
+    unless `with_bias` (for a caller that adds it in its own pass)."""
+    w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias if with_bias else None
     num_dst = adj.num_dst
     if project_first(num_dst, adj.num_src, adj.indices.shape[0], w_l.shape[1], w_l.shape[0]):
         h = aggregate(adj, F.linear(x_src, w_l), dtype)
         return F.linear(x_src[:num_dst], w_r, bias).add_(h)
     rows = gemm_rows(num_dst, x_src, dtype)
     rows = rows if rows <= adj.num_src else num_dst  # the root rows are source rows
-    h, x_root = aggregate_with_root(adj, x_src, dtype, rows)
-    out = F.linear(x_root, w_r, bias)
-    return _first(out.addmm_(h, w_l.t().to(out.dtype)), num_dst)
+    both = aggregate_with_root(adj, x_src, dtype, rows)  # [aggregated | root] rows side by side
+    return _first(F.linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
 
 
-def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype) -> torch.Tensor:
+def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with_bias: bool = True) -> torch.Tensor:
     """PyG GCNConv `conv` (normalize=False) over `adj`, its propagation matrix
-    (`gnnsys.models.gnn.gcn_adj_t`), aggregated in `dtype`."""
-    weight, bias = conv.lin.weight, conv.bias
+    (`gnnsys.models.gnn.gcn_adj_t`), aggregated in `dtype`; without its bias unless `with_bias`."""
+    weight, bias = conv.lin.weight, conv.bias if with_bias else None
     if project_first(adj.num_dst, adj.num_src, adj.indices.shape[0], weight.shape[1], weight.shape[0]):
         h = aggregate(adj, F.linear(x_src, weight), dtype)
-        return h + bias.to(h.dtype)
+        return h if bias is None else h + bias.to(h.dtype)
     h = aggregate(adj, x_src, dtype, gemm_rows(adj.num_dst, x_src, dtype))
     return _first(F.linear(h, weight, bias), adj.num_dst)
 
 
+class _FirstRows(torch.autograd.Function):
+    """out[:rows], whose backward zeroes only the rows past `rows` of the padded gradient
+    (autograd's slice backward zero-fills all of it, then copies the gradient in)."""
+
+    @staticmethod
+    def forward(ctx, out, rows):
+        ctx.padded = out.shape[0]
+        return out[:rows]
+
+    @staticmethod
+    def backward(ctx, grad):
+        padded = grad.new_empty(ctx.padded, *grad.shape[1:])
+        padded[: grad.shape[0]] = grad
+        padded[grad.shape[0] :].zero_()
+        return padded, None
+
+
 def _first(out: torch.Tensor, rows: int) -> torch.Tensor:
-    """out's first `rows` rows (out itself when it has no more: no slice for autograd to zero-fill)."""
-    return out if out.shape[0] == rows else out[:rows]
+    """out's first `rows` rows (out itself when it has no more)."""
+    return out if out.shape[0] == rows else _FirstRows.apply(out, rows)

@@ -74,20 +74,32 @@ def test_backward_is_the_transposed_aggregation(weighted):
     assert_one_rounding(x.grad, dense(adj).T @ grad.double())
 
 
-@pytest.mark.parametrize("use_root", [True, False])
-def test_root_rows_share_the_input_gradient(use_root):
-    """aggregate_with_root's x[:num_dst] adds its gradient to the aggregation's
-    (in place), as autograd would sum the two uses of x."""
+def split(both: torch.Tensor, dim: int):
+    """aggregate_with_root's [aggregated | root] columns apart."""
+    return both[:, :dim], both[:, dim:]
+
+
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_root_rows_sit_beside_the_sums_and_share_the_input_gradient(x_dtype, dtype):
+    """aggregate_with_root writes x[:num_dst] (in dtype) beside the aggregation; the
+    root columns' gradient is added to the aggregation's input gradient, as autograd
+    would sum the two uses of x, in the same fp32 sum (rounded once)."""
     adj = random_adjacency(seed=6)
-    x = torch.randn(adj.num_src, 4, dtype=torch.bfloat16, requires_grad=True)
-    out, root = aggregate_with_root(adj, x)
-    assert torch.equal(root, x[: adj.num_dst]) and torch.equal(out, aggregate(adj, x))
-    grad, grad_root = torch.randn(adj.num_dst, 4).bfloat16(), torch.randn(adj.num_dst, 4).bfloat16()
-    torch.autograd.backward([out, root] if use_root else [out], [grad, grad_root] if use_root else [grad])
-    expect = aggregate(adj.transposed(), grad).float()
-    if use_root:
-        expect[: adj.num_dst] += grad_root.float()
-    torch.testing.assert_close(x.grad.float(), expect, rtol=2**-7, atol=1e-6)
+    x = torch.randn(adj.num_src, 4, dtype=x_dtype, requires_grad=True)
+    both = aggregate_with_root(adj, x, dtype)
+    assert both.shape == (adj.num_dst, 8) and both.dtype == dtype
+    out, root = split(both, 4)
+    assert torch.equal(root, x[: adj.num_dst].to(dtype)) and torch.equal(out, aggregate(adj, x, dtype))
+    grad = torch.randn(adj.num_dst, 8).to(dtype)
+    both.backward(grad)
+    exact = dense(adj).T @ grad[:, :4].double()
+    exact[: adj.num_dst] += grad[:, 4:].double()
+    assert x.grad.dtype == x_dtype
+    if x_dtype == torch.bfloat16:
+        assert_one_rounding(x.grad, exact)
+    else:
+        torch.testing.assert_close(x.grad.double(), exact, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("use_root", [True, False])
@@ -97,12 +109,13 @@ def test_padded_rows_are_zero_and_carry_no_gradient(use_root):
     adj = random_adjacency(seed=7)
     x = torch.randn(adj.num_src, 6, requires_grad=True)
     rows = adj.num_dst + 5
-    out, root = aggregate_with_root(adj, x, torch.float32, rows) if use_root else (aggregate(adj, x, rows=rows), None)
+    got = aggregate_with_root(adj, x, torch.float32, rows) if use_root else aggregate(adj, x, rows=rows)
+    out, root = split(got, 6) if use_root else (got, None)
     assert out.shape == (rows, 6) and not out[adj.num_dst :].any()
     assert root is None or torch.equal(root, x[:rows])
     torch.testing.assert_close(out[: adj.num_dst].float(), aggregate(adj, x.detach(), out.dtype).float())
     grad = torch.randn(rows, 6)
-    torch.autograd.backward([out] + ([root] if use_root else []), [grad.to(out.dtype)] + ([grad] if use_root else []))
+    got.backward(torch.cat([grad, grad], 1) if use_root else grad.to(got.dtype))
     expect = aggregate(adj.transposed(), grad[: adj.num_dst].to(out.dtype), torch.float32)
     if use_root:
         expect[:rows] += grad
@@ -205,12 +218,14 @@ def test_device_path_sums_in_fp32_under_autocast(device_path, precision, weighte
     x = (torch.randn(adj.num_src, 6, generator=g) + 1).to(dtype).requires_grad_()
     grad = torch.randn(adj.num_dst, 6, generator=g).to(dtype)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # on, as in training (CPU autocast stands in for CUDA's)
-        out, root = aggregate_with_root(adj, x, dtype)
+        both = aggregate_with_root(adj, x, dtype)
+    out, root = split(both, 6)
     assert out.dtype == dtype and torch.equal(root, x[: adj.num_dst])
     exact = dense(adj) @ x.detach().double()
     assert ((out.double() - exact).abs() <= roundoff * exact.abs() + 1e-6).all()
-    out.backward(grad)
+    both.backward(torch.cat([grad, grad], 1))
     exact = dense(adj).T @ grad.double()
+    exact[: adj.num_dst] += grad.double()
     assert x.grad.dtype == dtype and ((x.grad.double() - exact).abs() <= roundoff * exact.abs() + 1e-6).all()
 
 

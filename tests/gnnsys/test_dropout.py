@@ -82,3 +82,47 @@ def test_invalid_probability_and_module():
 def test_kernels_are_cached_on_disk():
     for kernel in (_masked_scale, _scale_where_positive):
         assert not isinstance(kernel._cache, NullCache), kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_relu_dropout_with_bias_is_relu_of_the_sum_and_sums_its_gradient(dtype):
+    """The bias a product left out, added in the same pass: the same output and input
+    gradient as relu_dropout(x + bias), the bias gradient that one's column sums."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 24, generator=g).to(dtype).requires_grad_()
+    bias = torch.randn(24, generator=g).requires_grad_()
+    grad = torch.randn(300, 24, generator=g).to(dtype)
+    out = relu_dropout(x, 0.4, key=9, bias=bias)
+    out.backward(grad)
+    x_ref, bias_ref = x.detach().float().requires_grad_(), bias.detach().requires_grad_()
+    ref = relu_dropout(x_ref + bias_ref, 0.4, key=9)
+    ref.backward(grad.float())
+    assert out.dtype == dtype and bias.grad.dtype == torch.float32
+    assert torch.equal(out, ref.to(dtype)) and torch.equal(x.grad, x_ref.grad.to(dtype))
+    torch.testing.assert_close(bias.grad, bias_ref.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_relu_dropout_bias_gradient_is_the_same_whatever_the_threads():
+    x = torch.randn(1000, 16, requires_grad=True)
+    bias = torch.randn(16, requires_grad=True)
+    grads = []
+    threads = numba.get_num_threads()
+    for n in (1, threads):
+        numba.set_num_threads(n)
+        try:
+            bias.grad = None
+            relu_dropout(x, 0.5, key=2, bias=bias).sum().backward()
+        finally:
+            numba.set_num_threads(threads)
+        grads.append(bias.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
+def test_relu_dropout_bias_gradcheck_and_fallbacks():
+    x = torch.randn(40, 8, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t, b: relu_dropout(t, 0.3, key=4, bias=b), (x, bias))
+    plain = torch.randn(10, 8)
+    b = torch.randn(8)
+    assert torch.equal(relu_dropout(plain, 0.3, training=False, bias=b), torch.relu(plain + b))
+    assert torch.equal(relu_dropout(plain, 0.0, bias=b), torch.relu(plain + b))

@@ -123,3 +123,16 @@ def test_another_optimizers_state_is_refused():
     optimizer = make_optimizer(model, lr=0.01, weight_decay=0)
     with pytest.raises(ValueError, match="not the state of an Adam with SparseAdam"):
         optimizer.load_state_dict(torch.optim.Adam(model.lin.parameters()).state_dict())
+
+
+def test_dense_adam_is_fused_and_steps_like_the_unfused_one():
+    torch.manual_seed(0)
+    model = Embedded(sparse=False)
+    twin = copy.deepcopy(model)
+    optimizer = make_optimizer(model, lr=0.05, weight_decay=5e-4)
+    assert optimizer.param_groups[0]["fused"] is True
+    data = batches()
+    train(model, optimizer, data)
+    train(twin, torch.optim.Adam(twin.parameters(), lr=0.05, weight_decay=5e-4, foreach=True), data)
+    for (name, p), q in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)

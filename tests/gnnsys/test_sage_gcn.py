@@ -146,3 +146,37 @@ def test_bf16_products_run_at_the_rounded_up_rows_with_the_same_result(monkeypat
         plain = outputs_and_grads(layer, x, block, ours)
     assert shapes == [38, 37] and padded[0].shape == (37, 8)
     torch.testing.assert_close(padded, plain, rtol=0.01, atol=0.01)
+
+
+@pytest.mark.parametrize("conv", ["sage", "gcn"])
+@pytest.mark.parametrize("kind", ["sampled", "whole"])
+def test_a_hidden_layer_adds_the_bias_in_relu_dropout_like_pyg(conv, kind):
+    """A hidden layer (ReLU + dropout right after the conv) leaves the bias out of the
+    product and relu_dropout adds it: outputs and gradients (the bias's included) are
+    PyG's conv, then ReLU and the same dropout mask, to fp32 rounding."""
+    from gnnsys.models.dropout import _draw_key, hash_dropout
+
+    block = blocks()[kind]
+    torch.manual_seed(0)
+    layer = GNNLayer(conv, 8, 16, dropout=0.5)
+    assert layer._fused_bias() is not None
+    x = torch.randn(block.num_src, 8)
+
+    def pyg_hidden(layer, x, block):
+        return hash_dropout(torch.relu(pyg_rows(layer, x, block)), 0.5, key=_draw_key())
+
+    torch.manual_seed(1)
+    expect = outputs_and_grads(layer, x, block, pyg_hidden)
+    torch.manual_seed(1)
+    got = outputs_and_grads(layer, x, block, lambda layer, x, block: layer(x, block))
+    assert (got[0] == 0).any() and (got[0] > 0).any()
+    torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_first_rows_pass_the_gradient_and_zero_the_padding():
+    out = torch.randn(10, 3, requires_grad=True)
+    first = sage_gcn._first(out, 7)
+    assert torch.equal(first, out[:7]) and sage_gcn._first(out, 10) is out
+    grad = torch.randn(7, 3)
+    first.backward(grad)
+    assert torch.equal(out.grad, torch.cat([grad, torch.zeros(3, 3)]))
