@@ -53,6 +53,9 @@ SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
 # --mem-limit bounds the process's own memory, which in the shared child holds every earlier page's.
 OWN_PROCESS = re.compile(r"--mem-limit\b")
 STEP_TIMEOUT_S = 120
+# Every documented command in one child: about 90 s on a quiet 2-core machine; the bound leaves room
+# for a loaded or slow one (pytest-timeout's 300 s per test would cut the fixture's setup short).
+DOCS_RUN_TIMEOUT_S = 1200
 
 
 @dataclass
@@ -261,10 +264,13 @@ def page_results(tmp_path_factory):
     }
     plan_file = work / "plan.json"
     plan_file.write_text(json.dumps(plan))
-    subprocess.run([sys.executable, __file__, str(plan_file), str(work)], cwd=work, check=True, timeout=len(plan) * 300)
+    subprocess.run(
+        [sys.executable, __file__, str(plan_file), str(work)], cwd=work, check=True, timeout=DOCS_RUN_TIMEOUT_S
+    )
     return json.loads(plan_file.with_suffix(".out.json").read_text())
 
 
+@pytest.mark.timeout(DOCS_RUN_TIMEOUT_S)
 @pytest.mark.parametrize("page", sorted(runnable_pages()))
 def test_page_commands_run(page, page_results):
     steps = page_results["steps"][page]
@@ -276,6 +282,7 @@ def test_page_commands_run(page, page_results):
     assert len(steps) == expected, f"{page}: ran {len(steps)} of {expected} steps"
 
 
+@pytest.mark.timeout(DOCS_RUN_TIMEOUT_S)
 @pytest.mark.parametrize("page", sorted(runnable_pages()))
 def test_page_writes_only_into_ignored_folders(page, page_results):
     """What a page's commands write (checkpoints, predictions, JSON, datasets)
