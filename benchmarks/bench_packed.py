@@ -18,13 +18,19 @@ epoch times leave it out, the bytes read and written are the whole run's.
 fio measures the device in the same run: sequential reads of the packed
 files' read size (storage.packing.READ_BYTES, one in flight, as the tier reads
 a file) and random reads of a row's blocks (the SSD tier's smallest read).
-The packed floor is max(bytes a steady packed epoch reads / fio's sequential
-rate, the in-memory epoch): reading the packs and computing overlap. Repeats
+Epoch 1 packs its window before it trains and the next one beside it; the
+last epoch packs nothing beside it; the epochs between are the steady ones
+(so runs need at least 3 epochs, and 4 give two steady ones). Time to 3
+epochs is the first three epochs' sum. The packed read floor is max(bytes a
+steady packed epoch reads / fio's sequential rate, the in-memory epoch):
+reading the packs and computing overlap. Its device floor adds what a steady
+epoch writes and scans to pack the next window (all its bytes at fio's
+sequential read rate: reads and writes share the device's bandwidth). Repeats
 alternate the modes; medians are reported with the load average. Writes JSON
 (and a PNG where matplotlib is installed) under benchmarks/results/ (--name).
 
     bash benchmarks/setup_fio.sh
-    python benchmarks/bench_packed.py /work/bench/papers-0.02 --epochs 3 --repeats 3 --name packed_papers
+    python benchmarks/bench_packed.py /work/bench/papers-0.02 --epochs 4 --repeats 3 --name packed_papers
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dataset", help="prepared dataset with block-aligned feature rows")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
-    p.add_argument("--epochs", type=int, default=3, help="epoch 1 packs its window first; the rest are steady")
+    p.add_argument("--epochs", type=int, default=4, help="at least 3: the first and the last are not steady")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -102,29 +108,34 @@ def summarize(runs: list, device: dict) -> dict:
     sum, bytes read and written, peaks; for packed its floor and the targets."""
     med = statistics.median
     out = {}
+    steady = slice(1, -1)  # the first epoch packs its own window, the last packs none beside it
     for mode in dict.fromkeys(r["mode"] for r in runs):
         mine = [r for r in runs if r["mode"] == mode]
         s = {
             "runs": len(mine),
             "first_s": med(r["epoch_s"][0] for r in mine),
-            "steady_s": med(med(r["epoch_s"][1:] or r["epoch_s"]) for r in mine),
-            "epochs_s": med(sum(r["epoch_s"]) for r in mine),
+            "steady_s": med(med(r["epoch_s"][steady]) for r in mine),
+            "epochs_s": med(sum(r["epoch_s"][:3]) for r in mine),
             "wall_s": med(r["wall_s"] for r in mine),
             "read_bytes": med(r["read_bytes"] for r in mine),
             "write_bytes": med(r["write_bytes"] for r in mine),
             "peak_rss_anon_mib": max(r["peak_rss_anon_mib"] for r in mine),
             "peak_disk_bytes": max(r["peak_disk_bytes"] for r in mine),
         }
-        packed = [t["packed"] for r in mine for t in r["tiers"][1:] if "packed" in t]
+        packed = [t["packed"] for r in mine for t in r["tiers"][steady] if "packed" in t]
         if packed:
             s["packed_read_bytes_steady"] = med(t["bytes_read"] for t in packed)
             s["pack_s_steady"] = med(t["pack_s"] for t in packed)
             s["unplanned"] = max(t["unplanned"] for t in packed)
             s["read_floor_s"] = s["packed_read_bytes_steady"] / device["seq_bytes_per_s"]
+            moved = [t["bytes_read"] + t["packed_bytes"] + t["windows_packed"] * device["file_bytes"] for t in packed]
+            s["moved_bytes_steady"] = med(moved)
+            s["device_floor_s"] = s["moved_bytes_steady"] / device["seq_bytes_per_s"]
         out[mode] = s
     memory, packed = out.get("memory"), out.get("packed")
     if memory and packed:
         packed["floor_s"] = max(packed["read_floor_s"], memory["steady_s"])
+        packed["device_floor_with_packing_s"] = max(packed["device_floor_s"], memory["steady_s"])
         packed["steady_over_memory"] = packed["steady_s"] / memory["steady_s"]
         packed["epochs_over_memory"] = packed["epochs_s"] / memory["epochs_s"]
         packed["steady_over_floor"] = packed["steady_s"] / packed["floor_s"]
@@ -161,6 +172,8 @@ def main(argv=None) -> None:
     from gnnsys.storage.packing import READ_BYTES
 
     args = parse_args(argv)
+    if args.epochs < 3:
+        raise SystemExit(f"--epochs: at least 3 (the first and the last epoch are not steady), got {args.epochs}")
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
@@ -169,7 +182,7 @@ def main(argv=None) -> None:
     file = data / "features.bin"
     seq = fio(file, READ_BYTES, 1, "psync", args.fio_seconds, rw="read")
     rand = fio(file, read_size(data), 32, "io_uring", args.fio_seconds)
-    device = {"seq": seq, "random": rand, "seq_bytes_per_s": seq["mb_per_s"] * 1e6}
+    device = {"seq": seq, "random": rand, "seq_bytes_per_s": seq["mb_per_s"] * 1e6, "file_bytes": file.stat().st_size}
     print(f"fio: {seq['mb_per_s']:,.0f} MB/s sequential, {rand['reads_per_s']:,.0f} random reads/s", flush=True)
     runs = []
     with tempfile.TemporaryDirectory() as work:

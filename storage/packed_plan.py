@@ -3,9 +3,11 @@ memory its parts take (in the host-memory plan beside the other tiers'),
 and whether reading from the SSD packs batches at all.
 
 A window's batches are sized by what holds them: the scratch space (two
-windows at a time, each batch's rows and the window's cache on disk), the
-host-memory budget (the packer keeps each planned batch's row ids while it
-packs) and the epoch. `--features ssd` packs when a window fits and its one
+windows at a time, each batch's rows, its sampled arrays and the window's
+cache on disk, and the sampled arrays of the window after them, drawn
+ahead), the host-memory budget (the packer keeps each planned batch's row
+ids, of two windows: the one it writes and the one drawn ahead) and the
+epoch. `--features ssd` packs when a window fits and its one
 sequential scan of the rows file costs less than reading the window's rows
 at random (the device's measured rates, storage/io_probe.py); otherwise it
 reads rows at random, and `reason` says why.
@@ -64,7 +66,7 @@ def packed_parts(
         "packed.slots": 4 * num_nodes,
         "packed.read_buffers": ahead * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
         "packer.counts": 5 * num_nodes,
-        "packer.ids": window * batch_rows * id_bytes(num_nodes),
+        "packer.ids": 2 * window * batch_rows * id_bytes(num_nodes),  # the window written and the one drawn ahead
         "packer.staging": staging_bytes(window + 1) + SCAN_BYTES,
         "ssd.staging": PACKED_BASE_STAGING,
     }
@@ -102,7 +104,7 @@ def plan_packed(
     space = free_bytes if scratch_bytes is None else min(scratch_bytes, free_bytes)
     space -= min(reserved_bytes, space // 2)
     cache_on_disk = padded(cache_rows * row_bytes) + 8 * cache_rows
-    by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes + sampled_bytes)
+    by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes + 2 * sampled_bytes)  # and the next's sampled
     limits = {"the epoch": per_epoch, "the scratch space": by_disk}
     least = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0, fixed)  # a window of none
     budget = None if host_mem_budget is None else int(host_mem_budget * GB)

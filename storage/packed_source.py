@@ -33,8 +33,9 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, gather_output
 
 from .packed_fixed import FixedPack
+from .packed_jobs import WindowJobs
 from .packed_plan import DEFAULT_AHEAD
-from .packed_reads import SegmentReads, quiet
+from .packed_reads import SegmentReads
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
 from .packing import Manifest, Segment, ids_crc, read_sampled, read_segment, scatter_packed
@@ -116,8 +117,7 @@ class PackedFeatures(CacheTier):
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
         fixed = getattr(draws, "fixed", None)
         self.fixed = None if fixed is None else FixedPack(self, fixed)
-        self._stop = threading.Event()
-        self._windows: dict[int, Future] = {}
+        self._jobs = WindowJobs(self.packer, self._packing, self._count, self._planned)
         self._reads = SegmentReads(self._reading, self.direct)
         self._cursor: int | None = None
         self._start = 0
@@ -135,6 +135,7 @@ class PackedFeatures(CacheTier):
             self._drop_all()
             self._start = self._cursor = first
             self._ensure(first)
+            self._jobs.plan(first + self.window)
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor (in `out` if given); IndexError for ids out of range."""
@@ -206,17 +207,19 @@ class PackedFeatures(CacheTier):
         ({name: array}, storage/packing.py), its file then removed, when it is
         written and its seeds are `seeds`; else None (the caller samples it)."""
         g = int(epoch) * self.per_epoch + int(batch)
-        with self._lock:
-            if self._cursor is None or not self._planned(g) or g < self._start:
-                return None
-            first = self._first(g)
-            path = self.packer.sampled_path(first, self._count(first), g)
+        # Without the tier's lock, which a gather holds while it waits for its
+        # file or its window: a batch is written before its window's scan, and
+        # a path from a cursor that moves meanwhile only finds no such file.
+        cursor, start = self._cursor, self._start
+        if cursor is None or not self._planned(g) or g < start:
+            return None
+        first = self._first(g, start)
+        path = self.packer.sampled_path(first, self._count(first), g)
         arrays = read_sampled(path, self.packer.sampled_key)
         if arrays is None or not np.array_equal(arrays["seeds"], seeds.numpy()):
             return None
         _remove(path)
-        with self._lock:
-            self._stats["presampled"] += 1
+        self._stats["presampled"] += 1  # only this thread counts it
         return arrays
 
     def _words(self, out: torch.Tensor) -> np.ndarray:
@@ -228,9 +231,11 @@ class PackedFeatures(CacheTier):
         width = self.row_bytes // self._word
         return np.frombuffer(buffer, dtype=f"u{self._word}", count=rows * width).reshape(rows, width)
 
-    def _first(self, g: int) -> int:
-        """The first global batch of the window holding global batch `g`."""
-        return self._start + (g - self._start) // self.window * self.window
+    def _first(self, g: int, start: int | None = None) -> int:
+        """The first global batch of the window holding global batch `g`
+        (windows from global batch `start`, by default the tier's)."""
+        start = self._start if start is None else start
+        return start + (g - start) // self.window * self.window
 
     def _planned(self, g: int) -> bool:
         """Whether global batch `g` is one of the run's (before its last epoch's end)."""
@@ -243,18 +248,14 @@ class PackedFeatures(CacheTier):
     def _ensure(self, first: int) -> Future | None:
         """The packing of the window from global batch `first` (submitted now
         if it was not); None past the run's last batch."""
-        if not self._planned(first):
-            return None
-        if first not in self._windows:
-            self._windows[first] = self._packing.submit(self._pack, first, self._stop)
-        return self._windows[first]
+        return self._jobs.window(first, self._pack)
 
-    def _pack(self, first: int, stop: threading.Event):
+    def _pack(self, first: int, stop: threading.Event, plan: Future):
         began = time.perf_counter()
         if self.fixed is not None and self.scratch_bytes is not None:  # packed before: its error, if any, is here
             held = self.fixed.nbytes() if self.fixed.done() else self.fixed.packer.window_bytes  # or may hold
             self.packer.window_bytes = (self.scratch_bytes - held) // 2
-        manifest, directory, packed = self.packer.pack(first, self._count(first), stop)
+        manifest, directory, packed = self.packer.pack(first, self._count(first), stop, plan.result())
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
         if packed:
@@ -285,10 +286,11 @@ class PackedFeatures(CacheTier):
         self._stats["useful_bytes"] += ids.shape[0] * self.row_bytes
         self._stats["read_wait_s"] += time.perf_counter() - began
         self._ensure(first + self.window)
+        self._jobs.plan(first + 2 * self.window)  # drawn while the next one is scanned
         return self._current
 
     def _close_window(self, window: _Window) -> None:
-        self._windows.pop(window.first, None)
+        self._jobs.forget(window.first)
         self.packer.remove(window.first, self._count(window.first))
 
     def _take(self, g: int) -> tuple[memoryview, memoryview]:
@@ -303,7 +305,7 @@ class PackedFeatures(CacheTier):
     def _submit_read(self, g: int) -> bool:
         """Read global batch `g`'s file on the reader thread, once its window is packed (whether it is)."""
         first = self._first(g)
-        job = self._windows.get(first)
+        job = self._jobs.windows.get(first)
         if job is None or not job.done() or job.exception() is not None:
             return False
         manifest, directory = job.result()
@@ -322,17 +324,13 @@ class PackedFeatures(CacheTier):
 
     def _drop_all(self) -> None:
         """Stop packing and reading, and remove every window of this tier."""
-        self._stop.set()
+        self._jobs.stop.set()
         self._reads.cancel()
-        for first, job in list(self._windows.items()):
-            job.cancel()
-            if quiet(job) and (self._current is None or self._current.first != first):
-                self.packer.remove(first, self._count(first))
+        self._jobs.drop(keep=None if self._current is None else self._current.first)
         if self._current is not None:
             self._slot[self._current.ids] = -1
             self._close_window(self._current)
-        self._windows, self._current, self._cursor = {}, None, None
-        self._stop = threading.Event()
+        self._current, self._cursor = None, None
 
     def set_window(self, batches) -> None:
         """The loader's window of sampled batches: not needed (the batches are packed); passed down."""
@@ -374,6 +372,7 @@ class PackedFeatures(CacheTier):
             self._drop_all()
         if self.fixed is not None:
             self.fixed.close()
+        self._jobs.shutdown()
         self._packing.shutdown(wait=True)
         self._reading.shutdown(wait=True)
         if self._own:

@@ -114,7 +114,15 @@ class Packer:
 
     def plan(self, first: int, count: int, stop: threading.Event | None = None) -> WindowPlan:
         """Draw the window's batches (writing them where draws has `sampled`)
-        and decide its cache by exact counts."""
+        and decide its cache by exact counts; stopped early when `stop` is set
+        (Cancelled), its sampled batches then removed."""
+        try:
+            return self._plan(first, count, stop)
+        except BaseException:
+            shutil.rmtree(self.sampled_path(first, count, first).parent, ignore_errors=True)
+            raise
+
+    def _plan(self, first: int, count: int, stop) -> WindowPlan:
         counts = np.zeros(self.shape[0], np.int32)
         narrow = np.int32 if self.shape[0] < 2**31 else np.int64
         batches, drawn, written = [], [], 0
@@ -148,20 +156,24 @@ class Packer:
         """The key of a window: this packer's and the window's batches and cached set."""
         return {**self.key, "window": [first, count], "cached": [int(plan.cached.shape[0]), ids_crc(plan.cached)]}
 
-    def pack(self, first: int, count: int, stop: threading.Event | None = None) -> tuple[Manifest, Path, bool]:
+    def pack(
+        self, first: int, count: int, stop: threading.Event | None = None, plan: WindowPlan | None = None
+    ) -> tuple[Manifest, Path, bool]:
         """(manifest, directory, whether it was packed now) of the window of
-        `count` batches from global batch `first`: reused when its manifest
-        has this key, else (re)built (stopped early, with the partial
-        directory removed, when `stop` is set: Cancelled); DatasetError
-        when the scratch directory's disk has less free space than it needs."""
+        `count` batches from global batch `first` (its `plan`, made now if
+        not given): reused when its manifest has this key, else (re)built
+        (stopped early, with the partial directory removed, when `stop` is
+        set: Cancelled); ConfigError when it needs more than window_bytes,
+        DatasetError when the scratch directory's disk has less free space."""
         try:
-            return self._pack(first, count, stop)
+            return self._pack(first, count, stop, plan)
         except BaseException:
             self.remove(first, count)
             raise
 
-    def _pack(self, first: int, count: int, stop) -> tuple[Manifest, Path, bool]:
-        plan = self.plan(first, count, stop)
+    def _pack(self, first: int, count: int, stop, plan: WindowPlan | None) -> tuple[Manifest, Path, bool]:
+        plan = self.plan(first, count, stop) if plan is None else plan
+        _check(stop)
         key, directory = self.window_key(first, count, plan), self.directory(first, count)
         found = Manifest.read(directory, key)
         if found is not None:
@@ -170,12 +182,14 @@ class Packer:
         need = rows + plan.sampled_bytes
         self.scratch.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.scratch).free
-        if self.window_bytes is not None and need + plan.cached.nbytes > self.window_bytes:
+        ahead = plan.sampled_bytes  # room for the next window's sampled batches, drawn while this one is written
+        if self.window_bytes is not None and need + ahead + plan.cached.nbytes > self.window_bytes:
             raise ConfigError(
                 "scratch_gb",
-                f"the packed batches {first} to {first + count - 1} need {need + plan.cached.nbytes:,} bytes, more "
-                f"than a window's share of the budget ({self.window_bytes:,} bytes, half of it: two windows are "
-                "held at a time); raise it or give the cache more rows",
+                f"the packed batches {first} to {first + count - 1} need {need + plan.cached.nbytes:,} bytes "
+                f"and {ahead:,} for the next window's sampled batches, more than a window's share of the budget "
+                f"({self.window_bytes:,} bytes, half of it: two windows are held at a time); raise it or give "
+                "the cache more rows",
             )
         if rows + plan.cached.nbytes > free:
             raise DatasetError(

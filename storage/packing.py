@@ -14,7 +14,7 @@ epoch + batch, so a window may cross epochs) lives in one directory:
 - `manifest.json`, written last (atomically): the key the window was packed
   for (the dataset's identity and file, split, seed, batch size, fanouts,
   sampler, rank and world size, the window's batches, the cache's capacity
-  and cached set) and per file its rows, bytes and XXH64 digest
+  and cached set) and per file its rows, bytes and XXH3-64 digest
   (storage/digest.py), per batch also the crc32 of its sorted distinct ids
   (what tells the reader a gather is that batch's).
 
@@ -46,7 +46,7 @@ from gnnsys.errors import DatasetError
 from .digest import digest
 from .direct_io import aligned, open_rows_file
 
-FORMAT = 2  # 2: files checked by their XXH64 digest (1: by crc32)
+FORMAT = 3  # 3: files checked by their XXH3-64 digest (2: XXH64, 1: crc32)
 PAD = 4096  # segments end on a multiple of this: whole-file O_DIRECT reads on any logical block up to 4 KiB
 READ_BYTES = 8 << 20  # the largest single read of a segment
 MANIFEST = "manifest.json"
@@ -55,7 +55,7 @@ MANIFEST = "manifest.json"
 @dataclass(frozen=True)
 class Segment:
     """One packed file: its name in the window's directory, the rows it
-    holds, its size on disk (padded) and the XXH64 digest of its whole content; for
+    holds, its size on disk (padded) and the XXH3-64 digest of its whole content; for
     a batch, `ids`: the crc32 of the batch's sorted distinct ids and `unique`
     their count."""
 

@@ -37,21 +37,23 @@ def test_a_child_run_records_its_epochs_bytes_and_peaks(make_dataset, tmp_path, 
 
 
 def run(mode, epochs, read=0):
-    tiers = [{"packed": {"bytes_read": read, "pack_s": 1.0, "unplanned": 0}}] * len(epochs) if read else [{}] * 3
+    packed = {"bytes_read": read, "pack_s": 1.0, "unplanned": 0, "packed_bytes": read, "windows_packed": 1}
+    tiers = [{"packed": packed}] * len(epochs) if read else [{}] * len(epochs)
     measured = dict(wall_s=1.0, read_bytes=5, write_bytes=6, peak_rss_anon_mib=7.0, peak_disk_bytes=8)
     return {"mode": mode, "epoch_s": epochs, "tiers": tiers, **measured}
 
 
 def test_the_summary_takes_medians_and_marks_the_targets():
     runs = [
-        run("memory", [12.0, 10.0, 10.0]),
-        run("packed", [20.0, 11.0, 11.0], read=2e9),
-        run("memory", [14.0, 10.0, 12.0]),
-        run("packed", [30.0, 13.0, 13.0], read=4e9),
+        run("memory", [12.0, 10.0, 10.0, 9.0]),
+        run("packed", [20.0, 11.0, 11.0, 10.0], read=2e9),
+        run("memory", [14.0, 10.0, 12.0, 9.0]),
+        run("packed", [30.0, 13.0, 13.0, 10.0], read=4e9),
     ]
-    s = bench_packed.summarize(runs, {"seq_bytes_per_s": 1e9})
+    s = bench_packed.summarize(runs, {"seq_bytes_per_s": 1e9, "file_bytes": 1e9})
     memory, packed = s["memory"], s["packed"]
     assert memory["first_s"] == 13.0 and memory["steady_s"] == 10.5 and memory["epochs_s"] == 34.0
     assert packed["steady_s"] == 12.0 and packed["read_floor_s"] == 3.0 and packed["floor_s"] == 10.5
+    assert packed["device_floor_s"] == 7.0 and packed["device_floor_with_packing_s"] == 10.5  # 2 x 3 GB + 1 GB scan
     assert packed["steady_over_memory"] == pytest.approx(12 / 10.5) and packed["steady_target_met"]
     assert packed["epochs_over_memory"] == pytest.approx(49 / 34) and packed["epochs_target_met"]

@@ -34,7 +34,8 @@ def test_a_window_holds_the_epoch_when_the_disk_and_the_budget_allow():
     p = plan(cache_rows=50, host_mem_budget=1.0)
     assert p.window == 10 and p.batch_bytes == BATCH_BYTES and "bound by the epoch" in p.reason
     assert p.memory.cache_rows == 50 and p.memory.parts == packed_parts(1000, 512, 50, 2, 100, 10)
-    assert p.memory.parts["packed.cache"] == padded(50 * 512) and p.memory.parts["packer.ids"] == 10 * 100 * 4
+    assert p.memory.parts["packed.cache"] == padded(50 * 512)
+    assert p.memory.parts["packer.ids"] == 2 * 10 * 100 * 4  # the window written and the one drawn ahead
     assert p.memory.total <= p.memory.budget
 
 
@@ -45,6 +46,14 @@ def test_the_scratch_space_shrinks_the_window_to_two_windows_it_holds(batches):
     for given in (dict(scratch_bytes=space), dict(free_bytes=space)):
         p = plan(cache_rows=50, **given)
         assert p.window == batches and "bound by the scratch space" in p.reason
+
+
+@pytest.mark.parametrize("batches", [2, 5])
+def test_each_of_the_two_windows_keeps_room_for_the_sampled_batches_of_the_one_drawn_after_it(batches):
+    cache, sampled = padded(50 * 512) + 8 * 50, 1000
+    space = 2 * (batches * (BATCH_BYTES + 2 * sampled) + cache)
+    assert plan(cache_rows=50, scratch_bytes=space, sampled_bytes=sampled).window == batches
+    assert plan(cache_rows=50, scratch_bytes=space - 2, sampled_bytes=sampled).window == batches - 1
 
 
 def test_the_budget_shrinks_the_window_to_what_it_holds():

@@ -206,7 +206,10 @@ def test_windows_go_beside_the_dataset_when_the_temporary_directory_refuses_o_di
 def test_the_scratch_budget_refuses_a_window_it_cannot_hold_and_leaves_nothing(make_dataset, scratch):
     ds = packed_dataset(make_dataset)
     tier = packed(ds, scratch, window=3, epochs=1, scratch_bytes=1024)
-    with pytest.raises(ConfigError, match=r"^scratch_gb: the packed batches 0 to 2 need [\d,]+ bytes, more than"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^scratch_gb: the packed batches 0 to 2 need [\d,]+ bytes and 0 for the next window's sampled batches",
+    ):
         tier.gather(batch(ds, 0, 0))
     tier.close()
     assert list(scratch.iterdir()) == []
