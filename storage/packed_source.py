@@ -3,8 +3,9 @@ disk ahead of training (DiskGNN's offline sampling, with online sampling's
 batches: storage/packer.py draws exactly the batches the loader will).
 
 Training's batches are known in advance (every draw is a function of seed,
-epoch, batch, layer and node), so a window of them is packed on a thread
-while the previous window trains: its cache (the rows the window reads most)
+epoch, batch, layer and node), so a window of them is packed while the
+previous window trains (storage/packed_jobs.py: drawn on one thread, its
+rows written on another): its cache (the rows the window reads most)
 and, per batch, its uncached rows in id order as one file (storage/packing.py).
 A gather that is the next planned batch (its sorted distinct ids have the
 manifest's crc32) reads that batch's file whole with large O_DIRECT reads,
