@@ -207,6 +207,15 @@ def choose_packing(
     rows = min(num_nodes, max(batch_rows, largest + largest // 4))
     fixed = getattr(drawn, "fixed", None)  # packed once beside the windows, each batch's rows uncached
     reserved = 0 if fixed is None else fixed.batches * padded(rows * row_bytes)
+    free, evaluation = free_space(where), ""
+    space = free if scratch_bytes is None else min(scratch_bytes, free)
+    if fixed is not None and reserved > space // 2:  # it may take half the scratch space at most
+        evaluation = (
+            f"; sampled evaluation reads rows at random: its {fixed.batches} batches need about "
+            f"{reserved / GB:,.1f} GB packed, more than half the scratch space"
+        )
+        drawn.with_fixed(None)
+        fixed, reserved = None, 0
     arrays = max((sum(v.nbytes for v in a.values()) for a in first), default=0) if sampled else 0
     try:
         plan = plan_packed(
@@ -219,7 +228,7 @@ def choose_packing(
             ahead=lookahead or DEFAULT_AHEAD,
             host_mem_budget=host_mem_budget,
             scratch_bytes=scratch_bytes,
-            free_bytes=free_space(where),
+            free_bytes=free,
             sampled_bytes=arrays + arrays // 4,
             reserved_bytes=reserved,
             fixed=fixed is not None,
@@ -230,11 +239,11 @@ def choose_packing(
             raise
         return None, f"rows read at random: {e}"
     if features == "packed":
-        return (plan, drawn), f"packed batches in {plan.reason}"
+        return (plan, drawn), f"packed batches in {plan.reason}{evaluation}"
     pays, why = packing_pays(plan, num_nodes * stride, rows, _device_model(path, row_bytes, stride))
     if not pays:
         return None, f"rows read at random: {why}"
-    return (plan, drawn), f"packed batches in {plan.reason}: {why}"
+    return (plan, drawn), f"packed batches in {plan.reason}: {why}{evaluation}"
 
 
 def _device_model(path, row_bytes: int, stride: int):

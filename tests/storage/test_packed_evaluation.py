@@ -45,3 +45,27 @@ def memory_scores(ds, packed_trainer) -> dict:
     trainer = MinibatchTrainer(ds, options)
     trainer.model.load_state_dict(packed_trainer.model.state_dict())
     return trainer.evaluate()
+
+
+def test_an_evaluation_stream_larger_than_half_the_scratch_space_reads_at_random(make_dataset, tmp_path):
+    """Where the fixed stream's pack would take more than half the scratch
+    space, the windows still pack, the note says evaluation reads rows at
+    random, and the scores are those in memory."""
+    ds = packed_dataset(make_dataset)
+    said = "sampled evaluation reads rows at random"
+    size, note = 2e-3, ""
+    while said not in note and size > 1e-5:  # the largest scratch_gb whose window packs without the stream
+        size *= 0.85
+        options = MinibatchOptions(**FAST, features="packed", scratch_gb=size, scratch_dir=str(tmp_path))
+        try:
+            trainer = MinibatchTrainer(ds, options.for_dataset(ds))
+        except Exception:  # noqa: BLE001 -- too small for a window
+            break
+        note = next(iter(trainer.store.notes.values()))
+        trainer.store.close()
+    assert note.startswith("packed batches in windows of") and said in note
+    memory = train(ds, **FAST, eval="sampled")
+    packed = train(ds, **FAST, features="packed", eval="sampled", scratch_gb=size, scratch_dir=tmp_path)
+    for a, b in zip(memory.epochs, packed.epochs, strict=True):
+        assert (a["loss"], a["train"], a["valid"], a["test"]) == (b["loss"], b["train"], b["valid"], b["test"])
+        assert b["tiers"]["packed"]["fixed"] == 0 and b["tiers"]["packed"]["batches"] > 0
