@@ -54,13 +54,15 @@ def scan(path: Path, direct: bool, identity, num_rows: int, lists: list[np.ndarr
         check_identity(path, identity, file.fd)
         per_chunk = max(1, CHUNK_BYTES // stride)
         needed = []  # (first row, end row, each list's [start, end) in it) of the chunks some list reads
-        start = [0] * len(lists)
-        for r0 in range(0, num_rows, per_chunk):
-            r1 = min(num_rows, r0 + per_chunk)
-            ends = [int(np.searchsorted(ids, r1)) for ids in lists]
-            if ends != start:
-                needed.append((r0, r1, list(zip(start, ends, strict=True))))
-            start = ends
+        bounds = np.minimum(np.arange(1, -(-num_rows // per_chunk) + 1, dtype=np.int64) * per_chunk, num_rows)
+        # One search per list, its bounds in its own dtype: a scalar of another (a Python int) makes
+        # numpy cast the whole list on every call, which costs seconds a window at papers100M's size.
+        ends = np.zeros((len(lists), bounds.shape[0] + 1), np.int64)
+        for j, ids in enumerate(lists):
+            ends[j, 1:] = np.searchsorted(ids, bounds.astype(ids.dtype))
+        for i in np.flatnonzero((ends[:, 1:] != ends[:, :-1]).any(axis=0)).tolist():
+            spans = list(zip(ends[:, i].tolist(), ends[:, i + 1].tolist(), strict=True))
+            needed.append((i * per_chunk, int(bounds[i]), spans))
         buffers = [np.frombuffer(aligned(per_chunk * stride + 2 * file.block), np.uint8) for _ in range(2)]
         with ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack-scan") as reading:
 
