@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from gnnsys.errors import ConfigError
+from gnnsys.scratch import owned_tempdir
 
 from .direct_io import open_rows_file
 from .packing import PAD
@@ -31,11 +32,13 @@ def takes_direct(directory) -> bool:
 
 def new_scratch(rows_path: Path) -> tuple[Path, bool]:
     """(a new directory for the windows, whether it takes O_DIRECT): in the
-    system's temporary directory where it does, else beside the dataset."""
+    system's temporary directory where it does, else beside the dataset; named
+    after this process, so that a later run removes it if this one is killed
+    (gnnsys.scratch)."""
     made = []
     for parent in (tempfile.gettempdir(), rows_path.parent.parent):
         try:
-            directory = Path(tempfile.mkdtemp(prefix="gnnsys-packed-", dir=parent))
+            directory = owned_tempdir("gnnsys-packed-", parent)
         except OSError:
             continue
         if takes_direct(directory):

@@ -12,7 +12,6 @@ import errno
 import math
 import os
 import shutil
-import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +22,7 @@ import torch
 from gnnsys.datasets.features_file import DTYPES, decode_rows, encode_rows
 from gnnsys.errors import ConfigError, GnnsysError
 from gnnsys.identity import check_identity
+from gnnsys.scratch import owned_temporary_directory
 from gnnsys.storage.direct_io import BLOCKS, aligned, open_rows_file, short_read
 
 OUTPUT_DTYPES = tuple(DTYPES)  # how a hidden layer's output is stored in its scratch file
@@ -251,14 +251,13 @@ def input_rows(dataset, features=None):
 
 @contextlib.contextmanager
 def scratch_directory(scratch_dir=None):
-    """A new directory under `scratch_dir` (default tempfile.gettempdir()), removed with everything in it after."""
+    """A new directory under `scratch_dir` (default tempfile.gettempdir()),
+    removed with everything in it after (and by a later run if this one is
+    killed: gnnsys.scratch)."""
     if scratch_dir is not None and not Path(scratch_dir).is_dir():
         raise ConfigError("scratch_dir", f"{scratch_dir} is not a directory")
-    path = Path(tempfile.mkdtemp(prefix="gnnsys-inference-", dir=scratch_dir))
-    try:
+    with owned_temporary_directory("gnnsys-inference-", scratch_dir) as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def done_with(source, scratch: Path):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +41,7 @@ from gnnsys.datasets.file_identity import dataset_handle
 from gnnsys.errors import ConfigError
 from gnnsys.inference.layerwise import DEFAULT_BUDGET, check_streaming, stream_layer, streaming
 from gnnsys.inference.rows_io import ArraySink, ScratchRows
+from gnnsys.scratch import owned_temporary_directory
 from gnnsys.training.checkpoints import (
     FILE,
     load_training_state,
@@ -84,8 +84,8 @@ def run_ranks(worker, dataset, options, on_epoch_end=None) -> dict | None:
     from gnnsys.parallel.distributed import launch, run_from_env
 
     device = options.device  # rank r's own device: gnnsys.parallel.ranks.rank_device
-    with tempfile.TemporaryDirectory(prefix="gnnsys-dp-") as tmp:
-        out = Path(tmp) / "result.pt"
+    with owned_temporary_directory("gnnsys-dp-") as tmp:
+        out = tmp / "result.pt"
         if under_torchrun():
             run_from_env(worker, dataset, options, str(out), torch.get_num_threads(), on_epoch_end, device=device)
         else:
