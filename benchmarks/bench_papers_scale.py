@@ -2,8 +2,9 @@
 
 One child process per sampling method (`--samplings`, default uniform and
 labor) loads the prepared dataset (graph memory-mapped, features on the SSD
-tier under `--host-mem-budget` GB with an in-degree cache of `--cache-frac`
-of the nodes) and trains SAGE (fanouts 15,10,5, batch 1024, hidden 256) on
+tier reading rows at random, `scratch_gb=0`, under `--host-mem-budget` GB with
+an in-degree cache of `--cache-frac` of the nodes; its batches are its own,
+which no packing plans) and trains SAGE (fanouts 15,10,5, batch 1024, hidden 256) on
 `--first` batches and then `--steady` further batches of a fixed random
 order of the training seeds: no batch is trained twice, so the cache sees
 what a real epoch shows it. The child samples its anonymous memory
@@ -85,6 +86,7 @@ def child(args) -> dict:
         epochs=2,
         progress=False,
         features="ssd",
+        scratch_gb=0.0,  # rows read at random: this bench draws its own batches, which no packing plans
         cache_rows=int(args.cache_frac * ds.num_nodes),
         cache_policy=args.policy if args.cache_frac else None,  # None: not given (a cache's options need a cache)
         lookahead=args.lookahead if args.cache_frac else None,
