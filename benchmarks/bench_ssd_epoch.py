@@ -13,7 +13,8 @@ eval="auto", timed apart as eval_s; `--eval none` skips it):
 - memmap: numpy.memmap of features.bin through the page cache, the file's
   pages dropped before the run (`echo 1 > /proc/sys/vm/drop_caches` where
   permitted, else posix_fadvise(DONTNEED));
-- ssd-<f>: `features="ssd"` with a cache of fraction f of the nodes under
+- ssd-<f>: `features="ssd"` reading rows at random (`scratch_gb=0`; packed
+  batches are bench_packed.py's) with a cache of fraction f of the nodes under
   `--host-mem-budget` (default: 45% of features.bin), policy `--policy`,
   lookahead `--lookahead`; the SSD tier's engine and gaps come from the
   device's I/O probe (storage/io_probe.py), run once before the children.
@@ -106,6 +107,7 @@ def child(args) -> dict:
     tiers = (
         dict(
             features="ssd",
+            scratch_gb=0.0,  # the random-read tier this bench measures against its floor, not packed batches
             cache_rows=int(float(mode.split("-")[1]) * ds.num_nodes),
             cache_policy=args.policy if float(mode.split("-")[1]) else None,  # None: not given (needs a cache)
             lookahead=args.lookahead if float(mode.split("-")[1]) else None,
