@@ -35,6 +35,7 @@ LAYERS = [  # (rank, modules); each name covers the module and its submodules; t
             "gnnsys.identity",
             "gnnsys.environment",
             "gnnsys.json_fields",
+            "gnnsys.scratch",
         ),
     ),
     (1, ("gnnsys.storage",)),
