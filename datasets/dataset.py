@@ -151,9 +151,10 @@ def load_dataset(path, expect: dict | None = None):
     Features stay memory-mapped from features.bin (`dataset.features[ids]`
     reads just those rows), and so do the graph's indptr and indices (the
     sampler reads them through the page cache, so a graph larger than memory
-    trains); labels and splits are read into memory. meta.json is checked
-    against its schema and the arrays against their invariants (one
-    vectorised pass, no checksums: that is `gnnsys info --verify`); a failure
+    trains) and the labels (a batch reads its seeds'); the splits are read
+    into memory. meta.json is checked against its schema and the arrays
+    against their invariants (one vectorised pass, no checksums: that is
+    `gnnsys info --verify`); a failure
     is a DatasetError naming the file. The identity of every file opened is
     kept in `files` (datasets/file_identity.py).
 
@@ -178,7 +179,7 @@ def load_dataset(path, expect: dict | None = None):
         indptr=tensor(meta["graph"]["indptr"], True),
         indices=tensor(meta["graph"]["indices"], True),
         features=open_features(path, meta, record=record),
-        labels=tensor(meta["labels"]["file"]),
+        labels=tensor(meta["labels"]["file"], True),
         splits={name: tensor(meta["splits"][name]) for name in SPLITS},
         order=tensor(meta["order"]) if meta.get("order") else None,
         edge_features=open_features(path, meta, "edge_features", record) if "edge_features" in meta else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numba
+import numpy as np
 import torch
 
 
@@ -45,8 +46,6 @@ def indices_on(device, *arrays) -> list[torch.Tensor]:
     from pinned memory on CUDA and without the host waiting for it, so a
     gather's few small index arrays cost one transfer instead of a blocking
     copy each."""
-    import numpy as np
-
     device = torch.device(device)
     tensors = [torch.from_numpy(np.ascontiguousarray(a, np.int64)) for a in arrays]
     if device.type == "cpu":
@@ -64,8 +63,6 @@ def gather_distinct(ids, out, shape: tuple, dtype: torch.dtype, device, fill) ->
     once into its first position, repeats are copied from there. So a tier
     reads each distinct row once, straight into the caller's rows, with no
     intermediate [distinct, dim] buffer."""
-    import numpy as np
-
     out, uniq, inverse = distinct_request(ids, out, shape, dtype, device)
     if uniq is None:
         return out
@@ -85,8 +82,6 @@ def distinct_request(ids, out, shape: tuple, dtype: torch.dtype, device="cpu"):
     (out, uniq, inverse) with the ids checked, `out` checked or allocated
     (gather_output), and the distinct ids sorted (int64 numpy) with each id's
     position among them; uniq is None for an empty request."""
-    import numpy as np
-
     ids = check_ids(torch.as_tensor(ids), shape[0])
     out = gather_output(out, ids.shape[0], shape[1], dtype, device)
     if ids.shape[0] == 0:
@@ -106,8 +101,6 @@ def sorted_distinct(ids):
     """The distinct values of the integer array `ids`, sorted: np.unique's
     result, from one sort and a mask (np.unique of ids takes tens of times
     longer in numpy 2.x, which no longer sorts for it)."""
-    import numpy as np
-
     ids = np.sort(np.asarray(ids))
     if ids.shape[0] < 2:
         return ids
@@ -115,3 +108,35 @@ def sorted_distinct(ids):
     keep[0] = True
     np.not_equal(ids[1:], ids[:-1], out=keep[1:])
     return ids[keep]
+
+
+@numba.njit(nogil=True, cache=True)
+def take_most_counted(counts, k):
+    """The ids of the (at most) `k` largest positive `counts`, ties to the
+    lower id, sorted (int64); their counts are set to -1, so `counts[ids] >= 0`
+    then says which ids were not taken. What a stable argsort of the counts
+    would choose, from a histogram and one pass (no argsort, no temporaries
+    the size of `counts`)."""
+    top = 0
+    for c in counts:
+        top = max(top, c)
+    hist = np.zeros(top + 1, np.int64)
+    for c in counts:
+        if c > 0:
+            hist[c] += 1
+    t, taken = top, 0  # every count above t is taken, and the lowest ids of count t up to k
+    while t >= 1 and taken + hist[t] <= k:
+        taken += hist[t]
+        t -= 1
+    quota = k - taken if t >= 1 else 0
+    out = np.empty(taken + quota, np.int64)
+    n = 0
+    for i in range(counts.shape[0]):
+        c = counts[i]
+        if c > t or (c == t and quota > 0):
+            if c == t:
+                quota -= 1
+            out[n] = i
+            n += 1
+            counts[i] = -1
+    return out

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.ids import count_ids, sorted_distinct
+from gnnsys.ids import count_ids, sorted_distinct, take_most_counted
 
 from .pack_scan import SegmentWrites, scan, stage_size
 from .packing import Manifest, Segment, ids_crc, padded, write_sampled
@@ -142,15 +142,10 @@ class Packer:
             count_ids(ids, counts)
             batches.append((int(ids.shape[0]), ids_crc(ids)))
             drawn.append(ids.astype(narrow))
-        read = np.flatnonzero(counts)
-        if read.shape[0] > self.capacity:
-            read = np.sort(read[np.argsort(-counts[read], kind="stable")[: self.capacity]])
-        del counts
-        held = np.zeros(self.shape[0], np.bool_)
-        held[read] = True
+        cached = take_most_counted(counts, self.capacity)  # their counts become -1
         for j, ids in enumerate(drawn):
-            drawn[j] = ids[~held[ids]]
-        return WindowPlan(batches, read, drawn, written)
+            drawn[j] = ids[counts[ids] >= 0]
+        return WindowPlan(batches, cached, drawn, written)
 
     def window_key(self, first: int, count: int, plan: WindowPlan) -> dict:
         """The key of a window: this packer's and the window's batches and cached set."""

@@ -1,11 +1,11 @@
-"""gnnsys.ids: index arrays moved to a device in one transfer, and distinct ids sorted."""
+"""gnnsys.ids: index arrays moved to a device in one transfer, distinct ids sorted, and the most counted ids."""
 
 import numpy as np
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnnsys.ids import indices_on, sorted_distinct
+from gnnsys.ids import indices_on, sorted_distinct, take_most_counted
 from gnnsys.storage.gather_cpu import copy_rows
 
 
@@ -41,3 +41,16 @@ def test_sorted_distinct_is_np_uniques_result(values, dtype):
 def test_sorted_distinct_leaves_its_input_alone():
     ids = np.array([5, 1, 5, 3])
     assert sorted_distinct(ids).tolist() == [1, 3, 5] and ids.tolist() == [5, 1, 5, 3]
+
+
+@settings(deadline=None)  # the first example compiles the kernel
+@given(st.lists(st.integers(0, 6), max_size=80), st.integers(0, 90), st.sampled_from([np.int32, np.int64]))
+def test_take_most_counted_is_a_stable_argsorts_choice(values, k, dtype):
+    counts = np.array(values, dtype)
+    read = np.flatnonzero(counts)
+    want = np.sort(read[np.argsort(-counts[read], kind="stable")[:k]])
+    left = counts.copy()
+    got = take_most_counted(left, k)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    assert np.array_equal(left < 0, np.isin(np.arange(counts.shape[0]), want))
+    assert np.array_equal(left[left >= 0], counts[left >= 0])  # the others keep their counts
