@@ -2,10 +2,12 @@
 (storage/packing.py's format), pipelined: `scan` reads the next chunk of the
 rows file on a thread while the current one is staged, and `SegmentWrites`
 copies each file's rows straight from the read buffer into that file's
-staging buffer (a numba kernel that releases the GIL) and hands every full
-buffer, once it is added to its file's digest (storage/digest.py), to a writer thread, which writes it (with
-O_DIRECT when asked) while the scan goes on, then returns it to a pool the
-files share. A file is written in multiples of PAD, its end padded with zeros.
+staging slot (one numba call a chunk, which releases the GIL and walks the
+chunk in blocks of BLOCK_BYTES, copying every file's rows of a block while
+it is in the core's cache) and hands every full slot, once it is added to
+its file's digest (storage/digest.py), to a writer thread, which writes it
+(with O_DIRECT when asked) while the scan goes on, then frees the slot for
+any file. A file is written in multiples of PAD, its end padded with zeros.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ CHUNK_BYTES = 16 << 20  # the rows file is scanned in reads of about this size, 
 SCAN_BYTES = 2 * CHUNK_BYTES
 STAGE_ALL, STAGE_MIN, STAGE_MAX = 64 << 20, 256 << 10, 2 << 20  # a window's write staging, shared by its files
 SPARE = 2  # staging buffers beyond one a file: full ones queued for the writer while the scan goes on
+BLOCK_BYTES = 128 << 10  # the rows of a chunk staged together, for every file, while they are in cache
 
 
 def stage_size(files: int) -> int:
@@ -53,35 +56,36 @@ def scan(path: Path, direct: bool, identity, num_rows: int, lists: list[np.ndarr
     try:
         check_identity(path, identity, file.fd)
         per_chunk = max(1, CHUNK_BYTES // stride)
-        needed = []  # (first row, end row, each list's [start, end) in it) of the chunks some list reads
         bounds = np.minimum(np.arange(1, -(-num_rows // per_chunk) + 1, dtype=np.int64) * per_chunk, num_rows)
         # One search per list, its bounds in its own dtype: a scalar of another (a Python int) makes
         # numpy cast the whole list on every call, which costs seconds a window at papers100M's size.
-        ends = np.zeros((len(lists), bounds.shape[0] + 1), np.int64)
+        ends = np.zeros((bounds.shape[0] + 1, len(lists)), np.int64)
         for j, ids in enumerate(lists):
-            ends[j, 1:] = np.searchsorted(ids, bounds.astype(ids.dtype))
-        for i in np.flatnonzero((ends[:, 1:] != ends[:, :-1]).any(axis=0)).tolist():
-            spans = list(zip(ends[:, i].tolist(), ends[:, i + 1].tolist(), strict=True))
-            needed.append((i * per_chunk, int(bounds[i]), spans))
+            ends[1:, j] = np.searchsorted(ids, bounds.astype(ids.dtype))
+        # (first row, end row, each list's start and end in it) of the chunks some list reads
+        needed = [
+            (i * per_chunk, int(bounds[i]), ends[i], ends[i + 1])
+            for i in np.flatnonzero((ends[1:] != ends[:-1]).any(axis=1)).tolist()
+        ]
+        writes.lists(lists)
         buffers = [np.frombuffer(aligned(per_chunk * stride + 2 * file.block), np.uint8) for _ in range(2)]
         with ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack-scan") as reading:
 
             def submit(i: int):
-                r0, r1, _ = needed[i]
+                r0, r1 = needed[i][:2]
                 offset = r0 * stride // file.block * file.block
                 want = -(-(r1 * stride - offset) // file.block) * file.block
                 return offset, reading.submit(_read, file.fd, memoryview(buffers[i % 2]), offset, want, path)
 
             pending = submit(0) if needed else None
-            for i, (r0, r1, spans) in enumerate(needed):
+            for i, (r0, r1, starts, stops) in enumerate(needed):
                 check()
                 offset, job = pending
                 got = job.result()
                 if got < (r1 - 1) * stride + writes.row_bytes - offset:
                     raise DatasetError(path, f"ended at byte {offset + got} while packing row {r1 - 1}")
                 pending = submit(i + 1) if i + 1 < len(needed) else None
-                for j, (lo, hi) in enumerate(spans):
-                    writes.add(j, buffers[i % 2], r0 * stride - offset, lists[j], lo, hi, r0)
+                writes.add(buffers[i % 2], r0 * stride - offset, r0, r1, starts, stops)
     finally:
         os.close(file.fd)
 
@@ -103,19 +107,28 @@ def _read(fd: int, buffer: memoryview, offset: int, want: int, path) -> int:
 class SegmentWrites:
     """The packed files `paths` (made new; O_DIRECT when `direct`) of the
     rows of a file whose rows are `row_bytes` long and `stride` bytes apart,
-    staged in buffers of `stage` bytes (a multiple of PAD) and written on a
-    writer thread, keeping each file's rows, bytes and digest."""
+    staged in slots of `stage` bytes (a multiple of PAD; one a file and SPARE
+    more, which the files share) and written on a writer thread, keeping each
+    file's rows, bytes and digest."""
 
     def __init__(self, paths: list[Path], direct: bool, stage: int, row_bytes: int, stride: int):
         self.paths, self.stage, self.row_bytes, self.stride = paths, stage, row_bytes, stride
         self.word = math.gcd(8, row_bytes, stride)  # rows are copied in words of this many bytes
         files = len(paths)
-        self.rows, self.nbytes, self.fill = [0] * files, [0] * files, [0] * files
+        self.rows = np.zeros(files, np.int64)
         self.digests = [Digest() for _ in range(files)]
-        self.buffers: list[np.ndarray | None] = [None] * files
+        # per file: its slot (-1: none), the words staged in it, the words of its next row staged already
+        self.slot, self.fill, self.skip = (
+            np.full(files, -1, np.int64),
+            np.zeros(files, np.int64),
+            np.zeros(files, np.int64),
+        )
+        self.arena = np.frombuffer(aligned((files + SPARE) * stage), np.uint8).reshape(files + SPARE, stage)
         self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for slot in range(files + SPARE):
+            self._free.put(slot)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._made, self._limit, self._error = 0, files + SPARE, None
+        self._lists, self._error = None, None
         self.fds: list[int] = []
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DIRECT if direct else 0)
         try:
@@ -127,37 +140,56 @@ class SegmentWrites:
         self._thread = threading.Thread(target=self._run, name="gnnsys-pack-write", daemon=True)
         self._thread.start()
 
-    def add(self, j: int, chunk: np.ndarray, base: int, ids: np.ndarray, lo: int, hi: int, r0: int) -> None:
-        """Append to file j the rows ids[lo:hi] (sorted) of `chunk` (bytes;
-        row r0 + i at base + i * stride)."""
-        w = self.word
-        words, k, skip = chunk.view(f"u{w}"), lo, 0
-        while k < hi:
-            if self.buffers[j] is None:
-                self.buffers[j] = self._take()
-            stage = self.buffers[j].view(f"u{w}")
-            k, skip, fill = _stage(
-                words, base // w, self.stride // w, self.row_bytes // w, ids, k, hi, r0, skip, stage, self.fill[j] // w
+    def lists(self, lists: list[np.ndarray]) -> None:
+        """The sorted ids of each file's rows, before any `add` (all in the
+        first list's dtype, which holds every id)."""
+        self._lists = numba.typed.List(a.astype(lists[0].dtype, copy=False) for a in lists)
+
+    def add(self, chunk: np.ndarray, base: int, r0: int, r1: int, starts: np.ndarray, stops: np.ndarray) -> None:
+        """Append to every file j the rows lists[j][starts[j]:stops[j]] of
+        `chunk` (bytes; rows r0 to r1, row r0 + i at base + i * stride)."""
+        w, pos, block = self.word, starts.copy(), max(1, BLOCK_BYTES // self.stride)
+        words, arena = chunk.view(f"u{w}"), self.arena.view(f"u{w}")
+        at = r0
+        while True:
+            j, at = _stage(
+                words,
+                base // w,
+                self.stride // w,
+                self.row_bytes // w,
+                self._lists,
+                pos,
+                stops,
+                r0,
+                r1,
+                at,
+                block,
+                arena,
+                self.slot,
+                self.fill,
+                self.skip,
             )
-            self.fill[j] = fill * w
-            if self.fill[j] == self.stage:
+            if j < 0:
+                break
+            if self.slot[j] < 0:
+                self.slot[j] = self._take()
+            else:
                 self._submit(j, self.stage)
-        self.rows[j] += hi - lo
-        self.nbytes[j] += (hi - lo) * self.row_bytes
+        self.rows += stops - starts
 
     def finish(self) -> list[tuple[str, int, int, int]]:
         """Pad every file to a multiple of PAD, write what is staged and wait
         for the writer; per file (name, rows, bytes, digest)."""
-        for j, buffer in enumerate(self.buffers):
-            if buffer is not None:
-                end = padded(self.fill[j])
-                buffer[self.fill[j] : end] = 0
-                self._submit(j, end)
+        for j in np.flatnonzero(self.slot >= 0).tolist():
+            fill = int(self.fill[j]) * self.word
+            end = padded(fill)
+            self.arena[self.slot[j], fill:end] = 0
+            self._submit(j, end)
         self._stop()
         self._raise()
         return [
-            (p.name, r, padded(n), d.value())
-            for p, r, n, d in zip(self.paths, self.rows, self.nbytes, self.digests, strict=True)
+            (p.name, int(r), padded(int(r) * self.row_bytes), d.value())
+            for p, r, d in zip(self.paths, self.rows, self.digests, strict=True)
         ]
 
     def close(self) -> None:
@@ -167,43 +199,36 @@ class SegmentWrites:
             os.close(fd)
         self.fds = []
 
-    def _take(self) -> np.ndarray:
-        """A free staging buffer: a spare, a new one while fewer than the limit are made, else the next one freed."""
+    def _take(self) -> int:
+        """A free staging slot (the next one the writer frees, when none is)."""
         self._raise()
-        try:
-            return self._free.get_nowait()
-        except queue.Empty:
-            pass
-        if self._made < self._limit:
-            self._made += 1
-            return np.frombuffer(aligned(self.stage), np.uint8)
-        buffer = self._free.get()
+        slot = self._free.get()
         self._raise()
-        return buffer
+        return slot
 
     def _submit(self, j: int, nbytes: int) -> None:
-        """Add file j's staging buffer, its first `nbytes` (a multiple of PAD),
+        """Add file j's staging slot, its first `nbytes` (a multiple of PAD),
         to the file's digest and hand it to the writer."""
         self._raise()
-        buffer = self.buffers[j]
-        self.digests[j].update(buffer[:nbytes])
-        self._jobs.put((j, buffer, nbytes))
-        self.buffers[j], self.fill[j] = None, 0
+        slot = int(self.slot[j])
+        self.digests[j].update(self.arena[slot, :nbytes])
+        self._jobs.put((j, slot, nbytes))
+        self.slot[j], self.fill[j] = -1, 0
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            j, buffer, nbytes = job
+            j, slot, nbytes = job
             try:
                 if self._error is None:
-                    data, done = memoryview(buffer)[:nbytes], 0
+                    data, done = memoryview(self.arena[slot]), 0
                     while done < nbytes:
-                        done += os.write(self.fds[j], data[done:])
+                        done += os.write(self.fds[j], data[done:nbytes])
             except OSError as e:
                 self._error = DatasetError(self.paths[j], f"cannot write the packed segment ({e.strerror})")
             except BaseException as e:  # noqa: BLE001 -- raised in the scan's thread
                 self._error = e
             finally:
-                self._free.put(buffer)
+                self._free.put(slot)
 
     def _stop(self) -> None:
         if hasattr(self, "_thread") and self._thread.is_alive():
@@ -216,20 +241,32 @@ class SegmentWrites:
 
 
 @numba.njit(nogil=True, cache=True)
-def _stage(chunk, base, stride, row_bytes, ids, k, end, r0, skip, stage, fill):
-    """Copy rows ids[k:end] (row r at chunk[base + (r - r0) * stride:], row_bytes
-    long; the first `skip` of row ids[k] staged already) into `stage` from
-    `fill` until it is full or the rows end; (k, skip, fill) after. All in
-    words of the arrays' item size (a byte loop copies several times slower)."""
-    cap = stage.shape[0]
-    while k < end and fill < cap:
-        start = base + (ids[k] - r0) * stride + skip
-        n = min(row_bytes - skip, cap - fill)
-        for b in range(n):
-            stage[fill + b] = chunk[start + b]
-        fill += n
-        skip += n
-        if skip == row_bytes:
-            k += 1
-            skip = 0
-    return k, skip, fill
+def _stage(chunk, base, stride, row_words, lists, pos, stops, r0, r1, at, block, arena, slot, fill, skip):
+    """Copy into each file j's slot the rows lists[j][pos[j]:stops[j]] of
+    `chunk` (row r at chunk[base + (r - r0) * stride:], row_words long), the
+    rows from `at` to r1 in blocks of `block` rows, every file's rows of a
+    block before the next block; all in words. Stops early at a file j whose
+    slot is full or that has none: (j, the block's first row to resume at),
+    pos, fill and skip kept; (-1, r1) when the rows are staged."""
+    cap = arena.shape[1]
+    while at < r1:
+        end = min(at + block, r1)
+        for j in range(len(lists)):
+            ids, k = lists[j], pos[j]
+            while k < stops[j] and ids[k] < end:
+                if slot[j] < 0 or fill[j] == cap:
+                    pos[j] = k
+                    return j, at
+                s, f, done = slot[j], fill[j], skip[j]
+                start = base + (ids[k] - r0) * stride + done
+                n = min(row_words - done, cap - f)
+                for b in range(n):
+                    arena[s, f + b] = chunk[start + b]
+                fill[j] = f + n
+                skip[j] = done + n
+                if skip[j] == row_words:
+                    k += 1
+                    skip[j] = 0
+            pos[j] = k
+        at = end
+    return -1, r1

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.ids import check_ids, gather_output
+from gnnsys.ids import check_ids, distinct_inverse, gather_output
 
 from .packed_fixed import FixedPack
 from .packed_jobs import WindowJobs
@@ -154,7 +154,7 @@ class PackedFeatures(CacheTier):
 
     def _gather_to(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
         with self._lock:  # an empty gather too: a node type a batch reads no row of is a planned batch
-            distinct, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
+            distinct, inverse = distinct_inverse(ids.numpy().astype(np.int64))
             crc = ids_crc(distinct)
             if self._cursor is None:
                 self.start_epoch(0)
@@ -168,7 +168,7 @@ class PackedFeatures(CacheTier):
                     self.base.gather_into(ids, out, at)
                     return
                 began = time.perf_counter()
-                served = self.fixed.serve(fixed, inverse.reshape(-1), at.numpy(), self._words(out), self._word)
+                served = self.fixed.serve(fixed, inverse, at.numpy(), self._words(out), self._word)
                 self._stats["read_wait_s"] += time.perf_counter() - began
                 self._stats["fixed"] += 1
                 self._stats["bytes_read"] += served.nbytes
@@ -189,7 +189,7 @@ class PackedFeatures(CacheTier):
                 self._rows(rows, segment.rows),
                 slot,
                 seg_row,
-                inverse.reshape(-1),
+                inverse,
                 at.numpy(),
                 words,
             )

@@ -30,7 +30,7 @@ import torch
 
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.identity import check_identity
-from gnnsys.ids import check_ids, gather_output
+from gnnsys.ids import check_ids, distinct_inverse, gather_output
 from gnnsys.storage.source import FeatureSource, GatherHandle
 from gnnsys.storage.table import RowTable
 
@@ -224,10 +224,10 @@ class SSDFeatures(FeatureSource):
     def _gather_to(self, ids: torch.Tensor, out: torch.Tensor, dest: np.ndarray):
         """Row ids[i] into out[dest[i]]."""
         if ids.shape[0]:
-            rows, inverse = np.unique(ids.numpy().astype(np.int64), return_inverse=True)
+            rows, inverse = distinct_inverse(ids.numpy().astype(np.int64))
             words = out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(self._words.dtype)
             with self._lock:
-                self._read(rows, inverse.reshape(-1), words, dest)
+                self._read(rows, inverse, words, dest)
 
     def _read(self, rows: np.ndarray, inverse: np.ndarray, out: np.ndarray, dest: np.ndarray):
         """Read the sorted unique `rows` in waves that fit the staging buffer

@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from gnnsys.errors import ConfigError
-from gnnsys.ids import check_ids, gather_output, sorted_distinct
+from gnnsys.ids import check_ids, distinct_inverse, gather_output, sorted_distinct
 from gnnsys.storage.source import CacheTier, FeatureSource, GatherHandle
 
 from ..cuda_stream import CudaStreams, StreamHandle
@@ -232,7 +232,7 @@ class SharedCachedFeatures(CacheTier):
         try:
             ids = check_ids(torch.as_tensor(ids), self.shape[0])
             out = gather_output(out, ids.shape[0], self.shape[1], self.dtype, self.device)
-            uniq, inverse = np.unique(ids.cpu().numpy().astype(np.int64, copy=False), return_inverse=True)
+            uniq, inverse = distinct_inverse(ids.cpu().numpy().astype(np.int64, copy=False))
             replicated, own, order, counts = self.ownership.route(uniq, self.rank)
             failure = None
         except Exception as e:  # noqa: BLE001 - a rank with bad input must still take part in the counts exchange
@@ -268,7 +268,7 @@ class SharedCachedFeatures(CacheTier):
             waited += time.perf_counter() - began
             if order.shape[0]:
                 rows[_index(order, self.device)] = remote
-        torch.index_select(rows, 0, _index(inverse.reshape(-1), self.device), out=out)
+        torch.index_select(rows, 0, _index(inverse, self.device), out=out)
         with self._lock:
             self._counts["requested"] += ids.shape[0]
             self._counts["distinct"] += uniq.shape[0]

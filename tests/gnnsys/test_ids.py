@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnnsys.ids import indices_on, sorted_distinct, take_most_counted
+from gnnsys.ids import distinct_inverse, indices_on, sorted_distinct, take_most_counted
 from gnnsys.storage.gather_cpu import copy_rows
 
 
@@ -36,6 +36,15 @@ def test_sorted_distinct_is_np_uniques_result(values, dtype):
     got = sorted_distinct(ids)
     want = np.unique(ids)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=60), st.sampled_from([np.int32, np.int64]))
+def test_distinct_inverse_is_np_uniques_result(values, dtype):
+    ids = np.array(values, np.int64).astype(dtype)
+    uniq, inverse = distinct_inverse(ids)
+    want, want_inverse = np.unique(ids, return_inverse=True)
+    assert uniq.dtype == want.dtype and np.array_equal(uniq, want)
+    assert inverse.shape == ids.shape and np.array_equal(inverse, want_inverse.reshape(-1))
 
 
 def test_sorted_distinct_leaves_its_input_alone():

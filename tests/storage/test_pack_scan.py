@@ -1,7 +1,7 @@
 """The pipelined scan and writes of a window (storage/pack_scan.py): the
 packed files hold exactly each batch's rows in id order and zero padding
-whatever the read chunks, staging buffers, rows straddling them, word width
-and buffer pool, and a scan stopped midway leaves no thread and no files."""
+whatever the read chunks, staging blocks and buffers, rows straddling them,
+word width and buffer pool, and a scan stopped midway leaves no thread and no files."""
 
 import threading
 
@@ -33,8 +33,10 @@ def test_packed_files_are_the_rows_in_id_order_whatever_the_chunks_and_buffers(
     row_bytes, stride = ds.features.row_bytes, ds.features.table.shape[1]
     manifest, directory, _ = make_packer(ds, tmp_path / "wide", size=1500).pack(0, BATCHES)
     wide = contents(manifest, directory)
-    # reads of 3 rows, one page a staging buffer (rows straddle them), no spare one (the scan waits for the writer)
+    # reads of 3 rows staged in blocks of 2, one page a staging buffer (rows straddle them), no spare one
+    # (the scan waits for the writer)
     monkeypatch.setattr(pack_scan, "CHUNK_BYTES", 3 * stride + 1)
+    monkeypatch.setattr(pack_scan, "BLOCK_BYTES", 2 * stride)
     monkeypatch.setattr(packer_module, "stage_size", lambda files: PAD)
     monkeypatch.setattr(pack_scan, "SPARE", 0)
     narrow_manifest, narrow_directory, _ = make_packer(ds, tmp_path / "narrow", size=1500).pack(0, BATCHES)
