@@ -43,7 +43,7 @@ import numpy as np
 from gnnsys.atomic import atomic_write_bytes
 from gnnsys.errors import DatasetError
 
-from .digest import digest
+from .digest import Digest
 from .direct_io import aligned, open_rows_file
 
 FORMAT = 3  # 3: files checked by their XXH3-64 digest (2: XXH64, 1: crc32)
@@ -127,15 +127,16 @@ def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memor
         if file.size != segment.nbytes:
             raise _refused(path, f"size {file.size} bytes, its manifest says {segment.nbytes}")
         buffer = memoryview(aligned(segment.nbytes) if into is None else into)[: segment.nbytes]
-        done = 0
+        done, check = 0, Digest()
         while done < segment.nbytes:
             n = os.preadv(file.fd, [buffer[done : done + min(READ_BYTES, segment.nbytes - done)]], done)
             if n <= 0:
                 raise _refused(path, f"ended after {done} of {segment.nbytes} bytes")
+            check.update(buffer[done : done + n])  # while the piece just read is in cache
             done += n
     finally:
         os.close(file.fd)
-    if digest(buffer) != segment.digest:
+    if check.value() != segment.digest:
         raise _refused(path, "content does not match its manifest's digest")
     return buffer
 
