@@ -28,7 +28,6 @@ from .direct_io import open_rows_file, row_blocks
 from .io_probe import io_model
 from .memory_plan import GB, HostMemoryPlan, plan_host_memory
 from .pack_scan import SCAN_BYTES, staging_bytes
-from .packed_windows import lead_batches
 from .packing import padded, read_buffer_bytes
 from .ssd import rows_file
 
@@ -135,8 +134,7 @@ def plan_packed(
     parts = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, window, fixed)
     memory = HostMemoryPlan(cache_rows, 0, PACKED_BASE_STAGING, 0, row_bytes, parts, budget)
     batches = f"{window} batch{'es' if window > 1 else ''}"
-    lead = f", the first of {lead_batches(window)}" if lead_batches(window) < window else ""
-    reason = f"windows of {batches} ({window * batch_bytes / GB:,.2f} GB at most{lead}), bound by {bound}"
+    reason = f"windows of {batches} ({window * batch_bytes / GB:,.2f} GB at most), bound by {bound}"
     return PackedPlan(window, batch_bytes, memory, reason)
 
 

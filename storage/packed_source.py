@@ -38,7 +38,6 @@ from .packed_jobs import WindowJobs
 from .packed_plan import DEFAULT_AHEAD
 from .packed_reads import SegmentReads
 from .packed_scratch import new_scratch, takes_direct
-from .packed_windows import WindowGrid
 from .packer import Packer
 from .packing import Manifest, Segment, ids_crc, read_sampled, read_segment, scatter_packed
 from .source import CacheTier
@@ -50,17 +49,10 @@ _PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
 
 
 class _Window:
-    """The window being trained: its first global batch, batches, manifest, directory and cached rows."""
+    """The window being trained: its first global batch, manifest, directory and cached rows."""
 
-    def __init__(self, first: int, count: int, manifest: Manifest, directory: Path, cache: memoryview, ids):
-        self.first, self.count, self.manifest, self.directory, self.cache, self.ids = (
-            first,
-            count,
-            manifest,
-            directory,
-            cache,
-            ids,
-        )
+    def __init__(self, first: int, manifest: Manifest, directory: Path, cache: memoryview, ids: np.ndarray):
+        self.first, self.manifest, self.directory, self.cache, self.ids = first, manifest, directory, cache, ids
 
 
 class PackedFeatures(CacheTier):
@@ -73,8 +65,7 @@ class PackedFeatures(CacheTier):
     takes). draws: the batches (storage.packer.Packer), with `fixed`, a
     fixed stream's draws to pack once (FixedPack), if it has one. capacity: the
     cache's rows. ahead: batches whose files are read ahead. window: batches
-    a window holds (default: an epoch's), after a lead window of a quarter of
-    them (storage/packed_windows.py). scratch_dir: where windows are
+    a window holds (default: an epoch's). scratch_dir: where windows are
     written; None (default) makes a directory of its own (in the system's
     temporary directory where it takes O_DIRECT reads, else beside the
     dataset) and removes it at close; a given one that does not exist yet is
@@ -106,6 +97,7 @@ class PackedFeatures(CacheTier):
             raise ConfigError("ahead", f"must be at least 1 batch, got {ahead}")
         self.base, self.per_epoch, self.ahead = base, int(draws.batches), int(ahead)
         self.window = self.per_epoch if window is None else int(window)
+        self._end = None if draws.epochs is None else int(draws.epochs) * self.per_epoch  # no batch from here on
         if self.per_epoch < 1 or self.window < 1:
             raise ConfigError(
                 "window", f"a window and an epoch need at least 1 batch, got {self.window}, {draws.batches}"
@@ -126,11 +118,10 @@ class PackedFeatures(CacheTier):
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
         fixed = getattr(draws, "fixed", None)
         self.fixed = None if fixed is None else FixedPack(self, fixed)
-        end = None if draws.epochs is None else int(draws.epochs) * self.per_epoch  # no batch from here on
-        self._grid = WindowGrid(self.window, end)
-        self._jobs = WindowJobs(self.packer, self._packing, self._grid.count, self._grid.planned)
+        self._jobs = WindowJobs(self.packer, self._packing, self._count, self._planned)
         self._reads = SegmentReads(self._reading, self.direct)
         self._cursor: int | None = None
+        self._start = 0
         self._current: _Window | None = None
         self._lock = threading.RLock()
         self.reset_stats()
@@ -143,9 +134,9 @@ class PackedFeatures(CacheTier):
             if self._cursor == first:
                 return
             self._drop_all()
-            self._grid.start = self._cursor = first
+            self._start = self._cursor = first
             self._ensure(first)
-            self._jobs.plan(self._grid.after(first))
+            self._jobs.plan(first + self.window)
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `ids` as a [len(ids), dim] tensor (in `out` if given); IndexError for ids out of range."""
@@ -168,7 +159,7 @@ class PackedFeatures(CacheTier):
             if self._cursor is None:
                 self.start_epoch(0)
             assert self._cursor is not None
-            window = self._enter(self._cursor) if self._grid.planned(self._cursor) else None
+            window = self._enter(self._cursor) if self._planned(self._cursor) else None
             segment = window.manifest.segments[self._cursor - window.first] if window is not None else None
             if segment is None or segment.unique != distinct.shape[0] or segment.ids != crc:
                 fixed = None if self.fixed is None else self.fixed.find(distinct, crc)
@@ -220,11 +211,11 @@ class PackedFeatures(CacheTier):
         # Without the tier's lock, which a gather holds while it waits for its
         # file or its window: a batch is written before its window's scan, and
         # a path from a cursor that moves meanwhile only finds no such file.
-        cursor, start = self._cursor, self._grid.start
-        if cursor is None or not self._grid.planned(g) or g < start:
+        cursor, start = self._cursor, self._start
+        if cursor is None or not self._planned(g) or g < start:
             return None
-        first = self._grid.first(g, start)
-        path = self.packer.sampled_path(first, self._grid.count(first, start), g)
+        first = self._first(g, start)
+        path = self.packer.sampled_path(first, self._count(first), g)
         arrays = read_sampled(path, self.packer.sampled_key)
         if arrays is None or not np.array_equal(arrays["seeds"], seeds.numpy()):
             return None
@@ -241,6 +232,20 @@ class PackedFeatures(CacheTier):
         width = self.row_bytes // self._word
         return np.frombuffer(buffer, dtype=f"u{self._word}", count=rows * width).reshape(rows, width)
 
+    def _first(self, g: int, start: int | None = None) -> int:
+        """The first global batch of the window holding global batch `g`
+        (windows from global batch `start`, by default the tier's)."""
+        start = self._start if start is None else start
+        return start + (g - start) // self.window * self.window
+
+    def _planned(self, g: int) -> bool:
+        """Whether global batch `g` is one of the run's (before its last epoch's end)."""
+        return self._end is None or g < self._end
+
+    def _count(self, first: int) -> int:
+        """The batches of the window from global batch `first` (the last one may be cut at the run's end)."""
+        return self.window if self._end is None else min(self.window, self._end - first)
+
     def _ensure(self, first: int) -> Future | None:
         """The packing of the window from global batch `first` (submitted now
         if it was not); None past the run's last batch."""
@@ -251,7 +256,7 @@ class PackedFeatures(CacheTier):
         if self.fixed is not None and self.scratch_bytes is not None:  # packed before: its error, if any, is here
             held = self.fixed.nbytes() if self.fixed.done() else self.fixed.packer.window_bytes  # or may hold
             self.packer.window_bytes = (self.scratch_bytes - held) // 2
-        manifest, directory, packed = self.packer.pack(first, self._grid.count(first), stop, plan.result())
+        manifest, directory, packed = self.packer.pack(first, self._count(first), stop, plan.result())
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
         if packed:
@@ -261,7 +266,7 @@ class PackedFeatures(CacheTier):
     def _enter(self, g: int) -> _Window:
         """The window of global batch `g`, made current (its cache loaded, the
         previous window's files removed, the next window's packing started)."""
-        first = self._grid.first(g)
+        first = self._first(g)
         if self._current is not None and self._current.first == first:
             return self._current
         began = time.perf_counter()
@@ -277,17 +282,17 @@ class PackedFeatures(CacheTier):
             self._current = None
         cache = read_segment(directory / manifest.cache.file, manifest.cache, self.direct)
         self._slot[ids] = np.arange(ids.shape[0], dtype=np.int32)
-        self._current = _Window(first, len(manifest.segments), manifest, directory, cache, ids)
+        self._current = _Window(first, manifest, directory, cache, ids)
         self._stats["bytes_read"] += manifest.cache.nbytes
         self._stats["useful_bytes"] += ids.shape[0] * self.row_bytes
         self._stats["read_wait_s"] += time.perf_counter() - began
-        self._ensure(self._grid.after(first))
-        self._jobs.plan(self._grid.after(self._grid.after(first)))  # drawn while the next one is scanned
+        self._ensure(first + self.window)
+        self._jobs.plan(first + 2 * self.window)  # drawn while the next one is scanned
         return self._current
 
     def _close_window(self, window: _Window) -> None:
         self._jobs.forget(window.first)
-        self.packer.remove(window.first, window.count)
+        self.packer.remove(window.first, self._count(window.first))
 
     def _take(self, g: int) -> tuple[memoryview, memoryview]:
         """(the content of global batch `g`'s file, the buffer it was read
@@ -300,7 +305,7 @@ class PackedFeatures(CacheTier):
 
     def _submit_read(self, g: int) -> bool:
         """Read global batch `g`'s file on the reader thread, once its window is packed (whether it is)."""
-        first = self._grid.first(g)
+        first = self._first(g)
         job = self._jobs.windows.get(first)
         if job is None or not job.done() or job.exception() is not None:
             return False
@@ -313,7 +318,7 @@ class PackedFeatures(CacheTier):
         """Read the files of the next `ahead` batches (those whose window is packed)."""
         assert self._cursor is not None
         for g in range(self._cursor, self._cursor + self.ahead):
-            if not self._grid.planned(g):
+            if not self._planned(g):
                 return
             if g not in self._reads and not self._submit_read(g):
                 return

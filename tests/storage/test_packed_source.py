@@ -16,7 +16,6 @@ from gnnsys.cli import main
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.storage.cache import out_degree
 from gnnsys.storage.packed_source import PackedFeatures
-from gnnsys.storage.packed_windows import WindowGrid
 from gnnsys.storage.ssd import SSDFeatures
 from gnnsys.storage.stack_builder import build_stack
 from gnnsys.storage.store import HOMOGENEOUS, build_store
@@ -45,16 +44,16 @@ def batch(ds, epoch, index) -> torch.Tensor:
 
 def test_gathers_equal_the_table_through_windows_that_cross_epochs(make_dataset, scratch):
     ds = packed_dataset(make_dataset)
-    tier, grid = packed(ds, scratch, window=3, ahead=2, epochs=3), WindowGrid(3, 3 * BATCHES)
+    tier = packed(ds, scratch, window=3, ahead=2, epochs=3)
     for epoch in range(3):
         for index in range(BATCHES):
             ids = batch(ds, epoch, index)
             assert torch.equal(tier.gather(ids), ds.features.gather(ids))
             g = epoch * BATCHES + index
-            first = grid.first(g)
-            assert not (scratch / f"window-{first:010d}-{grid.count(first)}" / f"b{g:010d}.seg").exists()  # consumed
-    stats = tier.stats()  # windows of batches [0, 1), [1, 4), [4, 7), [7, 10), [10, 12)
-    assert stats["batches"] == 3 * BATCHES and stats["unplanned"] == 0 and stats["windows_packed"] == 5
+            window = scratch / f"window-{g // 3 * 3:010d}-3"
+            assert not (window / f"b{g:010d}.seg").exists()  # consumed
+    stats = tier.stats()
+    assert stats["batches"] == 3 * BATCHES and stats["unplanned"] == 0 and stats["windows_packed"] == 4
     assert 0 < stats["hit_rate"] < 1 and stats["bytes_read"] > 0
     out = torch.empty(5, 12)  # a gather that is no planned batch: served by the SSD tier
     ids = torch.tensor([3, 1, 3, 299, 0])
@@ -119,8 +118,8 @@ def test_start_epoch_packs_from_that_epoch(make_dataset, scratch):
 
 def test_a_stale_window_is_rebuilt_and_a_changed_one_refused(make_dataset, scratch):
     ds = packed_dataset(make_dataset)
-    tier, grid = packed(ds, scratch), WindowGrid(BATCHES, None)
-    manifest, directory, _ = tier.packer.pack(0, grid.count(0))  # left by an earlier run
+    tier = packed(ds, scratch)
+    manifest, directory, _ = tier.packer.pack(0, BATCHES)  # left by an earlier run
     payload = json.loads((directory / "manifest.json").read_text())
     payload["key"]["seed"] = 9
     (directory / "manifest.json").write_text(json.dumps(payload))
@@ -131,9 +130,8 @@ def test_a_stale_window_is_rebuilt_and_a_changed_one_refused(make_dataset, scrat
     tier.close()
 
     tier = packed(ds, scratch)
-    second = grid.after(0)  # the window after the lead one, from batch 1
-    manifest, directory, _ = tier.packer.pack(second, grid.count(second))
-    path = directory / manifest.segments[1].file
+    manifest, directory, _ = tier.packer.pack(0, BATCHES)
+    path = directory / manifest.segments[2].file
     data = bytearray(path.read_bytes())
     data[0] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -210,7 +208,7 @@ def test_the_scratch_budget_refuses_a_window_it_cannot_hold_and_leaves_nothing(m
     tier = packed(ds, scratch, window=3, epochs=1, scratch_bytes=1024)
     with pytest.raises(
         ConfigError,
-        match=r"^scratch_gb: the packed batches 0 to 0 need [\d,]+ bytes and 0 for the next window's sampled batches",
+        match=r"^scratch_gb: the packed batches 0 to 2 need [\d,]+ bytes and 0 for the next window's sampled batches",
     ):
         tier.gather(batch(ds, 0, 0))
     tier.close()
