@@ -122,14 +122,20 @@ def summarize(runs: list, device: dict) -> dict:
             "peak_rss_anon_mib": max(r["peak_rss_anon_mib"] for r in mine),
             "peak_disk_bytes": max(r["peak_disk_bytes"] for r in mine),
         }
-        packed = [t["packed"] for r in mine for t in r["tiers"][steady] if "packed" in t]
-        if packed:
-            s["packed_read_bytes_steady"] = med(t["bytes_read"] for t in packed)
-            s["pack_s_steady"] = med(t["pack_s"] for t in packed)
-            s["unplanned"] = max(t["unplanned"] for t in packed)
-            s["read_floor_s"] = s["packed_read_bytes_steady"] / device["seq_bytes_per_s"]
-            moved = [t["bytes_read"] + t["packed_bytes"] + t["windows_packed"] * device["file_bytes"] for t in packed]
-            s["moved_bytes_steady"] = med(moved)
+        # A window's packing counts in the epoch it ends in, which may be the one after the epoch it
+        # ran beside; one window packs beside each steady epoch, so a steady epoch packs a run's mean window.
+        tiers = [[t["packed"] for t in r["tiers"] if "packed" in t] for r in mine]
+        if any(tiers):
+
+            def per_window(key: str) -> float:
+                return med(sum(t[key] for t in p) / max(1, sum(t["windows_packed"] for t in p)) for p in tiers)
+
+            steady_read = med(med(t["bytes_read"] for t in p[steady]) for p in tiers)
+            s["packed_read_bytes_steady"] = steady_read
+            s["pack_s_steady"] = per_window("pack_s")
+            s["unplanned"] = max(t["unplanned"] for p in tiers for t in p)
+            s["read_floor_s"] = steady_read / device["seq_bytes_per_s"]
+            s["moved_bytes_steady"] = steady_read + per_window("packed_bytes") + device["file_bytes"]
             s["device_floor_s"] = s["moved_bytes_steady"] / device["seq_bytes_per_s"]
         out[mode] = s
     memory, packed = out.get("memory"), out.get("packed")

@@ -57,3 +57,15 @@ def test_the_summary_takes_medians_and_marks_the_targets():
     assert packed["device_floor_s"] == 7.0 and packed["device_floor_with_packing_s"] == 10.5  # 2 x 3 GB + 1 GB scan
     assert packed["steady_over_memory"] == pytest.approx(12 / 10.5) and packed["steady_target_met"]
     assert packed["epochs_over_memory"] == pytest.approx(49 / 34) and packed["epochs_target_met"]
+
+
+def test_a_steady_epoch_packs_the_runs_mean_window():
+    """A window that ends in the epoch after the one it ran beside counts there: the first
+    epoch shows two windows, the second none, the third one; each packed 4 GB in 8 s."""
+    two = {"bytes_read": 2e9, "pack_s": 16.0, "unplanned": 0, "packed_bytes": 8e9, "windows_packed": 2}
+    none = dict(two, pack_s=0.0, packed_bytes=0, windows_packed=0)
+    one = dict(two, pack_s=8.0, packed_bytes=4e9, windows_packed=1)
+    tiers = [{"packed": t} for t in (two, none, one, none)]
+    packed = dict(run("packed", [20.0, 11.0, 11.0, 10.0], read=2e9), tiers=tiers)
+    s = bench_packed.summarize([packed], {"seq_bytes_per_s": 1e9, "file_bytes": 1e9})["packed"]
+    assert s["pack_s_steady"] == 8.0 and s["moved_bytes_steady"] == 2e9 + 4e9 + 1e9
