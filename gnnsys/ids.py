@@ -97,12 +97,18 @@ def distinct_inverse(ids):
     ids = np.asarray(ids)
     order = np.argsort(ids)
     ordered = ids[order]
-    new = np.empty(ids.shape[0], np.bool_)
-    new[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    new = _run_starts(ordered)
     inverse = np.empty(ids.shape[0], np.intp)
     inverse[order] = np.cumsum(new) - 1
     return ordered[new], inverse
+
+
+def _run_starts(ordered):
+    """Where each run of equal values of the sorted array `ordered` starts (a boolean mask)."""
+    starts = np.empty(ordered.shape[0], np.bool_)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return starts
 
 
 @numba.njit(nogil=True, cache=True)
@@ -117,12 +123,7 @@ def sorted_distinct(ids):
     result, from one sort and a mask (np.unique of ids takes tens of times
     longer in numpy 2.x, which no longer sorts for it)."""
     ids = np.sort(np.asarray(ids))
-    if ids.shape[0] < 2:
-        return ids
-    keep = np.empty(ids.shape[0], np.bool_)
-    keep[0] = True
-    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
-    return ids[keep]
+    return ids if ids.shape[0] < 2 else ids[_run_starts(ids)]
 
 
 @numba.njit(nogil=True, cache=True)
