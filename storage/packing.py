@@ -149,8 +149,9 @@ def write_sampled(path: Path, arrays: dict, key: int) -> int:
     try:
         with open(part, "wb") as f:
             np.savez(f, key=np.array([key], np.int64), **arrays)
-        os.replace(part, path)
-        return path.stat().st_size
+            written = f.tell()
+        os.replace(part, path)  # from here a reader may consume (remove) it
+        return written
     except OSError as e:
         part.unlink(missing_ok=True)
         raise DatasetError(path, f"cannot write the sampled batch ({e.strerror})") from None

@@ -6,6 +6,7 @@ a stale one rebuilt, and a changed file refused in one line."""
 import json
 import logging
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 from gnnsys.datasets import PrepareOptions
 from gnnsys.errors import DatasetError
 from gnnsys.storage.packer import Packer
-from gnnsys.storage.packing import PAD, Manifest, ids_crc, read_segment
+from gnnsys.storage.packing import PAD, Manifest, ids_crc, read_sampled, read_segment, write_sampled
 from gnnsys.storage.ssd import rows_file
 
 BATCHES = 4
@@ -165,3 +166,18 @@ def test_a_disk_that_fills_while_packing_stops_in_one_line_and_leaves_nothing(
     assert said.startswith(str(scratch / "window-0000000000-4")) and "\n" not in said
     assert said.endswith("cannot write the packed segment (No space left on device)")
     assert list(scratch.iterdir()) == []  # the partial window is removed
+
+
+def test_a_sampled_batch_consumed_as_soon_as_it_is_in_place_was_still_written(tmp_path, monkeypatch):
+    """The loader may read and remove a sampled batch the moment it is renamed into place: its size is the write's."""
+    real_replace = os.replace
+
+    def replace_then_consume(src, dst):
+        real_replace(src, dst)
+        assert read_sampled(Path(dst), 7)["seeds"].tolist() == [3, 1]
+        os.unlink(dst)
+
+    monkeypatch.setattr(os, "replace", replace_then_consume)
+    path = tmp_path / "s0000000000.npz"
+    written = write_sampled(path, {"seeds": np.array([3, 1]), "input_nodes": np.arange(5)}, key=7)
+    assert written > 0 and not path.exists() and not list(tmp_path.iterdir())
