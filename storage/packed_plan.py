@@ -28,6 +28,7 @@ from .direct_io import open_rows_file, row_blocks
 from .io_probe import io_model
 from .memory_plan import GB, HostMemoryPlan, plan_host_memory
 from .pack_scan import SCAN_BYTES, staging_bytes
+from .packed_cache import carry_bytes
 from .packing import padded, read_buffer_bytes
 from .ssd import rows_file
 
@@ -58,16 +59,17 @@ def packed_parts(
 ) -> dict:
     """{part: bytes} the packed tier holds in host memory for windows of
     `window` batches of at most `batch_rows` distinct rows each, a cache of
-    `cache_rows` rows and files read `ahead` batches ahead (and with a
+    `cache_rows` rows (and the largest incoming.seg it carries) and files read `ahead` batches ahead (and with a
     `fixed` stream's pack, its batch and the next one read ahead)."""
     batch = padded(batch_rows * row_bytes)
     return {
         "packed.cache": padded(cache_rows * row_bytes),
         "packed.slots": 4 * num_nodes,
         "packed.read_buffers": ahead * read_buffer_bytes(batch) + (2 * batch if fixed else 0),
+        "packed.incoming": read_buffer_bytes(carry_bytes(cache_rows, row_bytes)) if cache_rows else 0,
         "packer.counts": 5 * num_nodes,
         "packer.ids": 2 * window * batch_rows * id_bytes(num_nodes),  # the window written and the one drawn ahead
-        "packer.staging": staging_bytes(window + 1) + SCAN_BYTES,
+        "packer.staging": staging_bytes(window + 2) + SCAN_BYTES,  # its batches, the cache and incoming
         "ssd.staging": PACKED_BASE_STAGING,
     }
 

@@ -34,6 +34,14 @@ class SegmentReads:
         pending = self._reads.pop(g, None)
         return None if pending is None else (pending[0].result(), pending[1])
 
+    def drop(self, g: int) -> None:
+        """Forget batch `g`'s read (waited out, its buffer kept as a spare), if one was submitted."""
+        pending = self._reads.pop(g, None)
+        if pending is not None:
+            pending[0].cancel()
+            quiet(pending[0])
+            self._spare.append(pending[1])
+
     def release(self, buffer: memoryview) -> None:
         """`buffer` (from take) may be reused."""
         self._spare.append(buffer)

@@ -33,26 +33,27 @@ import torch
 from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import check_ids, distinct_inverse, gather_output
 
+from .packed_cache import WindowCache, cached_ids
 from .packed_fixed import FixedPack
 from .packed_jobs import WindowJobs
 from .packed_plan import DEFAULT_AHEAD
 from .packed_reads import SegmentReads
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
-from .packing import Manifest, Segment, ids_crc, read_sampled, read_segment, scatter_packed
+from .packing import Manifest, ids_crc, read_sampled, scatter_packed
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
 _COUNTERS = ("hits", "misses", "batches", "fixed", "unplanned", "bytes_read", "useful_bytes", "read_wait_s")
-_COUNTERS += ("presampled",)
+_COUNTERS += ("presampled", "windows_carried")
 _PACKING = ("windows_packed", "windows_reused", "pack_s", "packed_bytes")
 
 
 class _Window:
-    """The window being trained: its first global batch, manifest, directory and cached rows."""
+    """The window being trained: its first global batch, manifest and directory."""
 
-    def __init__(self, first: int, manifest: Manifest, directory: Path, cache: memoryview, ids: np.ndarray):
-        self.first, self.manifest, self.directory, self.cache, self.ids = first, manifest, directory, cache, ids
+    def __init__(self, first: int, manifest: Manifest, directory: Path):
+        self.first, self.manifest, self.directory = first, manifest, directory
 
 
 class PackedFeatures(CacheTier):
@@ -113,7 +114,7 @@ class PackedFeatures(CacheTier):
         self.packer = Packer(*rows, draws, capacity, self.scratch, base.direct, table.identity, self.direct, budget)
         self.scratch_bytes = scratch_bytes
         self._word = math.gcd(8, self.row_bytes)
-        self._slot = np.full(self.shape[0], -1, np.int32)
+        self._cache = WindowCache(self.shape[0], self.packer.capacity, self.row_bytes)
         self._packing = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack")
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
         fixed = getattr(draws, "fixed", None)
@@ -178,21 +179,12 @@ class PackedFeatures(CacheTier):
             began = time.perf_counter()
             rows, buffer = self._take(self._cursor)
             self._stats["read_wait_s"] += time.perf_counter() - began
-            slot = self._slot[distinct]
+            slot = self._cache.slot[distinct]
             missed = slot < 0
             if int(missed.sum()) != segment.rows:
                 raise DatasetError(window.directory / segment.file, "does not hold its batch's rows; refused")
-            seg_row = np.cumsum(missed) - 1
-            words = self._words(out)
-            scatter_packed(
-                self._rows(window.cache, window.ids.shape[0]),
-                self._rows(rows, segment.rows),
-                slot,
-                seg_row,
-                inverse,
-                at.numpy(),
-                words,
-            )
+            cached, packed = self._cache.rows(self._word), self._rows(rows, segment.rows)
+            scatter_packed(cached, packed, slot, np.cumsum(missed) - 1, inverse, at.numpy(), self._words(out))
             self._reads.release(buffer)
             _remove(window.directory / segment.file)  # consumed
             self._stats["hits"] += distinct.shape[0] - segment.rows
@@ -273,18 +265,24 @@ class PackedFeatures(CacheTier):
         job = self._ensure(first)
         assert job is not None  # g is planned
         manifest, directory = job.result()
-        ids = np.fromfile(directory / "cache.ids", dtype=np.int64)
-        if ids.shape[0] != manifest.cache.rows or [ids.shape[0], ids_crc(ids)] != manifest.key["cached"]:
-            raise DatasetError(directory / "cache.ids", "is not the cached set of its manifest; refused")
-        if self._current is not None:  # done: its cache is freed before the next one is read
-            self._slot[self._current.ids] = -1
+        ids, key = cached_ids(directory, manifest), manifest.key["cached"]
+        if self._current is not None:  # done: its files go before the next cache is read
             self._close_window(self._current)
             self._current = None
-        cache = read_segment(directory / manifest.cache.file, manifest.cache, self.direct)
-        self._slot[ids] = np.arange(ids.shape[0], dtype=np.int32)
-        self._current = _Window(first, manifest, directory, cache, ids)
-        self._stats["bytes_read"] += manifest.cache.nbytes
-        self._stats["useful_bytes"] += ids.shape[0] * self.row_bytes
+        if self._cache.carries(manifest):
+            assert manifest.incoming is not None
+            rows, buffer = self._take(-1 - first)
+            self._cache.carry(directory / manifest.incoming.file, rows, manifest.incoming.rows, ids, key)
+            self._reads.release(buffer)
+            read = manifest.incoming
+            self._stats["windows_carried"] += 1
+        else:
+            self._reads.drop(-1 - first)
+            self._cache.load(directory / manifest.cache.file, manifest.cache, self.direct, ids, key)
+            read = manifest.cache
+        self._current = _Window(first, manifest, directory)
+        self._stats["bytes_read"] += read.nbytes
+        self._stats["useful_bytes"] += read.rows * self.row_bytes
         self._stats["read_wait_s"] += time.perf_counter() - began
         self._ensure(first + self.window)
         self._jobs.plan(first + 2 * self.window)  # drawn while the next one is scanned
@@ -295,7 +293,8 @@ class PackedFeatures(CacheTier):
         self.packer.remove(window.first, self._count(window.first))
 
     def _take(self, g: int) -> tuple[memoryview, memoryview]:
-        """(the content of global batch `g`'s file, the buffer it was read
+        """(the content of global batch `g`'s file, or for g = -1 - first the
+        incoming.seg of the window from `first`; the buffer it was read
         into), read now unless it was read ahead."""
         if g not in self._reads:
             self._submit_read(g)
@@ -304,14 +303,20 @@ class PackedFeatures(CacheTier):
         return done
 
     def _submit_read(self, g: int) -> bool:
-        """Read global batch `g`'s file on the reader thread, once its window is packed (whether it is)."""
-        first = self._first(g)
+        """Read global batch `g`'s file (g = -1 - first: the window's
+        incoming.seg) on the reader thread, once its window is packed (whether
+        it is); a window's incoming.seg is read with its first batch's file."""
+        first = self._first(g) if g >= 0 else -1 - g
         job = self._jobs.windows.get(first)
         if job is None or not job.done() or job.exception() is not None:
             return False
         manifest, directory = job.result()
-        segment: Segment = manifest.segments[g - first]
+        segment = manifest.incoming if g < 0 else manifest.segments[g - first]
+        assert segment is not None  # incoming.seg is asked for where the window carries the cache
         self._reads.submit(g, directory / segment.file, segment)
+        entering = g == first and (self._current is None or self._current.first != first)
+        if entering and self._cache.carries(manifest) and -1 - first not in self._reads:
+            self._submit_read(-1 - first)
         return True
 
     def _read_ahead(self) -> None:
@@ -328,8 +333,8 @@ class PackedFeatures(CacheTier):
         self._jobs.stop.set()
         self._reads.cancel()
         self._jobs.drop(keep=None if self._current is None else self._current.first)
+        self._cache.clear()
         if self._current is not None:
-            self._slot[self._current.ids] = -1
             self._close_window(self._current)
         self._current, self._cursor = None, None
 
@@ -360,10 +365,9 @@ class PackedFeatures(CacheTier):
 
     def host_bytes(self) -> dict:
         """{part: bytes}: the window's cached rows, the row-to-slot map and the read buffers."""
-        cache = len(self._current.cache) if self._current is not None else 0
         reads = self._reads.nbytes()
         reads += 0 if self.fixed is None else self.fixed.host_bytes()
-        return {"cache": cache, "slots": self._slot.nbytes, "read_buffers": reads}
+        return {"cache": self._cache.nbytes(), "slots": self._cache.slot.nbytes, "read_buffers": reads}
 
     def close(self) -> None:
         """Stop the threads, remove the windows (and the scratch directory the tier made), close the base."""

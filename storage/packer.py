@@ -40,12 +40,16 @@ class WindowPlan:
     """What a window holds: each batch's (count, crc32) of its sorted
     distinct ids (storage.packing.ids_crc), the sorted ids the cache holds,
     and each batch's sorted ids missing it (its segment; int32 below 2^31
-    rows, so a window's ids take 4 bytes a row)."""
+    rows, so a window's ids take 4 bytes a row). `carried`: the [count,
+    crc32] of the cached set of the window planned before it, and
+    `incoming`: the sorted cached ids that set lacks (None for the first)."""
 
     batches: list[tuple[int, int]]
     cached: np.ndarray
     uncached: list[np.ndarray]
     sampled_bytes: int = 0
+    carried: list[int] | None = None
+    incoming: np.ndarray | None = None
 
 
 class Packer:
@@ -97,6 +101,7 @@ class Packer:
             "stride": self.stride,
         }
         self.key["capacity"] = self.capacity
+        self._last_cached: np.ndarray | None = None  # the cache of the window planned last (planning thread)
         self.sampled_key = zlib.crc32(json.dumps(draws.key, sort_keys=True, default=str).encode())
 
     def directory(self, first: int, count: int) -> Path:
@@ -143,9 +148,25 @@ class Packer:
             batches.append((int(ids.shape[0]), ids_crc(ids)))
             drawn.append(ids.astype(narrow))
         cached = take_most_counted(counts, self.capacity)  # their counts become -1
+        carried, incoming = self._incoming(cached, counts)
         for j, ids in enumerate(drawn):
             drawn[j] = ids[counts[ids] >= 0]
-        return WindowPlan(batches, cached, drawn, written)
+        self._last_cached = cached
+        return WindowPlan(batches, cached, drawn, written, carried, incoming)
+
+    def _incoming(self, cached: np.ndarray, counts: np.ndarray) -> tuple[list[int] | None, np.ndarray | None]:
+        """([count, crc32] of the window planned last's cached set, the ids of
+        `cached` it lacks), so that a reader holding that set loads only
+        these; (None, None) for the first window or without a cache.
+        `counts`: -1 at the cached ids, as take_most_counted leaves them."""
+        previous = self._last_cached
+        if previous is None or not self.capacity:
+            return None, None
+        was = counts[previous]
+        counts[previous] = np.where(was == -1, -2, was)  # cached before and now
+        incoming = cached[counts[cached] == -1]
+        counts[previous] = was
+        return [int(previous.shape[0]), ids_crc(previous)], incoming
 
     def window_key(self, first: int, count: int, plan: WindowPlan) -> dict:
         """The key of a window: this packer's and the window's batches and cached set."""
@@ -196,15 +217,19 @@ class Packer:
             log.info("packed window %s is stale (packed for another run or incomplete): rebuilt", directory)
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        segments, cache = self._write(directory, first, plan, stop)
-        manifest = Manifest(key, first, segments, cache)
+        segments, cache, incoming = self._write(directory, first, plan, stop)
+        manifest = Manifest(key, first, segments, cache, plan.carried, incoming)
         manifest.write(directory)
         return manifest, directory, True
 
-    def _write(self, directory: Path, first: int, plan: WindowPlan, stop) -> tuple[list[Segment], Segment]:
+    def _write(
+        self, directory: Path, first: int, plan: WindowPlan, stop
+    ) -> tuple[list[Segment], Segment, Segment | None]:
         """Scan the rows file once, appending each chunk's rows to every segment that needs them."""
-        lists = [*plan.uncached, plan.cached]
+        incoming = [] if plan.incoming is None else [plan.incoming]
+        lists = [*plan.uncached, plan.cached, *incoming]
         names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))] + ["cache.seg"]
+        names += ["incoming.seg"] * len(incoming)
         (directory / "cache.ids").write_bytes(plan.cached.tobytes())
         paths, stage = [directory / n for n in names], stage_size(len(names))
         writes = SegmentWrites(paths, self.write_direct, stage, self.row_bytes, self.stride)
@@ -213,11 +238,12 @@ class Packer:
             done = writes.finish()
         finally:
             writes.close()
+        batches = len(plan.uncached)
         segments = [
             Segment(n, r, b, d, crc, unique)
-            for (n, r, b, d), (unique, crc) in zip(done[:-1], plan.batches, strict=True)
+            for (n, r, b, d), (unique, crc) in zip(done[:batches], plan.batches, strict=True)
         ]
-        return segments, Segment(*done[-1])
+        return segments, Segment(*done[batches]), Segment(*done[-1]) if incoming else None
 
 
 def _check(stop) -> None:

@@ -11,10 +11,14 @@ epoch + batch, so a window may cross epochs) lives in one directory:
   O_DIRECT;
 - `cache.seg`: the rows the window's cache holds, in id order, and
   `cache.ids`: their ids (int64);
+- `incoming.seg` (but in the first window a packer plans): the cached rows
+  that the cache of the window planned before lacks, in id order, so that a
+  reader still holding that cache loads only these;
 - `manifest.json`, written last (atomically): the key the window was packed
   for (the dataset's identity and file, split, seed, batch size, fanouts,
   sampler, rank and world size, the window's batches, the cache's capacity
-  and cached set) and per file its rows, bytes and XXH3-64 digest
+  and cached set), the [count, crc32] of the cached set `incoming.seg`
+  completes, and per file its rows, bytes and XXH3-64 digest
   (storage/digest.py), per batch also the crc32 of its sorted distinct ids
   (what tells the reader a gather is that batch's).
 
@@ -46,7 +50,7 @@ from gnnsys.errors import DatasetError
 from .digest import Digest
 from .direct_io import aligned, open_rows_file
 
-FORMAT = 3  # 3: files checked by their XXH3-64 digest (2: XXH64, 1: crc32)
+FORMAT = 4  # 4: incoming.seg (3: files checked by their XXH3-64 digest, 2: XXH64, 1: crc32)
 PAD = 4096  # segments end on a multiple of this: whole-file O_DIRECT reads on any logical block up to 4 KiB
 READ_BYTES = 8 << 20  # the largest single read of a segment
 MANIFEST = "manifest.json"
@@ -70,18 +74,24 @@ class Segment:
 @dataclass
 class Manifest:
     """A packed window: its key, first global batch, its batches' segments in
-    order and the cache's segment."""
+    order, the cache's segment and, where the cache of the window planned
+    before it (`carried`: its [count, crc32]) is known, the segment of the
+    cached rows that cache lacks (`incoming`)."""
 
     key: dict
     first: int
     segments: list[Segment]
     cache: Segment
+    carried: list[int] | None = None
+    incoming: Segment | None = None
 
     def write(self, directory: Path) -> None:
         """manifest.json in `directory`, written atomically (the last file of a window)."""
         payload = {"format": FORMAT, "key": self.key, "first": self.first}
         payload["segments"] = [asdict(s) for s in self.segments]
         payload["cache"] = asdict(self.cache)
+        payload["carried"] = self.carried
+        payload["incoming"] = None if self.incoming is None else asdict(self.incoming)
         atomic_write_bytes(directory / MANIFEST, json.dumps(payload, sort_keys=True).encode())
 
     @classmethod
@@ -93,7 +103,9 @@ class Manifest:
             if payload.get("format") != FORMAT or payload.get("key") != key:
                 return None
             segments = [Segment(**s) for s in payload["segments"]]
-            return cls(payload["key"], int(payload["first"]), segments, Segment(**payload["cache"]))
+            incoming = None if payload["incoming"] is None else Segment(**payload["incoming"])
+            carried = None if payload["carried"] is None else [int(v) for v in payload["carried"]]
+            return cls(payload["key"], int(payload["first"]), segments, Segment(**payload["cache"]), carried, incoming)
         except (OSError, ValueError, TypeError, KeyError):
             return None
 
