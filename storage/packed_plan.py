@@ -93,7 +93,8 @@ def plan_packed(
 ) -> PackedPlan:
     """The PackedPlan of a table of `num_nodes` rows of `row_bytes` for
     epochs of `per_epoch` batches of at most `batch_rows` distinct rows:
-    the cache (cache_rows or cache_gb), the window (the epoch's batches, or
+    the cache (cache_rows or cache_gb; neither: the rows `host_mem_budget`
+    and the disk leave beside the largest window, none without a budget), the window (the epoch's batches, or
     fewer where the scratch space, `scratch_bytes` or else the `free_bytes`
     of directory `scratch`, less `reserved_bytes` (a fixed stream's pack, at
     most half of it; `fixed`: there is one), cannot hold two windows of them, each batch's rows and
@@ -101,24 +102,32 @@ def plan_packed(
     `host_mem_budget` (GB) cannot hold the packer's ids); ConfigError naming
     the option, or DatasetError naming the directory, when no window of one
     batch fits."""
+    chosen = not cache_rows and cache_gb is None
     cache_rows = plan_host_memory(num_nodes, row_bytes, cache_rows=cache_rows, cache_gb=cache_gb).cache_rows
     batch_bytes = padded(batch_rows * row_bytes)
     space = free_bytes if scratch_bytes is None else min(scratch_bytes, free_bytes)
     space -= min(reserved_bytes, space // 2)
-    cache_on_disk = padded(cache_rows * row_bytes) + 8 * cache_rows
-    by_disk = (space // 2 - cache_on_disk) // max(1, batch_bytes + 2 * sampled_bytes)  # and the next's sampled
-    limits = {"the epoch": per_epoch, "the scratch space": by_disk}
-    least = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0, fixed)  # a window of none
     budget = None if host_mem_budget is None else int(host_mem_budget * GB)
-    if budget is not None:
-        low, high = 0, per_epoch  # the most batches whose window the budget holds
-        while low < high:
-            mid = (low + high + 1) // 2
-            held = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, mid, fixed)
-            low, high = (mid, high) if sum(held.values()) <= budget else (low, mid - 1)
-        limits["the host-memory budget"] = low
-    bound = min(limits, key=lambda k: limits[k])
-    window = min(per_epoch, limits[bound])
+    sizes = (num_nodes, row_bytes, ahead, batch_rows, fixed)
+
+    def by_disk(cache: int) -> int:
+        cache_on_disk = padded(cache * row_bytes) + 8 * cache
+        return (space // 2 - cache_on_disk) // max(1, batch_bytes + 2 * sampled_bytes)  # and the next's sampled
+
+    def limits(cache: int) -> dict:
+        found = {"the epoch": per_epoch, "the scratch space": by_disk(cache)}
+        if budget is not None:
+            found["the host-memory budget"] = _most(per_epoch, lambda w: _held(sizes, cache, w) <= budget)
+        return found
+
+    found = limits(cache_rows)
+    if chosen and budget is not None and min(found.values()) >= 1:  # the cache takes what the window leaves
+        most = min(found.values())
+        cache_rows = _most(num_nodes, lambda c: _held(sizes, c, most) <= budget and by_disk(c) >= most)
+        found = limits(cache_rows)
+    least = packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, 0, fixed)  # a window of none
+    bound = min(found, key=lambda k: found[k])
+    window = min(per_epoch, found[bound])
     if window < 1:
         one = f"one packed batch ({batch_bytes:,} bytes, about {batch_rows:,} rows)"
         if bound == "the host-memory budget":
@@ -137,7 +146,25 @@ def plan_packed(
     memory = HostMemoryPlan(cache_rows, 0, PACKED_BASE_STAGING, 0, row_bytes, parts, budget)
     batches = f"{window} batch{'es' if window > 1 else ''}"
     reason = f"windows of {batches} ({window * batch_bytes / GB:,.2f} GB at most), bound by {bound}"
+    if chosen and cache_rows:
+        reason += f", with a cache of {cache_rows:,} rows ({cache_rows * row_bytes / GB:,.2f} GB): the budget's rest"
     return PackedPlan(window, batch_bytes, memory, reason)
+
+
+def _held(sizes: tuple, cache_rows: int, window: int) -> int:
+    """The bytes packed_parts plans for `sizes` (num_nodes, row_bytes, ahead,
+    batch_rows, fixed), a cache of `cache_rows` and windows of `window` batches."""
+    num_nodes, row_bytes, ahead, batch_rows, fixed = sizes
+    return sum(packed_parts(num_nodes, row_bytes, cache_rows, ahead, batch_rows, window, fixed).values())
+
+
+def _most(high: int, fits) -> int:
+    """The largest n in [0, high] with fits(n), for a `fits` that holds up to some n and not past it (0 if none)."""
+    low = 0
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
 
 
 def _parts(parts: dict) -> str:

@@ -295,8 +295,8 @@ class TierSchema(OptionsSchema):
     )
     host_mem_budget: float | None = option(
         None,
-        "host memory the SSD tiers may use: the cache, victim buffer and staging, or the packed batches' cache, "
-        "read buffers and packing (whose window it may shrink)",
+        "host memory the SSD tiers may use: the cache, victim buffer and staging, or the packed batches' cache "
+        "(what the rest leaves, unless a cache size is given), read buffers and packing (whose window it may shrink)",
         gt=0,
         gb=True,
     )

@@ -63,6 +63,33 @@ def test_the_budget_shrinks_the_window_to_what_it_holds():
     assert sum(packed_parts(1000, 512, 0, 2, 100, 4).values()) > p.memory.budget
 
 
+def held(cache_rows: int, window: int) -> int:
+    return sum(packed_parts(1000, 512, cache_rows, 2, 100, window).values())
+
+
+@pytest.mark.parametrize("rows", [8, 200, 992])  # whole pages of rows
+def test_without_a_cache_size_the_cache_takes_what_the_budget_leaves_beside_the_largest_window(rows):
+    p = plan(host_mem_budget=held(rows, 10) / 1e9)
+    assert p.window == 10 and p.memory.cache_rows == rows and p.memory.total <= p.memory.budget
+    assert f"with a cache of {rows:,} rows" in p.reason and held(rows + 1, 10) > p.memory.budget
+
+
+def test_a_budget_that_holds_every_row_caches_every_row_and_none_is_chosen_without_a_budget_or_given_a_size():
+    assert plan(host_mem_budget=1.0).memory.cache_rows == 1000
+    assert plan().memory.cache_rows == 0 and "cache of" not in plan().reason
+    assert plan(host_mem_budget=1.0, cache_rows=7).memory.cache_rows == 7
+    assert plan(host_mem_budget=1.0, cache_gb=512e-9 * 9).memory.cache_rows == 9
+
+
+def test_a_chosen_cache_leaves_the_scratch_space_its_windows():
+    space = 2 * 4 * BATCH_BYTES + BATCH_BYTES  # windows of 4 batches and no cache, or of 4 and a cache of 2 pages
+    p = plan(host_mem_budget=1.0, scratch_bytes=space)
+    assert p.window == 4 and "bound by the scratch space" in p.reason
+    cache = p.memory.cache_rows
+    assert 0 < cache < 1000 and 2 * (padded(cache * 512) + 8 * cache) <= BATCH_BYTES
+    assert 2 * (padded((cache + 1) * 512) + 8 * (cache + 1)) > BATCH_BYTES
+
+
 def test_staging_is_shared_by_a_windows_files_within_its_bounds():
     assert staging_bytes(1) == (1 + SPARE) * (2 << 20)  # at most 2 MiB a buffer
     assert staging_bytes(40) == (40 + SPARE) * ((64 << 20) // 40 // 4096 * 4096)  # 64 MiB shared, whole pages
