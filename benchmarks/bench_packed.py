@@ -11,7 +11,9 @@ packed scratch) and from inside (/proc/self/io bytes read and written). Modes:
   (rows read at random through the SSD tier at its best settings, its cache
   `--cache-gb` under `--host-mem-budget`);
 - packed: `--features ssd`, which packs batches here (the run's first line
-  says so, and the benchmark checks it), with the same cache and budget.
+  says so, and the benchmark checks it), with the same budget and cache, or
+  with `--packed-cache budget` no cache size (the packed tier's default: what
+  the budget leaves).
 
 Each run evaluates once, after its last epoch, sampled in every mode; the
 epoch times leave it out, the bytes read and written are the whole run's.
@@ -61,6 +63,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--cache-gb", type=float, default=0.1, help="the cache of the ssd and packed modes")
+    p.add_argument(
+        "--packed-cache",
+        choices=("given", "budget"),
+        default="given",
+        help="the packed mode's cache: --cache-gb, or no size given (what the budget leaves)",
+    )
     p.add_argument("--host-mem-budget", type=float, default=1.0, help="GB, for the ssd and packed modes")
     p.add_argument("--scratch-dir", help="where packs go (default: the system's temporary directory)")
     p.add_argument("--fio-seconds", type=float, default=3.0)
@@ -73,10 +81,12 @@ def mode_flags(mode: str, args) -> list[str]:
     """The `gnnsys train` flags of one mode."""
     if mode == "memory":
         return []
-    flags = ["--features", "ssd", "--cache-gb", str(args.cache_gb), "--host-mem-budget", str(args.host_mem_budget)]
+    flags = ["--features", "ssd", "--host-mem-budget", str(args.host_mem_budget)]
+    cache = ["--cache-gb", str(args.cache_gb)]
     if mode == "ssd":
-        return [*flags, "--scratch-gb", "0", "--cache-policy", "hybrid", "--lookahead", "4"]
-    return [*flags, *(["--scratch-dir", args.scratch_dir] if args.scratch_dir else [])]
+        return [*flags, *cache, "--scratch-gb", "0", "--cache-policy", "hybrid", "--lookahead", "4"]
+    cache = cache if args.packed_cache == "given" else []
+    return [*flags, *cache, *(["--scratch-dir", args.scratch_dir] if args.scratch_dir else [])]
 
 
 def run_mode(mode: str, args, work: Path) -> dict:

@@ -19,8 +19,11 @@ def test_each_mode_trains_with_its_flags():
     args = bench_packed.parse_args(["DIR", "--cache-gb", "0.5", "--host-mem-budget", "2"])
     assert bench_packed.mode_flags("memory", args) == []
     assert bench_packed.mode_flags("ssd", args)[-6:-4] == ["--scratch-gb", "0"]
-    packed = ["--features", "ssd", "--cache-gb", "0.5", "--host-mem-budget", "2.0"]
+    packed = ["--features", "ssd", "--host-mem-budget", "2.0", "--cache-gb", "0.5"]
     assert bench_packed.mode_flags("packed", args) == packed
+    args = bench_packed.parse_args(["DIR", "--cache-gb", "0.5", "--host-mem-budget", "2", "--packed-cache", "budget"])
+    assert bench_packed.mode_flags("packed", args) == packed[:-2]
+    assert bench_packed.mode_flags("ssd", args)[:8] == [*packed, "--scratch-gb", "0"]
 
 
 @pytest.mark.parametrize("mode", ["packed", "ssd"])
