@@ -33,7 +33,7 @@ def cached_ids(directory: Path, manifest: Manifest) -> np.ndarray:
     """The sorted ids of the window's cache (`cache.ids` in `directory`);
     DatasetError naming it when they are not the set `manifest` keys."""
     ids = np.fromfile(directory / "cache.ids", dtype=np.int64)
-    if ids.shape[0] != manifest.cache.rows or [ids.shape[0], ids_crc(ids)] != manifest.key["cached"]:
+    if [ids.shape[0], ids_crc(ids)] != manifest.key["cached"]:
         raise DatasetError(directory / "cache.ids", "is not the cached set of its manifest; refused")
     return ids
 
@@ -50,12 +50,17 @@ class WindowCache:
         self.key: list[int] | None = None
         self._buffer: memoryview | None = None
 
-    def load(self, path: Path, segment: Segment, direct: bool, ids: np.ndarray, key: list[int]) -> None:
-        """Hold the rows `ids` (sorted) of the cache file `path` (its manifest's `segment`) whole."""
+    def load(self, directory: Path, manifest: Manifest, direct: bool, ids: np.ndarray, key: list[int]) -> Segment:
+        """Hold the rows `ids` (sorted) of the window in `directory` whole,
+        from its cache.seg; the segment read. DatasetError where `manifest`
+        has none (its cache is carried over from a cache not held)."""
+        if manifest.cache is None:
+            raise DatasetError(directory, "its cache is carried over from a window this reader did not read; refused")
         self.clear()
-        read_segment(path, segment, direct, self._whole())
+        read_segment(directory / manifest.cache.file, manifest.cache, direct, self._whole())
         self.slot[ids] = np.arange(ids.shape[0], dtype=np.int32)
         self.ids, self.key = ids, key
+        return manifest.cache
 
     def carries(self, manifest: Manifest) -> bool:
         """Whether `manifest`'s incoming.seg completes the rows held into its cache (and is small enough to read)."""

@@ -77,7 +77,7 @@ class FixedPack:
     def nbytes(self) -> int:
         """The bytes its window holds on disk (once packed)."""
         manifest = self.ready()[0]
-        return sum(s.nbytes for s in manifest.segments) + manifest.cache.nbytes
+        return manifest.nbytes()
 
     def find(self, distinct: np.ndarray, crc: int) -> int | None:
         """The batch of the stream whose sorted distinct ids are `distinct` (crc32 `crc`), or None."""

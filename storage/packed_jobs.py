@@ -56,7 +56,8 @@ class WindowJobs:
 
     def drop(self, keep: int | None = None) -> None:
         """Stop every job, wait them out and remove the files of every window
-        but the one from `keep`; later jobs get a fresh stop."""
+        but the one from `keep`; later jobs get a fresh stop, and the next
+        window planned has its cache written whole (storage.packer.Packer.restart)."""
         self.stop.set()
         for first in dict.fromkeys([*self.windows, *self._plans]):
             for job in (self.windows.get(first), self._plans.get(first)):
@@ -66,6 +67,7 @@ class WindowJobs:
             if first != keep:
                 self.packer.remove(first, self._count(first))
         self.windows, self._plans, self.stop = {}, {}, threading.Event()
+        self.packer.restart()
 
     def shutdown(self) -> None:
         """Stop the planning thread (after drop)."""

@@ -69,7 +69,7 @@ def packed_parts(
         "packed.incoming": read_buffer_bytes(carry_bytes(cache_rows, row_bytes)) if cache_rows else 0,
         "packer.counts": 5 * num_nodes,
         "packer.ids": 2 * window * batch_rows * id_bytes(num_nodes),  # the window written and the one drawn ahead
-        "packer.staging": staging_bytes(window + 2) + SCAN_BYTES,  # its batches, the cache and incoming
+        "packer.staging": staging_bytes(window + 1) + SCAN_BYTES,  # its batches and the cache's file
         "ssd.staging": PACKED_BASE_STAGING,
     }
 

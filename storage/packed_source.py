@@ -252,7 +252,7 @@ class PackedFeatures(CacheTier):
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
         if packed:
-            self._packed["packed_bytes"] += sum(s.nbytes for s in manifest.segments) + manifest.cache.nbytes
+            self._packed["packed_bytes"] += manifest.nbytes()
         return manifest, directory
 
     def _enter(self, g: int) -> _Window:
@@ -278,8 +278,7 @@ class PackedFeatures(CacheTier):
             self._stats["windows_carried"] += 1
         else:
             self._reads.drop(-1 - first)
-            self._cache.load(directory / manifest.cache.file, manifest.cache, self.direct, ids, key)
-            read = manifest.cache
+            read = self._cache.load(directory, manifest, self.direct, ids, key)
         self._current = _Window(first, manifest, directory)
         self._stats["bytes_read"] += read.nbytes
         self._stats["useful_bytes"] += read.rows * self.row_bytes

@@ -26,6 +26,7 @@ from gnnsys.errors import ConfigError, DatasetError
 from gnnsys.ids import count_ids, sorted_distinct, take_most_counted
 
 from .pack_scan import SegmentWrites, scan, stage_size
+from .packed_cache import carry_bytes
 from .packing import Manifest, Segment, ids_crc, padded, write_sampled
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ class WindowPlan:
     and each batch's sorted ids missing it (its segment; int32 below 2^31
     rows, so a window's ids take 4 bytes a row). `carried`: the [count,
     crc32] of the cached set of the window planned before it, and
-    `incoming`: the sorted cached ids that set lacks (None for the first)."""
+    `incoming`: the sorted cached ids that set lacks, where a reader carries
+    the cache over (None: the cache is written whole)."""
 
     batches: list[tuple[int, int]]
     cached: np.ndarray
@@ -102,6 +104,7 @@ class Packer:
         }
         self.key["capacity"] = self.capacity
         self._last_cached: np.ndarray | None = None  # the cache of the window planned last (planning thread)
+        self._carry_bytes = carry_bytes(self.capacity, self.row_bytes)
         self.sampled_key = zlib.crc32(json.dumps(draws.key, sort_keys=True, default=str).encode())
 
     def directory(self, first: int, count: int) -> Path:
@@ -154,10 +157,15 @@ class Packer:
         self._last_cached = cached
         return WindowPlan(batches, cached, drawn, written, carried, incoming)
 
+    def restart(self) -> None:
+        """The next window planned is read first (its cache written whole): no window is planned after it."""
+        self._last_cached = None
+
     def _incoming(self, cached: np.ndarray, counts: np.ndarray) -> tuple[list[int] | None, np.ndarray | None]:
         """([count, crc32] of the window planned last's cached set, the ids of
         `cached` it lacks), so that a reader holding that set loads only
-        these; (None, None) for the first window or without a cache.
+        these; (None, None) for the first window, without a cache, or where
+        they are more than the reader carries (storage.packed_cache.carry_bytes).
         `counts`: -1 at the cached ids, as take_most_counted leaves them."""
         previous = self._last_cached
         if previous is None or not self.capacity:
@@ -166,6 +174,8 @@ class Packer:
         counts[previous] = np.where(was == -1, -2, was)  # cached before and now
         incoming = cached[counts[cached] == -1]
         counts[previous] = was
+        if padded(incoming.shape[0] * self.row_bytes) > self._carry_bytes:
+            return None, None
         return [int(previous.shape[0]), ids_crc(previous)], incoming
 
     def window_key(self, first: int, count: int, plan: WindowPlan) -> dict:
@@ -192,7 +202,7 @@ class Packer:
         _check(stop)
         key, directory = self.window_key(first, count, plan), self.directory(first, count)
         found = Manifest.read(directory, key)
-        if found is not None:
+        if found is not None and found.carried == plan.carried:  # a window carried from another cache is stale
             return found, directory, False
         rows = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, plan.cached])
         need = rows + plan.sampled_bytes
@@ -224,12 +234,13 @@ class Packer:
 
     def _write(
         self, directory: Path, first: int, plan: WindowPlan, stop
-    ) -> tuple[list[Segment], Segment, Segment | None]:
-        """Scan the rows file once, appending each chunk's rows to every segment that needs them."""
-        incoming = [] if plan.incoming is None else [plan.incoming]
-        lists = [*plan.uncached, plan.cached, *incoming]
-        names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))] + ["cache.seg"]
-        names += ["incoming.seg"] * len(incoming)
+    ) -> tuple[list[Segment], Segment | None, Segment | None]:
+        """Scan the rows file once, appending each chunk's rows to every segment
+        that needs them: each batch's, and the cache's whole or its incoming rows."""
+        whole = plan.incoming is None
+        lists = [*plan.uncached, plan.cached if plan.incoming is None else plan.incoming]
+        names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))]
+        names.append("cache.seg" if whole else "incoming.seg")
         (directory / "cache.ids").write_bytes(plan.cached.tobytes())
         paths, stage = [directory / n for n in names], stage_size(len(names))
         writes = SegmentWrites(paths, self.write_direct, stage, self.row_bytes, self.stride)
@@ -243,7 +254,8 @@ class Packer:
             Segment(n, r, b, d, crc, unique)
             for (n, r, b, d), (unique, crc) in zip(done[:batches], plan.batches, strict=True)
         ]
-        return segments, Segment(*done[batches]), Segment(*done[-1]) if incoming else None
+        last = Segment(*done[batches])
+        return segments, last if whole else None, None if whole else last
 
 
 def _check(stop) -> None:

@@ -9,11 +9,11 @@ epoch + batch, so a window may cross epochs) lives in one directory:
   metadata (the reader recomputes the batch's sorted uncached ids), the file
   padded with zeros to a multiple of PAD bytes so it is read whole with
   O_DIRECT;
-- `cache.seg`: the rows the window's cache holds, in id order, and
-  `cache.ids`: their ids (int64);
-- `incoming.seg` (but in the first window a packer plans): the cached rows
-  that the cache of the window planned before lacks, in id order, so that a
-  reader still holding that cache loads only these;
+- `cache.ids`: the ids (int64, sorted) of the rows the window's cache holds,
+  and either `cache.seg`: those rows, in id order, or, where the reader
+  carries its cache over from the window planned before (it holds that
+  window's cache when it enters this one), `incoming.seg`: the cached rows
+  that cache lacks, in id order;
 - `manifest.json`, written last (atomically): the key the window was packed
   for (the dataset's identity and file, split, seed, batch size, fanouts,
   sampler, rank and world size, the window's batches, the cache's capacity
@@ -74,22 +74,26 @@ class Segment:
 @dataclass
 class Manifest:
     """A packed window: its key, first global batch, its batches' segments in
-    order, the cache's segment and, where the cache of the window planned
-    before it (`carried`: its [count, crc32]) is known, the segment of the
-    cached rows that cache lacks (`incoming`)."""
+    order, and the cache's segment, or where the cache is carried over from
+    the window planned before it (`carried`: that cache's [count, crc32]),
+    the segment of the cached rows that cache lacks (`incoming`)."""
 
     key: dict
     first: int
     segments: list[Segment]
-    cache: Segment
+    cache: Segment | None
     carried: list[int] | None = None
     incoming: Segment | None = None
+
+    def nbytes(self) -> int:
+        """The bytes its files hold on disk."""
+        return sum(s.nbytes for s in [*self.segments, self.cache, self.incoming] if s is not None)
 
     def write(self, directory: Path) -> None:
         """manifest.json in `directory`, written atomically (the last file of a window)."""
         payload = {"format": FORMAT, "key": self.key, "first": self.first}
         payload["segments"] = [asdict(s) for s in self.segments]
-        payload["cache"] = asdict(self.cache)
+        payload["cache"] = None if self.cache is None else asdict(self.cache)
         payload["carried"] = self.carried
         payload["incoming"] = None if self.incoming is None else asdict(self.incoming)
         atomic_write_bytes(directory / MANIFEST, json.dumps(payload, sort_keys=True).encode())
@@ -103,9 +107,9 @@ class Manifest:
             if payload.get("format") != FORMAT or payload.get("key") != key:
                 return None
             segments = [Segment(**s) for s in payload["segments"]]
-            incoming = None if payload["incoming"] is None else Segment(**payload["incoming"])
+            cache, incoming = (None if payload[k] is None else Segment(**payload[k]) for k in ("cache", "incoming"))
             carried = None if payload["carried"] is None else [int(v) for v in payload["carried"]]
-            return cls(payload["key"], int(payload["first"]), segments, Segment(**payload["cache"]), carried, incoming)
+            return cls(payload["key"], int(payload["first"]), segments, cache, carried, incoming)
         except (OSError, ValueError, TypeError, KeyError):
             return None
 

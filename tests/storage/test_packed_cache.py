@@ -12,9 +12,10 @@ from gnnsys.errors import DatasetError
 from gnnsys.storage import packed_cache
 from gnnsys.storage.digest import digest
 from gnnsys.storage.packed_cache import WindowCache
-from gnnsys.storage.packing import Segment, ids_crc, padded
+from gnnsys.storage.packing import Manifest, Segment, ids_crc, padded, read_segment
 from tests.storage.test_packed_source import batch, packed
-from tests.storage.test_packing import BATCHES, packed_dataset
+from tests.storage.test_packing import BATCHES, make_packer, packed_dataset
+from tests.storage.test_packing import rows_of as table_rows
 
 ROW_BYTES = 8
 
@@ -24,12 +25,13 @@ def rows_of(ids: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(ids.astype(np.int64).view(np.uint8).reshape(-1, ROW_BYTES))
 
 
-def segment_file(path, ids: np.ndarray) -> Segment:
-    """Write `ids`' rows to `path` as a packed file (padded); its Segment."""
+def cache_window(directory, ids: np.ndarray) -> Manifest:
+    """Write `ids`' rows to directory/cache.seg as a window's cache (padded); its manifest."""
     content = bytearray(padded(ids.shape[0] * ROW_BYTES))
     content[: ids.shape[0] * ROW_BYTES] = rows_of(ids).tobytes()
-    path.write_bytes(content)
-    return Segment(path.name, int(ids.shape[0]), len(content), digest(content))
+    (directory / "cache.seg").write_bytes(content)
+    segment = Segment("cache.seg", int(ids.shape[0]), len(content), digest(content))
+    return Manifest({"cached": [int(ids.shape[0]), ids_crc(ids)]}, 0, [], segment)
 
 
 def held(cache: WindowCache, ids: np.ndarray) -> np.ndarray:
@@ -44,7 +46,7 @@ sets = st.lists(st.integers(0, 199), max_size=40, unique=True).map(lambda v: np.
 def test_a_carried_cache_holds_exactly_the_new_set(tmp_path_factory, first, second):
     tmp = tmp_path_factory.mktemp("carry")
     cache = WindowCache(200, 40, ROW_BYTES)
-    cache.load(tmp / "cache.seg", segment_file(tmp / "cache.seg", first), False, first, [len(first), ids_crc(first)])
+    cache.load(tmp, cache_window(tmp, first), False, first, [len(first), ids_crc(first)])
     assert np.array_equal(held(cache, first), rows_of(first))
     incoming = np.setdiff1d(second, first)
     content = bytearray(padded(max(1, incoming.shape[0]) * ROW_BYTES))
@@ -56,10 +58,16 @@ def test_a_carried_cache_holds_exactly_the_new_set(tmp_path_factory, first, seco
     assert np.unique(cache.slot[second]).shape[0] == second.shape[0]  # no two rows share a slot
 
 
+def test_a_window_without_its_cache_file_is_refused_where_its_cache_cannot_be_carried(tmp_path):
+    manifest = Manifest({"cached": [2, 0]}, 0, [], None, [5, 1], Segment("incoming.seg", 2, 4096, 0))
+    with pytest.raises(DatasetError, match="carried over from a window this reader did not read; refused"):
+        WindowCache(50, 10, ROW_BYTES).load(tmp_path, manifest, False, np.array([1, 2]), [2, 0])
+
+
 def test_incoming_rows_that_are_not_the_rows_missing_are_refused(tmp_path):
     cache = WindowCache(50, 10, ROW_BYTES)
     first = np.array([1, 2, 3])
-    cache.load(tmp_path / "cache.seg", segment_file(tmp_path / "cache.seg", first), False, first, [3, 0])
+    cache.load(tmp_path, cache_window(tmp_path, first), False, first, [3, 0])
     with pytest.raises(DatasetError, match=r"incoming\.seg: holds 1 rows, its window's cache lacks 2; refused"):
         cache.carry(tmp_path / "incoming.seg", memoryview(bytearray(4096)), 1, np.array([1, 7, 8]), [3, 1])
 
@@ -84,3 +92,37 @@ def test_the_tier_carries_its_cache_between_windows_and_reads_less(make_dataset,
         tier.close()
     assert read[1][0] == 3 * BATCHES // 2 - 1 and read[10**9][0] == 0
     assert read[1][1] < read[10**9][1]
+
+
+def test_a_packer_writes_incoming_rows_after_its_first_window_and_a_new_one_rebuilds_a_carried_window(
+    make_dataset, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(packed_cache, "CARRY_SHARE", 1)
+    ds = packed_dataset(make_dataset, dim=64)
+    packer = make_packer(ds, tmp_path, capacity=ds.num_nodes)
+    first = packer.plan(0, 2)
+    assert first.carried is None and first.incoming is None
+    packer.pack(0, 2, plan=first)
+    second, directory, _ = packer.pack(2, 2)
+    cached = np.fromfile(directory / "cache.ids", np.int64)
+    assert second.cache is None and not (directory / "cache.seg").exists()
+    assert second.carried == [int(first.cached.shape[0]), ids_crc(first.cached)]
+    assert np.array_equal(np.fromfile(directory / "cache.ids", np.int64), cached)
+    incoming = np.setdiff1d(cached, first.cached)
+    content = read_segment(directory / "incoming.seg", second.incoming, False)
+    assert np.array_equal(np.frombuffer(content, np.uint8)[: incoming.shape[0] * 256], table_rows(ds, incoming).ravel())
+    again, _, packed = make_packer(ds, tmp_path, capacity=ds.num_nodes).pack(2, 2)  # read first by a new reader
+    assert packed and again.cache is not None and again.incoming is None
+
+
+def test_a_tier_that_restarts_at_an_epoch_reads_that_windows_cache_whole(make_dataset, tmp_path, monkeypatch):
+    monkeypatch.setattr(packed_cache, "CARRY_SHARE", 1)
+    ds = packed_dataset(make_dataset, dim=64)
+    tier = packed(ds, tmp_path, capacity=ds.num_nodes, window=2, epochs=3)
+    for epoch in (0, 2, 1):
+        tier.start_epoch(epoch)
+        for index in range(BATCHES):
+            ids = batch(ds, epoch, index)
+            assert torch.equal(tier.gather(ids), ds.features.gather(ids))
+    assert tier.stats()["windows_carried"] == 3  # the second window of each epoch; the first read whole
+    tier.close()

@@ -18,6 +18,7 @@ class FakePacker:
 
     def __init__(self):
         self.planned, self.removed, self.started, self.release = [], [], {}, {}
+        self.restarts = 0
 
     def plan(self, first, count, stop):
         self.planned.append((first, count))
@@ -31,6 +32,9 @@ class FakePacker:
 
     def remove(self, first, count):
         self.removed.append(first)
+
+    def restart(self):
+        self.restarts += 1
 
 
 @pytest.fixture
@@ -72,5 +76,5 @@ def test_a_drop_stops_the_jobs_and_removes_every_window_but_the_one_kept(jobs):
     stop = jobs.stop
     jobs.drop(keep=0)
     assert stop.is_set() and not jobs.stop.is_set()  # a fresh stop for the next jobs
-    assert sorted(jobs.packer.removed) == [3, 6]
+    assert sorted(jobs.packer.removed) == [3, 6] and jobs.packer.restarts == 1  # the next plan writes its cache whole
     assert jobs.windows == {}
