@@ -12,20 +12,21 @@ from .packing import Segment, read_buffer_bytes, read_segment
 
 
 class SegmentReads:
-    """The reads in flight, by global batch, on the executor `reading` (with
-    O_DIRECT when `direct`), and the spare buffers they reuse."""
+    """The reads in flight, by global batch (a negative key: a window's
+    incoming.seg), on the executor `reading` (with O_DIRECT when `direct`),
+    and the spare buffers they reuse, kept apart for the two kinds."""
 
     def __init__(self, reading: ThreadPoolExecutor, direct: bool):
         self.reading, self.direct = reading, direct
         self._reads: dict[int, tuple[Future, memoryview]] = {}
-        self._spare: list[memoryview] = []
+        self._spare: dict[bool, list[memoryview]] = {False: [], True: []}  # by whether the key is negative
 
     def __contains__(self, g: int) -> bool:
         return g in self._reads
 
     def submit(self, g: int, path: Path, segment: Segment) -> None:
         """Read batch `g`'s file `path` (its manifest's `segment`) into a spare buffer."""
-        buffer = self._buffer(segment.nbytes)
+        buffer = self._buffer(segment.nbytes, g < 0)
         self._reads[g] = self.reading.submit(read_segment, path, segment, self.direct, buffer), buffer
 
     def take(self, g: int) -> tuple[memoryview, memoryview] | None:
@@ -40,30 +41,32 @@ class SegmentReads:
         if pending is not None:
             pending[0].cancel()
             quiet(pending[0])
-            self._spare.append(pending[1])
+            self.release(g, pending[1])
 
-    def release(self, buffer: memoryview) -> None:
-        """`buffer` (from take) may be reused."""
-        self._spare.append(buffer)
+    def release(self, g: int, buffer: memoryview) -> None:
+        """`buffer` (from take(g)) may be reused."""
+        self._spare[g < 0].append(buffer)
 
     def cancel(self) -> None:
         """Cancel or wait out every read and drop every buffer."""
         for job, _ in self._reads.values():
             job.cancel()
             quiet(job)
-        self._reads, self._spare = {}, []
+        self._reads, self._spare = {}, {False: [], True: []}
 
-    def nbytes(self) -> int:
-        """The bytes of every buffer held (in flight and spare)."""
-        return sum(len(b) for _, b in self._reads.values()) + sum(len(b) for b in self._spare)
+    def nbytes(self, incoming: bool = False) -> int:
+        """The bytes of every buffer held (in flight and spare) for batches' files, or for incoming.seg."""
+        held = sum(len(b) for g, (_, b) in self._reads.items() if (g < 0) == incoming)
+        return held + sum(len(b) for b in self._spare[incoming])
 
-    def _buffer(self, nbytes: int) -> memoryview:
-        """A spare buffer of at least `nbytes` (a new one a quarter larger,
-        when none is, replacing the smaller spares)."""
-        for i, buffer in enumerate(self._spare):
+    def _buffer(self, nbytes: int, incoming: bool) -> memoryview:
+        """A spare buffer of the kind (`incoming`) of at least `nbytes` (a new
+        one a quarter larger, when none is, replacing the smaller spares)."""
+        spare = self._spare[incoming]
+        for i, buffer in enumerate(spare):
             if len(buffer) >= nbytes:
-                return self._spare.pop(i)
-        self._spare.clear()
+                return spare.pop(i)
+        spare.clear()
         return memoryview(aligned(read_buffer_bytes(nbytes)))
 
 

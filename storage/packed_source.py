@@ -185,7 +185,7 @@ class PackedFeatures(CacheTier):
                 raise DatasetError(window.directory / segment.file, "does not hold its batch's rows; refused")
             cached, packed = self._cache.rows(self._word), self._rows(rows, segment.rows)
             scatter_packed(cached, packed, slot, np.cumsum(missed) - 1, inverse, at.numpy(), self._words(out))
-            self._reads.release(buffer)
+            self._reads.release(self._cursor, buffer)
             _remove(window.directory / segment.file)  # consumed
             self._stats["hits"] += distinct.shape[0] - segment.rows
             self._stats["misses"] += segment.rows
@@ -273,7 +273,7 @@ class PackedFeatures(CacheTier):
             assert manifest.incoming is not None
             rows, buffer = self._take(-1 - first)
             self._cache.carry(directory / manifest.incoming.file, rows, manifest.incoming.rows, ids, key)
-            self._reads.release(buffer)
+            self._reads.release(-1 - first, buffer)
             read = manifest.incoming
             self._stats["windows_carried"] += 1
         else:
@@ -363,10 +363,10 @@ class PackedFeatures(CacheTier):
         self._packed = dict.fromkeys(_PACKING, 0)
 
     def host_bytes(self) -> dict:
-        """{part: bytes}: the window's cached rows, the row-to-slot map and the read buffers."""
-        reads = self._reads.nbytes()
-        reads += 0 if self.fixed is None else self.fixed.host_bytes()
-        return {"cache": self._cache.nbytes(), "slots": self._cache.slot.nbytes, "read_buffers": reads}
+        """{part: bytes}: the window's cached rows, the row-to-slot map, the read buffers and incoming.seg's."""
+        reads = self._reads.nbytes() + (0 if self.fixed is None else self.fixed.host_bytes())
+        held = {"cache": self._cache.nbytes(), "slots": self._cache.slot.nbytes, "read_buffers": reads}
+        return {**held, "incoming": self._reads.nbytes(incoming=True)}
 
     def close(self) -> None:
         """Stop the threads, remove the windows (and the scratch directory the tier made), close the base."""

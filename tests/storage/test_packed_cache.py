@@ -126,3 +126,31 @@ def test_a_tier_that_restarts_at_an_epoch_reads_that_windows_cache_whole(make_da
             assert torch.equal(tier.gather(ids), ds.features.gather(ids))
     assert tier.stats()["windows_carried"] == 3  # the second window of each epoch; the first read whole
     tier.close()
+
+
+def test_the_incoming_rows_buffer_stays_within_its_part_of_the_plan(make_dataset, monkeypatch):
+    from gnnsys.storage.base import stack_host_bytes
+    from gnnsys.storage.stack_builder import build_stack
+    from tests.storage.test_packing import Draws
+
+    monkeypatch.setattr(packed_cache, "CARRY_SHARE", 1)
+    ds = packed_dataset(make_dataset)
+    stack, plan = build_stack(
+        ds.features,
+        degree=None,
+        features="packed",
+        cache_rows=ds.num_nodes,
+        host_mem_budget=0.1,
+        draws=lambda: Draws(ds.num_nodes, epochs=3),
+    )
+    most = 0
+    for epoch in range(3):
+        for index in range(BATCHES):
+            ids = batch(ds, epoch, index)
+            assert torch.equal(stack.gather(ids), ds.features.gather(ids))
+            held = stack_host_bytes(stack)
+            assert held["packed.read_buffers"] <= plan.parts["packed.read_buffers"]
+            assert held["packed.incoming"] <= plan.parts["packed.incoming"]
+            most = max(most, held["packed.incoming"])
+    assert stack.stats()["windows_carried"] == 2 and most > 0
+    stack.close()
