@@ -237,8 +237,9 @@ class Packer:
     ) -> tuple[list[Segment], Segment | None, Segment | None]:
         """Scan the rows file once, appending each chunk's rows to every segment
         that needs them: each batch's, and the cache's whole or its incoming rows."""
-        whole = plan.incoming is None
-        lists = [*plan.uncached, plan.cached if plan.incoming is None else plan.incoming]
+        rest = plan.cached if plan.incoming is None else plan.incoming
+        whole = rest is plan.cached
+        lists = [*plan.uncached, rest]
         names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))]
         names.append("cache.seg" if whole else "incoming.seg")
         (directory / "cache.ids").write_bytes(plan.cached.tobytes())
