@@ -109,14 +109,20 @@ class SegmentWrites:
     rows of a file whose rows are `row_bytes` long and `stride` bytes apart,
     staged in slots of `stage` bytes (a multiple of PAD; one a file and SPARE
     more, which the files share) and written on a writer thread, keeping each
-    file's rows, bytes and digest."""
+    file's rows, bytes and digest. `into`: a byte array that takes the rows of
+    one more list, after those of `paths`, in memory instead of a file (copied
+    from the slots on the scan's thread; padded as a file, so it holds the
+    padded size)."""
 
-    def __init__(self, paths: list[Path], direct: bool, stage: int, row_bytes: int, stride: int):
+    def __init__(
+        self, paths: list[Path], direct: bool, stage: int, row_bytes: int, stride: int, into: np.ndarray | None = None
+    ):
         self.paths, self.stage, self.row_bytes, self.stride = paths, stage, row_bytes, stride
         self.word = math.gcd(8, row_bytes, stride)  # rows are copied in words of this many bytes
-        files = len(paths)
+        self.into, self.into_at = into, 0
+        files = len(paths) + (into is not None)
         self.rows = np.zeros(files, np.int64)
-        self.digests = [Digest() for _ in range(files)]
+        self.digests = [Digest() for _ in paths]
         # per file: its slot (-1: none), the words staged in it, the words of its next row staged already
         self.slot, self.fill, self.skip = (
             np.full(files, -1, np.int64),
@@ -179,7 +185,8 @@ class SegmentWrites:
 
     def finish(self) -> list[tuple[str, int, int, int]]:
         """Pad every file to a multiple of PAD, write what is staged and wait
-        for the writer; per file (name, rows, bytes, digest)."""
+        for the writer; per file (name, rows, bytes, digest), and for `into`
+        ("", rows, bytes, 0)."""
         for j in np.flatnonzero(self.slot >= 0).tolist():
             fill = int(self.fill[j]) * self.word
             end = padded(fill)
@@ -187,10 +194,10 @@ class SegmentWrites:
             self._submit(j, end)
         self._stop()
         self._raise()
-        return [
-            (p.name, int(r), padded(int(r) * self.row_bytes), d.value())
-            for p, r, d in zip(self.paths, self.rows, self.digests, strict=True)
-        ]
+        names = [p.name for p in self.paths] + [""] * (self.into is not None)
+        digests = [d.value() for d in self.digests] + [0] * (self.into is not None)
+        rows = self.rows.tolist()
+        return [(n, r, padded(r * self.row_bytes), d) for n, r, d in zip(names, rows, digests, strict=True)]
 
     def close(self) -> None:
         """Stop the writer (after what it was given) and close the files."""
@@ -211,8 +218,14 @@ class SegmentWrites:
         to the file's digest and hand it to the writer."""
         self._raise()
         slot = int(self.slot[j])
-        self.digests[j].update(self.arena[slot, :nbytes])
-        self._jobs.put((j, slot, nbytes))
+        if j == len(self.paths):  # the rows that go to `into`
+            assert self.into is not None
+            self.into[self.into_at : self.into_at + nbytes] = self.arena[slot, :nbytes]
+            self.into_at += nbytes
+            self._free.put(slot)
+        else:
+            self.digests[j].update(self.arena[slot, :nbytes])
+            self._jobs.put((j, slot, nbytes))
         self.slot[j], self.fill[j] = -1, 0
 
     def _run(self) -> None:

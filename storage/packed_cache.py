@@ -2,7 +2,9 @@
 (storage/packed_source.py), in one buffer of the cache's capacity that
 every window reuses, and the slot of each row in it.
 
-A window's cache is loaded whole from its `cache.seg`, or, where the rows
+A window's cache is loaded whole from its `cache.seg`; or it is already in
+the buffer, where the packer put it there (`staging`: the first window the
+tier reads, packed while nothing is held); or, where the rows
 held are the set its manifest says `incoming.seg` completes (the cache of
 the window planned before it, which shares most of its rows: the hottest
 rows stay hot), by putting the incoming rows in the slots of the rows the
@@ -19,7 +21,7 @@ import numpy as np
 from gnnsys.errors import DatasetError
 
 from .direct_io import aligned
-from .packing import Manifest, Segment, ids_crc, padded, read_segment
+from .packing import Manifest, Segment, ids_hash, padded, read_segment, scatter_packed
 
 CARRY_SHARE = 4  # incoming rows are carried when they take at most 1/CARRY_SHARE of the cache's bytes
 
@@ -33,7 +35,7 @@ def cached_ids(directory: Path, manifest: Manifest) -> np.ndarray:
     """The sorted ids of the window's cache (`cache.ids` in `directory`);
     DatasetError naming it when they are not the set `manifest` keys."""
     ids = np.fromfile(directory / "cache.ids", dtype=np.int64)
-    if [ids.shape[0], ids_crc(ids)] != manifest.key["cached"]:
+    if [ids.shape[0], ids_hash(ids)] != manifest.key["cached"]:
         raise DatasetError(directory / "cache.ids", "is not the cached set of its manifest; refused")
     return ids
 
@@ -41,7 +43,7 @@ def cached_ids(directory: Path, manifest: Manifest) -> np.ndarray:
 class WindowCache:
     """Up to `capacity` rows of `row_bytes` of a table of `num_nodes` rows:
     `slot[id]` is the row's place in the buffer (-1: not held), `ids` the
-    sorted ids held and `key` their [count, crc32] (None: nothing loaded)."""
+    sorted ids held and `key` their [count, ids_hash] (None: nothing loaded)."""
 
     def __init__(self, num_nodes: int, capacity: int, row_bytes: int):
         self.capacity, self.row_bytes = int(capacity), int(row_bytes)
@@ -49,17 +51,36 @@ class WindowCache:
         self.ids = np.empty(0, np.int64)
         self.key: list[int] | None = None
         self._buffer: memoryview | None = None
+        self._staged: list[int] | None = None  # the cached set a packer put in the buffer, not yet held
 
-    def load(self, directory: Path, manifest: Manifest, direct: bool, ids: np.ndarray, key: list[int]) -> Segment:
+    def staging(self) -> np.ndarray:
+        """The buffer as bytes, for a packer to put a window's cached rows in
+        (in id order, then `staged`); only while nothing is held."""
+        assert self.key is None, "the buffer holds the current window's cache"
+        self._staged = None
+        return np.frombuffer(self._whole(), np.uint8)
+
+    def staged(self, key: list[int]) -> None:
+        """The buffer now holds the cached set `key` ([count, hash]), put there by a packer."""
+        self._staged = key
+
+    def load(
+        self, directory: Path, manifest: Manifest, direct: bool, ids: np.ndarray, key: list[int]
+    ) -> Segment | None:
         """Hold the rows `ids` (sorted) of the window in `directory` whole,
-        from its cache.seg; the segment read. DatasetError where `manifest`
-        has none (its cache is carried over from a cache not held)."""
-        if manifest.cache is None:
-            raise DatasetError(directory, "its cache is carried over from a window this reader did not read; refused")
+        from its cache.seg (the segment read), or as staged (None).
+        DatasetError where `manifest` has no cache.seg and the buffer was not
+        staged with its set (its cache is carried over from a cache not held,
+        or was packed into another reader's memory)."""
+        if manifest.cache is None and not (manifest.cache_in_memory() and self._staged == key):
+            why = "is carried over from a window this reader did not read"
+            why = why if manifest.incoming is not None else "was packed into another reader's memory"
+            raise DatasetError(directory, f"its cache {why}; refused")
         self.clear()
-        read_segment(directory / manifest.cache.file, manifest.cache, direct, self._whole())
+        if manifest.cache is not None:
+            read_segment(directory / manifest.cache.file, manifest.cache, direct, self._whole())
         self.slot[ids] = np.arange(ids.shape[0], dtype=np.int32)
-        self.ids, self.key = ids, key
+        self.ids, self.key, self._staged = ids, key, None
         return manifest.cache
 
     def carries(self, manifest: Manifest) -> bool:
@@ -92,6 +113,21 @@ class WindowCache:
         incoming = np.frombuffer(rows, np.uint8, count=size).reshape(-1, self.row_bytes)
         self.rows(1)[free] = incoming
         self.ids, self.key = ids, key
+
+    def scatter(self, distinct, inverse, content, rows: int, at: np.ndarray, out: np.ndarray, path) -> None:
+        """out[at[p]] = the row of distinct id distinct[inverse[p]] (the ids
+        in any order): from the buffer where held, else from `content` (the
+        batch's file `path`, whose `rows` rows are the rows not held, in id
+        order); `out`'s rows as words of its dtype. DatasetError naming
+        `path` when the file does not hold exactly the rows not held."""
+        slot = self.slot[distinct]
+        missed = np.flatnonzero(slot < 0)
+        if missed.shape[0] != rows:
+            raise DatasetError(path, "does not hold its batch's rows; refused")
+        packed = np.frombuffer(content, out.dtype, count=rows * out.shape[1]).reshape(rows, out.shape[1])
+        in_file = np.full(distinct.shape[0], -1, np.int64)
+        in_file[missed[np.argsort(distinct[missed])]] = np.arange(missed.shape[0])
+        scatter_packed(self.rows(out.dtype.itemsize), packed, slot, in_file, inverse, at, out)
 
     def clear(self) -> None:
         """Hold nothing (the buffer is kept for the next window)."""

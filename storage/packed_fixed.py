@@ -7,7 +7,7 @@ all its distinct rows in id order) is packed on the tier's packing thread
 when the first gather that is no planned training batch asks for it (the
 first evaluation: training never waits for it), in at most half of the
 scratch budget; later windows get what it leaves. A gather whose sorted distinct ids have one of its
-batches' crc32 and count reads that batch's file whole (the next batch's is
+batches' ids_hash and count reads that batch's file whole (the next batch's is
 read ahead on the tier's reader thread) and is scattered into the caller's
 order; the files stay for the next evaluation.
 """
@@ -68,7 +68,7 @@ class FixedPack:
         return self._job is not None and self._job.done()
 
     def ready(self):
-        """(manifest, directory, {(count, crc32): batch}, whether it was packed now), once packed (its error if
+        """(manifest, directory, {(count, hash): batch}, whether it was packed now), once packed (its error if
         the packing failed)."""
         self.start()
         assert self._job is not None
@@ -79,14 +79,17 @@ class FixedPack:
         manifest = self.ready()[0]
         return manifest.nbytes()
 
-    def find(self, distinct: np.ndarray, crc: int) -> int | None:
-        """The batch of the stream whose sorted distinct ids are `distinct` (crc32 `crc`), or None."""
-        return self.ready()[2].get((int(distinct.shape[0]), crc))
-
-    def serve(self, batch: int, inverse: np.ndarray, at: np.ndarray, words: np.ndarray, word: int) -> Segment:
-        """Scatter batch `batch`'s rows (distinct row inverse[p] into words[at[p]], rows as `word`-byte
-        words) and read the next batch ahead; its segment."""
-        manifest, directory = self.ready()[:2]
+    def serve(
+        self, distinct: np.ndarray, fingerprint: int, inverse: np.ndarray, at: np.ndarray, words: np.ndarray
+    ) -> Segment | None:
+        """Where the stream has a batch whose sorted distinct ids are
+        `distinct` (ids_hash `fingerprint`), scatter its rows (distinct row
+        inverse[p] into words[at[p]], rows as words of words' dtype), read the
+        next batch ahead and return its segment; else None."""
+        manifest, directory, index = self.ready()[:3]
+        batch = index.get((int(distinct.shape[0]), fingerprint))
+        if batch is None:
+            return None
         segment = manifest.segments[batch]
         pending, self._ahead = self._ahead, None
         if pending is not None and pending[0] == batch:
@@ -99,7 +102,7 @@ class FixedPack:
         if segment.rows != segment.unique:
             raise DatasetError(directory / segment.file, "does not hold its batch's rows; refused")
         width = words.shape[1]
-        packed = np.frombuffer(rows, dtype=f"u{word}", count=segment.rows * width).reshape(segment.rows, width)
+        packed = np.frombuffer(rows, dtype=words.dtype, count=segment.rows * width).reshape(segment.rows, width)
         none = np.full(segment.unique, -1, np.int32)
         scatter_packed(packed[:0], packed, none, np.arange(segment.unique), inverse, at, words)
         return segment

@@ -7,8 +7,8 @@ epoch, batch, layer and node), so a window of them is packed while the
 previous window trains (storage/packed_jobs.py: drawn on one thread, its
 rows written on another): its cache (the rows the window reads most)
 and, per batch, its uncached rows in id order as one file (storage/packing.py).
-A gather that is the next planned batch (its sorted distinct ids have the
-manifest's crc32) reads that batch's file whole with large O_DIRECT reads,
+A gather that is the next planned batch (its ids have the manifest's count
+and ids_hash) reads that batch's file whole with large O_DIRECT reads,
 `ahead` batches ahead on a reader thread, scatters the rows from the cache
 and the file into the caller's order and deletes the file. A fixed stream
 (sampled evaluation's: draws.fixed) is packed once and kept
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.errors import ConfigError
 from gnnsys.ids import check_ids, distinct_inverse, gather_output
 
 from .packed_cache import WindowCache, cached_ids
@@ -40,7 +40,7 @@ from .packed_plan import DEFAULT_AHEAD
 from .packed_reads import SegmentReads
 from .packed_scratch import new_scratch, takes_direct
 from .packer import Packer
-from .packing import Manifest, ids_crc, read_sampled, scatter_packed
+from .packing import Manifest, ids_hash, read_sampled
 from .source import CacheTier
 from .ssd import SSDFeatures, rows_file
 
@@ -155,54 +155,57 @@ class PackedFeatures(CacheTier):
 
     def _gather_to(self, ids: torch.Tensor, out: torch.Tensor, at: torch.Tensor) -> None:
         with self._lock:  # an empty gather too: a node type a batch reads no row of is a planned batch
-            distinct, inverse = distinct_inverse(ids.numpy().astype(np.int64))
-            crc = ids_crc(distinct)
+            raw = ids.numpy().astype(np.int64, copy=False)
             if self._cursor is None:
                 self.start_epoch(0)
             assert self._cursor is not None
             window = self._enter(self._cursor) if self._planned(self._cursor) else None
             segment = window.manifest.segments[self._cursor - window.first] if window is not None else None
-            if segment is None or segment.unique != distinct.shape[0] or segment.ids != crc:
-                fixed = None if self.fixed is None else self.fixed.find(distinct, crc)
-                if fixed is None:
-                    self._stats["unplanned"] += 1
-                    self.base.gather_into(ids, out, at)
+            if segment is not None and segment.unique == raw.shape[0] and segment.ids == ids_hash(raw):
+                distinct, inverse = raw, np.arange(raw.shape[0])  # the planned batch (its ids distinct): no sort
+            else:
+                distinct, inverse = distinct_inverse(raw)
+                fingerprint = ids_hash(distinct)
+                if segment is None or segment.unique != distinct.shape[0] or segment.ids != fingerprint:
+                    self._unplanned(ids, out, at, distinct, inverse, fingerprint)
                     return
-                began = time.perf_counter()
-                served = self.fixed.serve(fixed, inverse, at.numpy(), self._words(out), self._word)
-                self._stats["read_wait_s"] += time.perf_counter() - began
-                self._stats["fixed"] += 1
-                self._stats["bytes_read"] += served.nbytes
-                self._stats["useful_bytes"] += served.rows * self.row_bytes
-                return
             assert window is not None
             began = time.perf_counter()
             rows, buffer = self._take(self._cursor)
             self._stats["read_wait_s"] += time.perf_counter() - began
-            slot = self._cache.slot[distinct]
-            missed = slot < 0
-            if int(missed.sum()) != segment.rows:
-                raise DatasetError(window.directory / segment.file, "does not hold its batch's rows; refused")
-            cached, packed = self._cache.rows(self._word), self._rows(rows, segment.rows)
-            scatter_packed(cached, packed, slot, np.cumsum(missed) - 1, inverse, at.numpy(), self._words(out))
+            path = window.directory / segment.file
+            self._cache.scatter(distinct, inverse, rows, segment.rows, at.numpy(), self._words(out), path)
             self._reads.release(self._cursor, buffer)
-            _remove(window.directory / segment.file)  # consumed
-            self._stats["hits"] += distinct.shape[0] - segment.rows
-            self._stats["misses"] += segment.rows
-            self._stats["batches"] += 1
-            self._stats["bytes_read"] += segment.nbytes
-            self._stats["useful_bytes"] += segment.rows * self.row_bytes
+            _remove(path)  # consumed
+            hits, useful = distinct.shape[0] - segment.rows, segment.rows * self.row_bytes
+            self._tally(hits=hits, misses=segment.rows, batches=1, bytes_read=segment.nbytes, useful_bytes=useful)
             self._cursor += 1
             self._read_ahead()
+
+    def _unplanned(self, ids, out, at, distinct: np.ndarray, inverse: np.ndarray, fingerprint: int) -> None:
+        """A gather that is no planned batch: from the fixed stream's pack
+        where it is one of its batches, else from the base."""
+        began, words = time.perf_counter(), self._words(out)
+        served = None if self.fixed is None else self.fixed.serve(distinct, fingerprint, inverse, at.numpy(), words)
+        if served is None:
+            self._stats["unplanned"] += 1
+            self.base.gather_into(ids, out, at)
+            return
+        waited, useful = time.perf_counter() - began, served.rows * self.row_bytes
+        self._tally(read_wait_s=waited, fixed=1, bytes_read=served.nbytes, useful_bytes=useful)
+
+    def _tally(self, **counts) -> None:
+        """Add `counts` to the counters of stats()."""
+        for name, value in counts.items():
+            self._stats[name] += value
 
     def presampled(self, seeds: torch.Tensor, epoch: int, batch: int) -> dict | None:
         """Training batch `batch` of epoch `epoch` as the packer sampled it
         ({name: array}, storage/packing.py), its file then removed, when it is
         written and its seeds are `seeds`; else None (the caller samples it)."""
         g = int(epoch) * self.per_epoch + int(batch)
-        # Without the tier's lock, which a gather holds while it waits for its
-        # file or its window: a batch is written before its window's scan, and
-        # a path from a cursor that moves meanwhile only finds no such file.
+        # Without the lock, which a gather holds while it waits: a batch is written before its
+        # window's scan, and a path from a cursor that moves meanwhile only finds no such file.
         cursor, start = self._cursor, self._start
         if cursor is None or not self._planned(g) or g < start:
             return None
@@ -218,11 +221,6 @@ class PackedFeatures(CacheTier):
     def _words(self, out: torch.Tensor) -> np.ndarray:
         """`out`'s rows as [rows, words] of this tier's word width."""
         return out.view(torch.uint8).reshape(out.shape[0], self.row_bytes).numpy().view(f"u{self._word}")
-
-    def _rows(self, buffer, rows: int) -> np.ndarray:
-        """The first `rows` packed rows of `buffer` as [rows, words] of this tier's word width."""
-        width = self.row_bytes // self._word
-        return np.frombuffer(buffer, dtype=f"u{self._word}", count=rows * width).reshape(rows, width)
 
     def _first(self, g: int, start: int | None = None) -> int:
         """The first global batch of the window holding global batch `g`
@@ -248,7 +246,10 @@ class PackedFeatures(CacheTier):
         if self.fixed is not None and self.scratch_bytes is not None:  # packed before: its error, if any, is here
             held = self.fixed.nbytes() if self.fixed.done() else self.fixed.packer.window_bytes  # or may hold
             self.packer.window_bytes = (self.scratch_bytes - held) // 2
-        manifest, directory, packed = self.packer.pack(first, self._count(first), stop, plan.result())
+        into = self._cache.staging() if first == self._start else None  # nothing is held before the first window
+        manifest, directory, packed = self.packer.pack(first, self._count(first), stop, plan.result(), into)
+        if packed and manifest.cache_in_memory():
+            self._cache.staged(manifest.key["cached"])
         self._packed["windows_packed" if packed else "windows_reused"] += 1
         self._packed["pack_s"] += time.perf_counter() - began
         if packed:
@@ -280,8 +281,8 @@ class PackedFeatures(CacheTier):
             self._reads.drop(-1 - first)
             read = self._cache.load(directory, manifest, self.direct, ids, key)
         self._current = _Window(first, manifest, directory)
-        self._stats["bytes_read"] += read.nbytes
-        self._stats["useful_bytes"] += read.rows * self.row_bytes
+        if read is not None:
+            self._tally(bytes_read=read.nbytes, useful_bytes=read.rows * self.row_bytes)
         self._stats["read_wait_s"] += time.perf_counter() - began
         self._ensure(first + self.window)
         self._jobs.plan(first + 2 * self.window)  # drawn while the next one is scanned
@@ -391,7 +392,5 @@ class PackedFeatures(CacheTier):
 
 
 def _remove(path: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

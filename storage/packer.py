@@ -27,7 +27,7 @@ from gnnsys.ids import count_ids, sorted_distinct, take_most_counted
 
 from .pack_scan import SegmentWrites, scan, stage_size
 from .packed_cache import carry_bytes
-from .packing import Manifest, Segment, ids_crc, padded, write_sampled
+from .packing import Manifest, Segment, ids_hash, padded, write_sampled
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ class Cancelled(Exception):
 
 @dataclass
 class WindowPlan:
-    """What a window holds: each batch's (count, crc32) of its sorted
-    distinct ids (storage.packing.ids_crc), the sorted ids the cache holds,
+    """What a window holds: each batch's (count, hash) of its distinct
+    ids (storage.packing.ids_hash), the sorted ids the cache holds,
     and each batch's sorted ids missing it (its segment; int32 below 2^31
     rows, so a window's ids take 4 bytes a row). `carried`: the [count,
-    crc32] of the cached set of the window planned before it, and
+    hash] of the cached set of the window planned before it, and
     `incoming`: the sorted cached ids that set lacks, where a reader carries
     the cache over (None: the cache is written whole)."""
 
@@ -113,7 +113,7 @@ class Packer:
 
     def sampled_path(self, first: int, count: int, g: int) -> Path:
         """Where the sampled global batch `g` of the window of `count` batches from `first` is written."""
-        return self.scratch / f"sampled-{first:010d}-{count}" / f"s{g:010d}.npz"
+        return self.scratch / f"sampled-{first:010d}-{count}" / f"s{g:010d}.batch"
 
     def remove(self, first: int, count: int) -> None:
         """Remove the window of `count` batches from `first` and its sampled batches."""
@@ -148,7 +148,7 @@ class Packer:
                 ids = arrays["input_nodes"]
             ids = sorted_distinct(np.asarray(ids, dtype=np.int64))
             count_ids(ids, counts)
-            batches.append((int(ids.shape[0]), ids_crc(ids)))
+            batches.append((int(ids.shape[0]), ids_hash(ids)))
             drawn.append(ids.astype(narrow))
         cached = take_most_counted(counts, self.capacity)  # their counts become -1
         carried, incoming = self._incoming(cached, counts)
@@ -162,7 +162,7 @@ class Packer:
         self._last_cached = None
 
     def _incoming(self, cached: np.ndarray, counts: np.ndarray) -> tuple[list[int] | None, np.ndarray | None]:
-        """([count, crc32] of the window planned last's cached set, the ids of
+        """([count, hash] of the window planned last's cached set, the ids of
         `cached` it lacks), so that a reader holding that set loads only
         these; (None, None) for the first window, without a cache, or where
         they are more than the reader carries (storage.packed_cache.carry_bytes).
@@ -176,35 +176,46 @@ class Packer:
         counts[previous] = was
         if padded(incoming.shape[0] * self.row_bytes) > self._carry_bytes:
             return None, None
-        return [int(previous.shape[0]), ids_crc(previous)], incoming
+        return [int(previous.shape[0]), ids_hash(previous)], incoming
 
     def window_key(self, first: int, count: int, plan: WindowPlan) -> dict:
         """The key of a window: this packer's and the window's batches and cached set."""
-        return {**self.key, "window": [first, count], "cached": [int(plan.cached.shape[0]), ids_crc(plan.cached)]}
+        return {**self.key, "window": [first, count], "cached": [int(plan.cached.shape[0]), ids_hash(plan.cached)]}
 
     def pack(
-        self, first: int, count: int, stop: threading.Event | None = None, plan: WindowPlan | None = None
+        self,
+        first: int,
+        count: int,
+        stop: threading.Event | None = None,
+        plan: WindowPlan | None = None,
+        cache_into: np.ndarray | None = None,
     ) -> tuple[Manifest, Path, bool]:
         """(manifest, directory, whether it was packed now) of the window of
         `count` batches from global batch `first` (its `plan`, made now if
         not given): reused when its manifest has this key, else (re)built
         (stopped early, with the partial directory removed, when `stop` is
         set: Cancelled); ConfigError when it needs more than window_bytes,
-        DatasetError when the scratch directory's disk has less free space."""
+        DatasetError when the scratch directory's disk has less free space.
+        `cache_into`: a byte array of the cache's padded size that takes the
+        cached rows (in id order) where the window's cache is written whole,
+        instead of cache.seg; its manifest then names no cache file (its
+        cache is in the memory of the reader that asked for it)."""
         try:
-            return self._pack(first, count, stop, plan)
+            return self._pack(first, count, stop, plan, cache_into)
         except BaseException:
             self.remove(first, count)
             raise
 
-    def _pack(self, first: int, count: int, stop, plan: WindowPlan | None) -> tuple[Manifest, Path, bool]:
+    def _pack(self, first: int, count: int, stop, plan: WindowPlan | None, cache_into) -> tuple[Manifest, Path, bool]:
         plan = self.plan(first, count, stop) if plan is None else plan
         _check(stop)
         key, directory = self.window_key(first, count, plan), self.directory(first, count)
         found = Manifest.read(directory, key)
-        if found is not None and found.carried == plan.carried:  # a window carried from another cache is stale
+        # a window whose cache was carried from another cache, or held in another reader's memory, is stale
+        if found is not None and found.carried == plan.carried and not found.cache_in_memory():
             return found, directory, False
-        rows = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, plan.cached])
+        staged = cache_into is not None and plan.incoming is None
+        rows = sum(padded(ids.shape[0] * self.row_bytes) for ids in [*plan.uncached, *[plan.cached][: not staged]])
         need = rows + plan.sampled_bytes
         self.scratch.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.scratch).free
@@ -227,24 +238,25 @@ class Packer:
             log.info("packed window %s is stale (packed for another run or incomplete): rebuilt", directory)
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        segments, cache, incoming = self._write(directory, first, plan, stop)
+        segments, cache, incoming = self._write(directory, first, plan, stop, cache_into if staged else None)
         manifest = Manifest(key, first, segments, cache, plan.carried, incoming)
         manifest.write(directory)
         return manifest, directory, True
 
     def _write(
-        self, directory: Path, first: int, plan: WindowPlan, stop
+        self, directory: Path, first: int, plan: WindowPlan, stop, cache_into
     ) -> tuple[list[Segment], Segment | None, Segment | None]:
         """Scan the rows file once, appending each chunk's rows to every segment
-        that needs them: each batch's, and the cache's whole or its incoming rows."""
+        that needs them: each batch's, and the cache's whole (to `cache_into`
+        where given) or its incoming rows."""
         rest = plan.cached if plan.incoming is None else plan.incoming
         whole = rest is plan.cached
         lists = [*plan.uncached, rest]
         names = [f"b{first + j:010d}.seg" for j in range(len(plan.uncached))]
-        names.append("cache.seg" if whole else "incoming.seg")
+        names += [] if cache_into is not None else ["cache.seg" if whole else "incoming.seg"]
         (directory / "cache.ids").write_bytes(plan.cached.tobytes())
-        paths, stage = [directory / n for n in names], stage_size(len(names))
-        writes = SegmentWrites(paths, self.write_direct, stage, self.row_bytes, self.stride)
+        paths, stage = [directory / n for n in names], stage_size(len(lists))
+        writes = SegmentWrites(paths, self.write_direct, stage, self.row_bytes, self.stride, cache_into)
         try:
             scan(self.path, self.direct, self.identity, self.shape[0], lists, writes, lambda: _check(stop))
             done = writes.finish()
@@ -252,10 +264,10 @@ class Packer:
             writes.close()
         batches = len(plan.uncached)
         segments = [
-            Segment(n, r, b, d, crc, unique)
-            for (n, r, b, d), (unique, crc) in zip(done[:batches], plan.batches, strict=True)
+            Segment(n, r, b, d, fingerprint, unique)
+            for (n, r, b, d), (unique, fingerprint) in zip(done[:batches], plan.batches, strict=True)
         ]
-        last = Segment(*done[batches])
+        last = None if cache_into is not None else Segment(*done[batches])
         return segments, last if whole else None, None if whole else last
 
 

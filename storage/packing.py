@@ -13,31 +13,34 @@ epoch + batch, so a window may cross epochs) lives in one directory:
   and either `cache.seg`: those rows, in id order, or, where the reader
   carries its cache over from the window planned before (it holds that
   window's cache when it enters this one), `incoming.seg`: the cached rows
-  that cache lacks, in id order;
+  that cache lacks, in id order, or neither, where the packer put the
+  cache straight into its reader's memory (the first window a reader
+  reads: such a window is never reused);
 - `manifest.json`, written last (atomically): the key the window was packed
   for (the dataset's identity and file, split, seed, batch size, fanouts,
   sampler, rank and world size, the window's batches, the cache's capacity
-  and cached set), the [count, crc32] of the cached set `incoming.seg`
+  and cached set), the [count, hash] of the cached set `incoming.seg`
   completes, and per file its rows, bytes and XXH3-64 digest
-  (storage/digest.py), per batch also the crc32 of its sorted distinct ids
+  (storage/digest.py), per batch also the hash (ids_hash) of its distinct ids
   (what tells the reader a gather is that batch's).
 
 A window whose manifest is missing, unreadable or packed for another key is
 stale (rebuilt); a file whose size or digest differs from its manifest is
 refused (DatasetError), never read into a batch.
 
-Beside it, `sampled-NNNNNNNNNN-K/sNNNNNNNNNN.npz` per batch: the batch as the
-packer sampled it (its seeds, input nodes and blocks' arrays), tagged with the
-crc32 of what decides the draws, so the loader takes it instead of sampling
-the batch again (a file for another key, or other seeds, is not taken).
+Beside it, `sampled-NNNNNNNNNN-K/sNNNNNNNNNN.batch` per batch: the batch as
+the packer sampled it (its seeds, input nodes and blocks' arrays, raw, after
+a JSON header of their names, dtypes and shapes and the XXH3-64 of their
+bytes), tagged with the crc32 of what decides the draws, so the loader takes
+it instead of sampling the batch again (a file for another key, other seeds
+or other bytes is not taken).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import zipfile
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,17 +53,18 @@ from gnnsys.errors import DatasetError
 from .digest import Digest
 from .direct_io import aligned, open_rows_file
 
-FORMAT = 4  # 4: incoming.seg (3: files checked by their XXH3-64 digest, 2: XXH64, 1: crc32)
+FORMAT = 5  # 5: a cache packed into memory, ids_hash; 4: incoming.seg; 3: XXH3-64 digests
 PAD = 4096  # segments end on a multiple of this: whole-file O_DIRECT reads on any logical block up to 4 KiB
 READ_BYTES = 8 << 20  # the largest single read of a segment
 MANIFEST = "manifest.json"
+_SAMPLED, _ALIGN = b"gnnsys-sampled-1", 64  # a sampled batch's file: its magic, and its arrays' alignment
 
 
 @dataclass(frozen=True)
 class Segment:
     """One packed file: its name in the window's directory, the rows it
     holds, its size on disk (padded) and the XXH3-64 digest of its whole content; for
-    a batch, `ids`: the crc32 of the batch's sorted distinct ids and `unique`
+    a batch, `ids`: the ids_hash of the batch's distinct ids and `unique`
     their count."""
 
     file: str
@@ -75,8 +79,9 @@ class Segment:
 class Manifest:
     """A packed window: its key, first global batch, its batches' segments in
     order, and the cache's segment, or where the cache is carried over from
-    the window planned before it (`carried`: that cache's [count, crc32]),
-    the segment of the cached rows that cache lacks (`incoming`)."""
+    the window planned before it (`carried`: that cache's [count, hash]),
+    the segment of the cached rows that cache lacks (`incoming`); neither
+    where the cache was packed into its reader's memory."""
 
     key: dict
     first: int
@@ -84,6 +89,10 @@ class Manifest:
     cache: Segment | None
     carried: list[int] | None = None
     incoming: Segment | None = None
+
+    def cache_in_memory(self) -> bool:
+        """Whether the window names no cache file: its cache was packed into the memory of the reader that asked."""
+        return self.cache is None and self.incoming is None
 
     def nbytes(self) -> int:
         """The bytes its files hold on disk."""
@@ -114,9 +123,22 @@ class Manifest:
             return None
 
 
-def ids_crc(ids: np.ndarray) -> int:
-    """The crc32 of sorted distinct int64 ids (a batch's fingerprint)."""
-    return zlib.crc32(np.ascontiguousarray(ids, dtype=np.int64))
+def ids_hash(ids: np.ndarray) -> int:
+    """The fingerprint of a set of distinct non-negative integer ids (a
+    batch's, a cache's), in any order: the sum of their splitmix64 mixes
+    modulo 2^64, so a batch's ids are recognised without sorting them."""
+    return int(_mix_sum(np.asarray(ids)))
+
+
+@numba.njit(nogil=True, cache=True)
+def _mix_sum(ids):
+    total = np.uint64(0)
+    for v in ids:
+        z = np.uint64(v) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        total += z ^ (z >> np.uint64(31))
+    return total
 
 
 def padded(nbytes: int) -> int:
@@ -158,13 +180,24 @@ def read_segment(path: Path, segment: Segment, direct: bool, into=None) -> memor
 
 
 def write_sampled(path: Path, arrays: dict, key: int) -> int:
-    """Write a sampled batch's arrays ({name: numpy array}) to `path` (.npz,
-    complete or not at all), tagged with `key`; the bytes written. DatasetError
-    naming the file when the disk refuses it."""
+    """Write a sampled batch's arrays ({name: numeric numpy array}) to
+    `path` (complete or not at all), tagged with `key`, with the XXH3-64 of
+    their bytes; the bytes written. DatasetError naming the file when the
+    disk refuses it."""
+    arrays = {name: np.asarray(a, order="C") for name, a in arrays.items()}
+    check = Digest()
+    for a in arrays.values():
+        check.update(a.reshape(-1).view(np.uint8))
+    listed = [[name, a.dtype.str, list(a.shape)] for name, a in arrays.items()]
+    header = json.dumps({"key": key, "digest": check.value(), "arrays": listed}).encode()
+    header += b" " * (-(len(_SAMPLED) + 8 + len(header)) % _ALIGN)
     part = path.with_name(path.name + ".part")
     try:
         with open(part, "wb") as f:
-            np.savez(f, key=np.array([key], np.int64), **arrays)
+            f.write(_SAMPLED + len(header).to_bytes(8, "little") + header)
+            for a in arrays.values():
+                f.write(a.reshape(-1).view(np.uint8))
+                f.write(bytes(-a.nbytes % _ALIGN))
             written = f.tell()
         os.replace(part, path)  # from here a reader may consume (remove) it
         return written
@@ -175,13 +208,28 @@ def write_sampled(path: Path, arrays: dict, key: int) -> int:
 
 def read_sampled(path: Path, key: int) -> dict | None:
     """The arrays write_sampled wrote to `path` for `key`; None when there is
-    no such file (not written yet, or consumed) or it was written for another key."""
+    no such file (not written yet, or consumed), it was written for another
+    key, or its bytes are not the ones written."""
     try:
-        with np.load(path) as z:
-            if int(z["key"][0]) != key:
-                return None
-            return {name: z[name] for name in z.files if name != "key"}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        with open(path, "rb") as f:
+            data = bytearray(os.fstat(f.fileno()).st_size)
+            f.readinto(data)
+        start = len(_SAMPLED) + 8
+        if data[: len(_SAMPLED)] != _SAMPLED:
+            return None
+        size = int.from_bytes(data[len(_SAMPLED) : start], "little")
+        header = json.loads(data[start : start + size])
+        if header["key"] != key:
+            return None
+        arrays, at, check = {}, start + size, Digest()
+        for name, dtype, shape in header["arrays"]:
+            kind = np.dtype(dtype)
+            count = math.prod(shape)
+            arrays[name] = np.frombuffer(data, kind, count, offset=at).reshape(tuple(shape))
+            check.update(arrays[name].reshape(-1).view(np.uint8))
+            at += -(-count * kind.itemsize // _ALIGN) * _ALIGN
+        return arrays if at == len(data) and check.value() == header["digest"] else None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

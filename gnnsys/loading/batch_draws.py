@@ -18,7 +18,7 @@ from gnnsys.datasets.meta_schema import identity
 from gnnsys.loading.loader import seed_batches
 from gnnsys.loading.minibatch_arrays import minibatch_arrays
 from gnnsys.loading.options import BatchOptions
-from gnnsys.storage.packing import ids_crc
+from gnnsys.storage.packing import ids_hash
 
 
 class BatchDraws:
@@ -53,7 +53,7 @@ class BatchDraws:
         batches = BatchOptions(batch_size=options.batch_size, shuffle=False, seed=options.seed)
         nodes = torch.as_tensor(nodes)
         draws._start(dataset, options, sampler, nodes, batches, 1, split="fixed", epoch=int(epoch))
-        draws.key["nodes"] = [int(nodes.shape[0]), ids_crc(nodes.numpy().astype(np.int64))]
+        draws.key["nodes"] = [int(nodes.shape[0]), ids_hash(nodes.numpy().astype(np.int64))]
         draws._epoch_of = int(epoch)
         return draws
 

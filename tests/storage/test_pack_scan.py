@@ -13,12 +13,13 @@ from gnnsys.storage import pack_scan
 from gnnsys.storage import packer as packer_module
 from gnnsys.storage.digest import digest
 from gnnsys.storage.packer import Cancelled
-from gnnsys.storage.packing import PAD
+from gnnsys.storage.packing import PAD, padded
 from tests.storage.test_packing import BATCHES, Draws, make_packer, rows_of
 
 
 def contents(manifest, directory) -> dict:
-    return {s.file: (directory / s.file).read_bytes() for s in [*manifest.segments, manifest.cache]}
+    files = [*manifest.segments, *[manifest.cache][: manifest.cache is not None]]
+    return {s.file: (directory / s.file).read_bytes() for s in files}
 
 
 @pytest.mark.parametrize(
@@ -51,6 +52,12 @@ def test_packed_files_are_the_rows_in_id_order_whatever_the_chunks_and_buffers(
         assert np.array_equal(np.frombuffer(data[: segment.rows * row_bytes], np.uint8), rows_of(ds, missing).ravel())
         assert not any(data[segment.rows * row_bytes :])  # zero padding
     assert wide["cache.seg"][: 30 * row_bytes] == rows_of(ds, cached).tobytes()
+    into = np.ones(padded(cached.shape[0] * row_bytes), np.uint8)  # the cache packed into memory instead
+    staged, staged_directory, _ = make_packer(ds, tmp_path / "memory", size=1500).pack(0, BATCHES, cache_into=into)
+    assert staged.segments == manifest.segments and staged.cache is None and staged.cache_in_memory()
+    assert not (staged_directory / "cache.seg").exists()
+    assert contents(staged, staged_directory) == {k: v for k, v in wide.items() if k != "cache.seg"}
+    assert into.tobytes() == wide["cache.seg"]  # the rows in id order, then zeros
 
 
 class StopAfter:

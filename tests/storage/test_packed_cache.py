@@ -1,6 +1,9 @@
 """The packed tier's window cache (storage/packed_cache.py): a window's cache
-loaded whole, or carried from the window before by its incoming rows; the
-tier carries it where it can, reads less for it, and serves the same rows."""
+loaded whole, packed into the tier's memory, or carried from the window
+before by its incoming rows; the tier carries it where it can, reads less
+for it, and serves the same rows."""
+
+import json
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ from gnnsys.errors import DatasetError
 from gnnsys.storage import packed_cache
 from gnnsys.storage.digest import digest
 from gnnsys.storage.packed_cache import WindowCache
-from gnnsys.storage.packing import Manifest, Segment, ids_crc, padded, read_segment
+from gnnsys.storage.packing import Manifest, Segment, ids_hash, padded, read_segment
 from tests.storage.test_packed_source import batch, packed
 from tests.storage.test_packing import BATCHES, make_packer, packed_dataset
 from tests.storage.test_packing import rows_of as table_rows
@@ -31,7 +34,7 @@ def cache_window(directory, ids: np.ndarray) -> Manifest:
     content[: ids.shape[0] * ROW_BYTES] = rows_of(ids).tobytes()
     (directory / "cache.seg").write_bytes(content)
     segment = Segment("cache.seg", int(ids.shape[0]), len(content), digest(content))
-    return Manifest({"cached": [int(ids.shape[0]), ids_crc(ids)]}, 0, [], segment)
+    return Manifest({"cached": [int(ids.shape[0]), ids_hash(ids)]}, 0, [], segment)
 
 
 def held(cache: WindowCache, ids: np.ndarray) -> np.ndarray:
@@ -46,7 +49,7 @@ sets = st.lists(st.integers(0, 199), max_size=40, unique=True).map(lambda v: np.
 def test_a_carried_cache_holds_exactly_the_new_set(tmp_path_factory, first, second):
     tmp = tmp_path_factory.mktemp("carry")
     cache = WindowCache(200, 40, ROW_BYTES)
-    cache.load(tmp, cache_window(tmp, first), False, first, [len(first), ids_crc(first)])
+    cache.load(tmp, cache_window(tmp, first), False, first, [len(first), ids_hash(first)])
     assert np.array_equal(held(cache, first), rows_of(first))
     incoming = np.setdiff1d(second, first)
     content = bytearray(padded(max(1, incoming.shape[0]) * ROW_BYTES))
@@ -106,7 +109,7 @@ def test_a_packer_writes_incoming_rows_after_its_first_window_and_a_new_one_rebu
     second, directory, _ = packer.pack(2, 2)
     cached = np.fromfile(directory / "cache.ids", np.int64)
     assert second.cache is None and not (directory / "cache.seg").exists()
-    assert second.carried == [int(first.cached.shape[0]), ids_crc(first.cached)]
+    assert second.carried == [int(first.cached.shape[0]), ids_hash(first.cached)]
     assert np.array_equal(np.fromfile(directory / "cache.ids", np.int64), cached)
     incoming = np.setdiff1d(cached, first.cached)
     content = read_segment(directory / "incoming.seg", second.incoming, False)
@@ -115,7 +118,32 @@ def test_a_packer_writes_incoming_rows_after_its_first_window_and_a_new_one_rebu
     assert packed and again.cache is not None and again.incoming is None
 
 
-def test_a_tier_that_restarts_at_an_epoch_reads_that_windows_cache_whole(make_dataset, tmp_path, monkeypatch):
+def test_the_first_windows_cache_is_packed_into_the_tiers_memory_and_rebuilt_by_a_new_reader(make_dataset, tmp_path):
+    ds = packed_dataset(make_dataset, dim=64)
+    tier = packed(ds, tmp_path, capacity=ds.num_nodes // 2, window=BATCHES, epochs=1)
+    for index in range(BATCHES):
+        ids = batch(ds, 0, index)
+        assert torch.equal(tier.gather(ids), ds.features.gather(ids))
+        if index == 0:
+            directory = tmp_path / f"window-{0:010d}-{BATCHES}"
+            manifest = json.loads((directory / "manifest.json").read_text())
+            assert manifest["cache"] is None and manifest["incoming"] is None
+            assert not (directory / "cache.seg").exists()
+    stats = tier.stats()
+    assert stats["bytes_read"] == sum(s["nbytes"] for s in manifest["segments"])  # the batches' files, no cache
+    assert stats["hits"] > 0
+    _, _, rebuilt = make_packer(ds, tmp_path, capacity=ds.num_nodes // 2, epochs=1).pack(0, BATCHES)
+    assert rebuilt  # its cache is in the tier's memory, not on disk
+    tier.close()
+
+
+def test_a_window_whose_cache_went_into_another_readers_memory_is_refused(tmp_path):
+    manifest = Manifest({"cached": [2, 0]}, 0, [], None)
+    with pytest.raises(DatasetError, match="its cache was packed into another reader's memory; refused"):
+        WindowCache(50, 10, ROW_BYTES).load(tmp_path, manifest, False, np.array([1, 2]), [2, 0])
+
+
+def test_a_tier_that_restarts_at_an_epoch_packs_that_windows_cache_whole(make_dataset, tmp_path, monkeypatch):
     monkeypatch.setattr(packed_cache, "CARRY_SHARE", 1)
     ds = packed_dataset(make_dataset, dim=64)
     tier = packed(ds, tmp_path, capacity=ds.num_nodes, window=2, epochs=3)

@@ -14,6 +14,7 @@ import torch
 from gnnsys import train
 from gnnsys.cli import main
 from gnnsys.errors import ConfigError, DatasetError
+from gnnsys.storage import packed_source
 from gnnsys.storage.cache import out_degree
 from gnnsys.storage.packed_source import PackedFeatures
 from gnnsys.storage.ssd import SSDFeatures
@@ -62,6 +63,23 @@ def test_gathers_equal_the_table_through_windows_that_cross_epochs(make_dataset,
         tier.gather(torch.tensor([300]))
     tier.close()
     assert list(scratch.iterdir()) == []
+
+
+def test_a_planned_batch_of_distinct_ids_is_recognised_in_any_order_without_a_sort(make_dataset, scratch, monkeypatch):
+    ds = packed_dataset(make_dataset)
+    base = SSDFeatures(ds.features, engine="threads", threads=2, max_gap=0, host_mem_budget=1 << 20)
+    draws = Draws(ds.num_nodes, epochs=1, distinct=True)
+    tier = PackedFeatures(base, ds.features, draws, capacity=30, scratch_dir=scratch, window=2)
+    monkeypatch.setattr(packed_source, "distinct_inverse", None)  # a sort would fail
+    for index in range(BATCHES):
+        ids = torch.from_numpy(draws.draw(0, index))
+        ids = ids.flip(0) if index % 2 else ids  # the order the loader's batch has, or another
+        assert torch.equal(tier.gather(ids), ds.features.gather(ids))
+    stats = tier.stats()
+    assert (
+        stats["batches"] == BATCHES and stats["unplanned"] == 0 and 0 < stats["hits"] < stats["hits"] + stats["misses"]
+    )
+    tier.close()
 
 
 @pytest.mark.parametrize("dim, dtype, align", [(7, "float16", 1), (300, "bfloat16", 128), (5, "float32", 4)])

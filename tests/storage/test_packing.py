@@ -1,7 +1,8 @@
 """The packed format and its writer (storage/packing.py, storage/packer.py):
 a window's segments hold each batch's uncached rows in id order, the cache
 holds the window's most read rows, a window packed for this key is reused,
-a stale one rebuilt, and a changed file refused in one line."""
+a stale one rebuilt, and a changed file refused in one line; sampled
+batches read back only as written; a set of ids has one hash in any order."""
 
 import json
 import logging
@@ -12,11 +13,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gnnsys.datasets import PrepareOptions
 from gnnsys.errors import DatasetError
 from gnnsys.storage.packer import Packer
-from gnnsys.storage.packing import PAD, Manifest, ids_crc, read_sampled, read_segment, write_sampled
+from gnnsys.storage.packing import PAD, Manifest, ids_hash, read_sampled, read_segment, write_sampled
 from gnnsys.storage.ssd import rows_file
 
 BATCHES = 4
@@ -25,12 +28,18 @@ BATCHES = 4
 class Draws:
     """Batches of random ids, a function of (seed, epoch, batch), as BatchDraws gives them."""
 
-    def __init__(self, num_nodes: int, seed: int = 0, batches: int = BATCHES, epochs=None, size: int = 40):
+    def __init__(
+        self, num_nodes: int, seed: int = 0, batches: int = BATCHES, epochs=None, size: int = 40, distinct=False
+    ):
         self.num_nodes, self.seed, self.batches, self.epochs, self.size = num_nodes, seed, batches, epochs, size
-        self.key = {"seed": seed, "batches_per_epoch": batches}
+        self.distinct = distinct  # each batch's ids distinct (a sampler's input nodes), else drawn with repeats
+        self.key = {"seed": seed, "batches_per_epoch": batches, "distinct": distinct}
 
     def draw(self, epoch: int, batch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch, batch]).integers(0, self.num_nodes, self.size)
+        rng = np.random.default_rng([self.seed, epoch, batch])
+        if self.distinct:
+            return rng.choice(self.num_nodes, self.size, replace=False)
+        return rng.integers(0, self.num_nodes, self.size)
 
 
 def packed_dataset(make_dataset, dim=12, dtype="float32", align=512):
@@ -63,7 +72,7 @@ def test_a_window_holds_each_batchs_uncached_rows_in_id_order_and_its_most_read_
         epoch, batch = divmod(g, BATCHES)
         ids = np.unique(Draws(300).draw(epoch, batch))
         missing = np.setdiff1d(ids, cached)
-        assert segment.ids == ids_crc(ids) and segment.unique == ids.shape[0] and segment.rows == missing.shape[0]
+        assert segment.ids == ids_hash(ids) and segment.unique == ids.shape[0] and segment.rows == missing.shape[0]
         content = np.frombuffer(read_segment(directory / segment.file, segment, False), np.uint8)
         assert segment.nbytes % PAD == 0 and content.shape[0] == segment.nbytes
         assert np.array_equal(content[: missing.shape[0] * 48].reshape(-1, 48), rows_of(ds, missing))
@@ -168,6 +177,48 @@ def test_a_disk_that_fills_while_packing_stops_in_one_line_and_leaves_nothing(
     assert list(scratch.iterdir()) == []  # the partial window is removed
 
 
+arrays_of = st.dictionaries(
+    st.sampled_from(["seeds", "input_nodes", "indptr_0", "weights"]),
+    st.tuples(st.sampled_from(["int64", "int32", "float16", "uint8"]), st.lists(st.integers(0, 7), max_size=2)),
+    min_size=1,
+).map(lambda spec: {n: np.arange(int(np.prod(shape)), dtype=t).reshape(shape) for n, (t, shape) in spec.items()})
+
+
+@settings(deadline=None, max_examples=40)
+@given(arrays=arrays_of)
+def test_a_sampled_batch_reads_back_as_written_and_only_for_its_key_and_bytes(tmp_path_factory, arrays):
+    path = tmp_path_factory.mktemp("sampled") / "s0000000000.batch"
+    written = write_sampled(path, arrays, key=7)
+    assert written == path.stat().st_size
+    read = read_sampled(path, 7)
+    assert read.keys() == arrays.keys()
+    for name, a in arrays.items():
+        assert read[name].dtype == a.dtype and np.array_equal(read[name], a)
+        assert read[name].flags.writeable and read[name].ctypes.data % a.dtype.itemsize == 0
+    assert read_sampled(path, 8) is None  # written for another key
+    content = bytearray(path.read_bytes())
+    path.write_bytes(content[:-1])
+    assert read_sampled(path, 7) is None  # cut short
+    if any(a.nbytes for a in arrays.values()):
+        at = len(content) - 1 - next(i for i, b in enumerate(reversed(content)) if b)  # the last byte of an array
+        content[at] ^= 0xFF
+        path.write_bytes(content)
+        assert read_sampled(path, 7) is None  # another byte
+    assert read_sampled(tmp_path_factory.mktemp("none") / "s.batch", 7) is None
+
+
+@settings(deadline=None, max_examples=60)
+@given(ids=st.lists(st.integers(0, 2**40), min_size=1, max_size=30, unique=True), data=st.data())
+def test_a_set_of_ids_has_one_hash_in_any_order_and_another_set_another(ids, data):
+    ids = np.array(ids, np.int64)
+    shuffled = data.draw(st.permutations(ids.tolist()))
+    assert ids_hash(np.array(shuffled, np.int64)) == ids_hash(ids) == ids_hash(ids.astype(np.uint64))
+    assert ids_hash(ids[1:]) != ids_hash(ids)
+    assert ids_hash(np.append(ids, ids[0])) != ids_hash(ids)  # a repeated id is another multiset
+    other = data.draw(st.integers(0, 2**40).filter(lambda v: v not in set(ids.tolist())))
+    assert ids_hash(np.append(ids[1:], other)) != ids_hash(ids)
+
+
 def test_a_sampled_batch_consumed_as_soon_as_it_is_in_place_was_still_written(tmp_path, monkeypatch):
     """The loader may read and remove a sampled batch the moment it is renamed into place: its size is the write's."""
     real_replace = os.replace
@@ -178,6 +229,6 @@ def test_a_sampled_batch_consumed_as_soon_as_it_is_in_place_was_still_written(tm
         os.unlink(dst)
 
     monkeypatch.setattr(os, "replace", replace_then_consume)
-    path = tmp_path / "s0000000000.npz"
+    path = tmp_path / "s0000000000.batch"
     written = write_sampled(path, {"seeds": np.array([3, 1]), "input_nodes": np.arange(5)}, key=7)
     assert written > 0 and not path.exists() and not list(tmp_path.iterdir())
