@@ -118,6 +118,24 @@ def count_ids(ids, counts):
         counts[ids[e]] += 1
 
 
+@numba.njit(nogil=True, cache=True)
+def count_if_distinct(ids, counts):
+    """counts[i] += 1 for every id i of `ids` and True, where no id repeats;
+    else False with `counts` unchanged. Non-negative `counts` only: each id
+    is marked by flipping its count's bits while the ids are walked (no
+    array the size of `counts`, no sort)."""
+    for e in range(ids.shape[0]):
+        i = ids[e]
+        if counts[i] < 0:  # i repeats: every id before it was marked once
+            for f in range(e):
+                counts[ids[f]] = ~counts[ids[f]] - 1
+            return False
+        counts[i] = ~(counts[i] + 1)
+    for e in range(ids.shape[0]):
+        counts[ids[e]] = ~counts[ids[e]]
+    return True
+
+
 def sorted_distinct(ids):
     """The distinct values of the integer array `ids`, sorted: np.unique's
     result, from one sort and a mask (np.unique of ids takes tens of times

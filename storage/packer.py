@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnsys.errors import ConfigError, DatasetError
-from gnnsys.ids import count_ids, sorted_distinct, take_most_counted
+from gnnsys.ids import count_ids, count_if_distinct, sorted_distinct, take_most_counted
 
 from .pack_scan import SegmentWrites, scan, stage_size
 from .packed_cache import carry_bytes
@@ -146,14 +146,16 @@ class Packer:
                 arrays = sampled(epoch, batch)
                 written += write_sampled(self.sampled_path(first, count, g), arrays, self.sampled_key)
                 ids = arrays["input_nodes"]
-            ids = sorted_distinct(np.asarray(ids, dtype=np.int64))
-            count_ids(ids, counts)
+            ids = np.asarray(ids, dtype=np.int64)
+            if not count_if_distinct(ids, counts):  # a sampler's input nodes are distinct: no sort then
+                ids = sorted_distinct(ids)
+                count_ids(ids, counts)
             batches.append((int(ids.shape[0]), ids_hash(ids)))
             drawn.append(ids.astype(narrow))
         cached = take_most_counted(counts, self.capacity)  # their counts become -1
         carried, incoming = self._incoming(cached, counts)
         for j, ids in enumerate(drawn):
-            drawn[j] = ids[counts[ids] >= 0]
+            drawn[j] = np.sort(ids[counts[ids] >= 0])
         self._last_cached = cached
         return WindowPlan(batches, cached, drawn, written, carried, incoming)
 

@@ -1,11 +1,12 @@
-"""gnnsys.ids: index arrays moved to a device in one transfer, distinct ids sorted, and the most counted ids."""
+"""gnnsys.ids: index arrays moved to a device in one transfer, distinct ids sorted, ids counted where they are
+distinct, and the most counted ids."""
 
 import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnnsys.ids import distinct_inverse, indices_on, sorted_distinct, take_most_counted
+from gnnsys.ids import count_if_distinct, distinct_inverse, indices_on, sorted_distinct, take_most_counted
 from gnnsys.storage.gather_cpu import copy_rows
 
 
@@ -63,3 +64,15 @@ def test_take_most_counted_is_a_stable_argsorts_choice(values, k, dtype):
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
     assert np.array_equal(left < 0, np.isin(np.arange(counts.shape[0]), want))
     assert np.array_equal(left[left >= 0], counts[left >= 0])  # the others keep their counts
+
+
+@settings(deadline=None)  # the first example compiles the kernel
+@given(st.lists(st.integers(0, 2**31 - 2), min_size=30, max_size=30), st.lists(st.integers(0, 29), max_size=40))
+def test_count_if_distinct_counts_distinct_ids_and_leaves_repeated_ones_uncounted(counts, picks):
+    counts = np.array(counts, np.int32)
+    before = counts.copy()
+    ids = np.array(picks, np.int64)
+    distinct = np.unique(ids).shape[0] == ids.shape[0]
+    assert count_if_distinct(ids, counts) == distinct
+    want = before + np.bincount(ids, minlength=30).astype(np.int32) if distinct else before
+    assert np.array_equal(counts, want)
