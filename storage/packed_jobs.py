@@ -4,16 +4,34 @@ drawn and their sampled arrays written, its cache chosen) runs on a planning
 thread, and its scan of the rows file and its writes on the tier's packing
 thread once the plan is done. The tier asks for the plan of the window after
 the next one ahead, so that it is drawn while the next one is scanned: a
-window then costs the longer of the two, not their sum.
+window then costs the longer of the two, not their sum. Both threads run
+below training's priority (`packing_executor`).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .packed_reads import quiet
+
+PACKING_NICE = 10  # how far below the caller's priority windows are drawn and packed
+
+
+def packing_executor(name: str) -> ThreadPoolExecutor:
+    """One thread, named `name`, that draws or packs windows at PACKING_NICE
+    below its caller's priority where threads have their own (Linux; the
+    threads it starts inherit it): it takes the cores training leaves."""
+    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=_lower_priority)
+
+
+def _lower_priority() -> None:
+    if sys.platform.startswith("linux"):
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + PACKING_NICE)
 
 
 class WindowJobs:
@@ -26,7 +44,7 @@ class WindowJobs:
         self, packer, packing: ThreadPoolExecutor, count: Callable[[int], int], planned: Callable[[int], bool]
     ):
         self.packer, self._packing, self._count, self._planned = packer, packing, count, planned
-        self._planning = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack-plan")
+        self._planning = packing_executor("gnnsys-pack-plan")
         self.windows: dict[int, Future] = {}
         self._plans: dict[int, Future] = {}
         self.stop = threading.Event()

@@ -35,7 +35,7 @@ from gnnsys.ids import check_ids, distinct_inverse, gather_output
 
 from .packed_cache import WindowCache, cached_ids
 from .packed_fixed import FixedPack
-from .packed_jobs import WindowJobs
+from .packed_jobs import WindowJobs, packing_executor
 from .packed_plan import DEFAULT_AHEAD
 from .packed_reads import SegmentReads
 from .packed_scratch import new_scratch, takes_direct
@@ -115,7 +115,7 @@ class PackedFeatures(CacheTier):
         self.scratch_bytes = scratch_bytes
         self._word = math.gcd(8, self.row_bytes)
         self._cache = WindowCache(self.shape[0], self.packer.capacity, self.row_bytes)
-        self._packing = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-pack")
+        self._packing = packing_executor("gnnsys-pack")
         self._reading = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-packed-read")
         fixed = getattr(draws, "fixed", None)
         self.fixed = None if fixed is None else FixedPack(self, fixed)

@@ -1,12 +1,15 @@
 """storage/packed_jobs.py: a window's plan runs on its own thread, so the
 plan of the window after the next one is drawn while the next one is
-scanned; a drop stops every job and removes what each one wrote."""
+scanned; a drop stops every job and removes what each one wrote; both threads run
+below their caller's priority."""
 
+import os
+import sys
 import threading
 
 import pytest
 
-from gnnsys.storage.packed_jobs import WindowJobs
+from gnnsys.storage.packed_jobs import PACKING_NICE, WindowJobs, packing_executor
 from gnnsys.storage.packer import Cancelled
 
 TIMEOUT = 10
@@ -78,3 +81,27 @@ def test_a_drop_stops_the_jobs_and_removes_every_window_but_the_one_kept(jobs):
     assert stop.is_set() and not jobs.stop.is_set()  # a fresh stop for the next jobs
     assert sorted(jobs.packer.removed) == [3, 6] and jobs.packer.restarts == 1  # the next plan writes its cache whole
     assert jobs.windows == {}
+
+
+def priority() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads have priorities of their own on Linux")
+def test_windows_are_drawn_and_packed_below_the_callers_priority():
+    packing = packing_executor("test-pack")
+    jobs = WindowJobs(FakePacker(), packing, count=lambda first: 3, planned=lambda first: first < 9)
+    drawn = {}
+    real_plan = jobs.packer.plan
+
+    def plan(first, count, stop):
+        drawn["priority"] = priority()
+        return real_plan(first, count, stop)
+
+    jobs.packer.plan = plan
+    packed = jobs.window(0, lambda first, stop, plan: (plan.result(TIMEOUT), priority())).result(TIMEOUT)
+    expected = min(19, priority() + PACKING_NICE)
+    assert drawn["priority"] == expected and packed[1] == expected
+    jobs.drop()
+    jobs.shutdown()
+    packing.shutdown()
