@@ -250,6 +250,11 @@ class LayerStream:
             self.src_norm = self.degree.rsqrt()
         self.dst_scale = self.dst_scale.float().contiguous()
 
+    def end(self):
+        """Let go of the block's state (its accumulator, weights and GAT's softmax state) once it is finished."""
+        self.acc = self.dst_scale = self.self_weight = None
+        self.run_max = self.run_sum = self.alpha_dst = None
+
     def add(self, x: torch.Tensor, lo: int, src: np.ndarray, dst: np.ndarray):
         """Add the edges src -> dst (src: rows of x, dst: block positions) of the chunk x = rows lo.. of the input."""
         if src.shape[0] == 0:

@@ -9,6 +9,9 @@ per 4 KiB on first touch (the measured cost is in benchmarks/README.md,
 trimming the heap below 1 GiB of free space, so the next step reuses the same
 pages (PyTorch's CPU tuning guide gets the same effect by preloading jemalloc
 or tcmalloc). The cost: the process keeps its peak heap instead of shrinking.
+`release_freed_memory` hands freed heap memory back to the OS at once, for
+a caller that holds to a memory budget (streaming inference, between its
+blocks of destinations).
 """
 
 from __future__ import annotations
@@ -43,3 +46,18 @@ def retain_memory(options) -> bool:
     """`retain_freed_memory()` when a training run's `options` ask for it
     (their retain_memory, on by default); whether freed memory is retained."""
     return bool(options.retain_memory) and retain_freed_memory()
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's freed memory back to the OS now (glibc's
+    malloc_trim(0): freed pages anywhere in the heap, not only at its top);
+    False where malloc is not glibc's."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except AttributeError:
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    trim(0)
+    return True

@@ -33,3 +33,25 @@ def test_large_blocks_stop_being_mmapped(mode, mmapped):
     out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
     grew = int(out.stdout.split()[-1])
     assert (grew >= 64 << 20) == mmapped
+
+
+# anonymous memory after freeing 64 MiB the heap keeps, then after release_freed_memory, in a fresh interpreter
+RELEASE = """
+import torch
+from gnnsys.host_memory import anonymous_bytes
+from gnnsys.runtime.allocator import release_freed_memory, retain_freed_memory
+assert retain_freed_memory()  # large blocks from the heap, kept when freed
+t = torch.ones(16 << 20)
+small = torch.ones(1)  # above it in the heap, so that freeing it does not free the heap's top
+del t
+kept = anonymous_bytes()
+assert release_freed_memory()
+print(kept, anonymous_bytes())
+"""
+
+
+@glibc
+def test_release_hands_the_heaps_freed_memory_back():
+    out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, check=True)
+    kept, after = (int(v) for v in out.stdout.split()[-2:])
+    assert after < kept - (60 << 20)

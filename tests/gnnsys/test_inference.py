@@ -5,6 +5,7 @@ cleans up, and fails in one line when the scratch space is short."""
 
 import errno
 import os
+import weakref
 
 import pytest
 import torch
@@ -13,10 +14,12 @@ from hypothesis import strategies as st
 
 from gnnsys.datasets import Dataset
 from gnnsys.errors import ConfigError
+from gnnsys.inference import passes as passes_module
 from gnnsys.inference import rows_io
 from gnnsys.inference.layerwise import layerwise_inference
 from gnnsys.inference.rows_io import ScratchSpaceError
 from gnnsys.inference.streaming import LayerStream
+from gnnsys.inference.tiles import TileStore
 from gnnsys.models.gnn import GNN
 from gnnsys.samplers import Block
 
@@ -64,6 +67,37 @@ def test_streaming_equals_full_graph_for_any_budget_and_chunk(
     assert (first.passes > 1) == several and first.nodes == 600
     if chunk_bytes == 1:  # the smallest chunk: one alignment unit of rows
         assert first.chunks_read >= first.passes * -(-600 // first.chunk_rows)
+
+
+@pytest.mark.parametrize("conv", ["sage", "gcn", "gat"])
+def test_a_blocks_arrays_are_let_go_before_the_next_blocks_are_made(make_dataset, monkeypatch, conv):
+    """One block's tiles and stream state are held at a time, as the budget's
+    plan counts them, and the heap's freed memory goes back to the OS after each block."""
+    ds, arrays = make_dataset(num_nodes=600, num_edges=4000, dim=5, num_classes=3)
+    model, expect = _model(conv, ds, arrays["x"])
+    held, blocks = [], []
+    real_tiles, real_begin = TileStore.tiles, LayerStream.begin
+
+    def tiles(self, k, *args):
+        assert all(ref() is None for ref in held), "an earlier block's arrays are still held"
+        made = real_tiles(self, k, *args)
+        held.extend(weakref.ref(a) for a in made)
+        blocks.append(k)
+        return made
+
+    def begin(self, *args):
+        real_begin(self, *args)
+        state = (getattr(self, name, None) for name in ("acc", "dst_scale", "run_sum"))
+        held.extend(weakref.ref(t) for t in state if t is not None)
+
+    released = []
+    monkeypatch.setattr(TileStore, "tiles", tiles)
+    monkeypatch.setattr(LayerStream, "begin", begin)
+    monkeypatch.setattr(passes_module, "release_freed_memory", lambda: released.append(len(blocks)))
+    out = layerwise_inference(model, ds, host_mem_budget=75_000, chunk_bytes=1)
+    torch.testing.assert_close(out, expect, rtol=1e-4, atol=1e-5)
+    assert blocks.count(1) >= 1  # several blocks a layer
+    assert released == list(range(1, len(blocks) + 1))  # the freed memory handed back after every block
 
 
 def test_in_memory_features_and_another_source(make_dataset):
