@@ -31,14 +31,8 @@ def retain_freed_memory(trim_threshold: int = 1 << 30) -> bool:
     global _retained
     if _retained:
         return True
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except AttributeError:
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    _retained = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
+    mallopt = _glibc("mallopt", (ctypes.c_int, ctypes.c_int))
+    _retained = mallopt is not None and mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
     return _retained
 
 
@@ -52,12 +46,20 @@ def release_freed_memory() -> bool:
     """Hand the heap's freed memory back to the OS now (glibc's
     malloc_trim(0): freed pages anywhere in the heap, not only at its top);
     False where malloc is not glibc's."""
-    if not sys.platform.startswith("linux"):
+    trim = _glibc("malloc_trim", (ctypes.c_size_t,))
+    if trim is None:
         return False
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except AttributeError:
-        return False
-    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
     trim(0)
     return True
+
+
+def _glibc(name: str, argtypes: tuple):
+    """glibc's function `name` (returning int) taking `argtypes`, or None off Linux or where the C library has none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(None), name)
+    except AttributeError:
+        return None
+    function.argtypes, function.restype = argtypes, ctypes.c_int
+    return function
