@@ -62,7 +62,8 @@ class LayerStats:
     read (the projection's read of the input included), the input's size in
     bytes, seconds taken, the width of the projected rows its passes read
     (0: none), the blocks whose edge tiles were read back rather than
-    bucketed, and the fixed arrays it held (bytes by name)."""
+    bucketed, the fixed arrays it held (bytes by name), and whether each
+    block read its own rows again after its pass (rather than holding them)."""
 
     layer: int
     nodes: int
@@ -75,6 +76,7 @@ class LayerStats:
     projected_width: int = 0
     tiles_reused: int = 0
     host_bytes: dict = field(default_factory=dict)
+    rows_after: bool = False
 
 
 @dataclass
@@ -298,13 +300,14 @@ def stream_layer(
     def plan_for(rows):
         return plan_layer(stream, rows, ids, count, indptr, budget, chunk_bytes, batch_size, held)
 
-    plan, read_from = plan_for(source), source
+    plan, read_from, own = plan_for(source), source, source
     read_before, chunks_read, width = source.bytes_read, 0, 0
     if plan.passes > 1 and scratch is not None and stream.projection_width():
-        projected = project_once(stream, source, plan, scratch, f"layer{index}-projected.bin", dtype, progress, desc)
+        projected = project_once(stream, source, plan, scratch, f"layer{index}-projected", dtype, progress, desc)
         if projected is not None:
             stream.use_projection()
-            read_from, width, chunks_read = projected, stream.projection_width(), -(-source.num_rows // plan.chunk_rows)
+            read_from, own = projected[0], projected[-1]
+            width, chunks_read = stream.projection_width(), -(-source.num_rows // plan.chunk_rows)
             plan = plan_for(read_from)
     num_chunks, reused = -(-read_from.num_rows // plan.chunk_rows), 0
     if tiles is not None and ids is None:  # every node: the grid later layers may share
@@ -320,12 +323,12 @@ def stream_layer(
             return bucket_edges(indptr, indices, block, plan.chunk_rows, num_chunks, stream.drop_self)
 
     try:
-        chunks_read += passes(stream, read_from, ids, tiles_of, plan, sink, progress, desc, began)
+        chunks_read += passes(stream, read_from, own, ids, tiles_of, plan, sink, progress, desc, began)
     finally:
-        if read_from is not source:
-            done_with(read_from, scratch)
+        for rows in {read_from, own} - {source}:
+            done_with(rows, scratch)
     n_rows = source.num_rows
-    read = source.bytes_read - read_before + (read_from.bytes_read if read_from is not source else 0)
+    read = source.bytes_read - read_before + sum(r.bytes_read for r in {read_from, own} - {source})
     return LayerStats(
         layer=index,
         nodes=int(count),
@@ -338,4 +341,5 @@ def stream_layer(
         projected_width=width,
         tiles_reused=0 if tiles is None or ids is not None else tiles.reused - reused,
         host_bytes=dict(plan.fixed),
+        rows_after=plan.rows_after,
     )

@@ -8,11 +8,18 @@ Every array the layer holds is counted. Fixed, for the whole layer
 (every node is a range and holds none), the whole graph's GCN degrees and
 their inverse square roots, the result rows when they are kept in memory,
 two chunks of input rows with their buffers and temporaries, and a batch of
-the dense maps' temporaries. Per destination of a block: its state
-(`LayerStream.dst_bytes`), `PER_DST` bytes of ids, order and edge count,
-and 8 bytes per in-edge (the tile's source and destination positions). The
-blocks are cut in one pass over the targets' degrees without temporaries
-of the targets' size.
+the dense maps' temporaries (the destinations' own rows, when a file of
+their own holds them, SAGE's projected rows, are read into the same
+buffers). Per destination of a block: its state (`LayerStream.dst_bytes`),
+its edge count and, for targets given as ids (not a range of every node),
+its id and order, and 8 bytes per in-edge (the tile's source and
+destination positions). The blocks are cut in one pass over the targets'
+degrees without temporaries of the targets' size.
+
+A block of a range of nodes holds its destinations' input rows through its
+pass only when that costs no pass: otherwise it reads them again after its
+pass, to finish (`LayerPlan.rows_after`), one more read of the input's rows
+in all against a pass saved.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ import numpy as np
 from gnnsys.errors import ConfigError
 
 MAX_CHUNK = 64 << 20  # bytes a chunk of input rows takes with its buffers, by default at most
-PER_DST = 40  # per destination of a block: its id, sort order, sorted id, kept-edge count and its chunk's search
+PER_ID = 40  # per destination given by id: its id, sort order, sorted id, kept-edge count and its chunk's search
+PER_RANGE = 8  # per destination of a range of nodes: its kept-edge count
 PER_EDGE = 8  # per in-edge of a block: its source row (int32) and destination position (int32)
 MIB = 1 << 20
 
@@ -36,7 +44,8 @@ class LayerPlan:
     batch of the dense maps; fixed: bytes of each array held for the whole
     layer, by name; bounds: the blocks' boundaries in the targets (a pass
     each); per_dst, per_edge: the bytes a block holds per destination and
-    per in-edge."""
+    per in-edge; rows_after: each block reads its own rows again after its
+    pass rather than holding them through it."""
 
     chunk_rows: int
     batch_size: int
@@ -44,6 +53,7 @@ class LayerPlan:
     bounds: list
     per_dst: int
     per_edge: int = PER_EDGE
+    rows_after: bool = False
 
     @property
     def passes(self) -> int:
@@ -82,20 +92,35 @@ def plan_layer(stream, source, ids, count: int, indptr, budget: int, chunk_bytes
         "input chunks": chunk_rows * chunk_row_bytes(source, stream),
         "dense batch": batch_size * dense_row,
     }
-    per_dst = stream.dst_bytes() + PER_DST
     avail = budget - sum(fixed.values())
-    targets = np.empty(0, np.int64) if ids is None else ids
-    num, biggest = _cut(indptr, targets, ids is None, count, per_dst, PER_EDGE, avail, np.empty(0, np.int64))
-    if biggest > avail:
+    per_id = PER_RANGE if ids is None else PER_ID
+    cuts = [(stream.dst_bytes() + per_id, False)]
+    if ids is None and not stream.dst_first:
+        cuts.append((stream.dst_bytes(rows_held=False) + per_id, True))
+    plans = []
+    for per_dst, rows_after in cuts:
+        bounds, biggest = _bounds(indptr, ids, count, per_dst, avail)
+        plans.append((biggest > avail, len(bounds), rows_after, per_dst, bounds, biggest))
+    short, _, rows_after, per_dst, bounds, biggest = min(plans)  # fits, then fewest passes, then rows held
+    if short:
         parts = ", ".join(f"{name} {_size(size)}" for name, size in fixed.items() if size)
         raise ConfigError(
             "host_mem_budget",
             f"{budget:,} bytes cannot hold {parts} and one destination ({biggest:,} bytes): "
             f"{sum(fixed.values()) + biggest:,} bytes in all; raise it or lower chunk_bytes",
         )
+    return LayerPlan(chunk_rows, batch_size, fixed, bounds, per_dst, rows_after=rows_after)
+
+
+def _bounds(indptr, ids, count: int, per_dst: int, avail: int):
+    """The blocks' boundaries in the targets, each costing at most `avail`
+    at `per_dst` bytes per destination and PER_EDGE per in-edge, and the
+    largest single target's cost."""
+    targets = np.empty(0, np.int64) if ids is None else ids
+    num, biggest = _cut(indptr, targets, ids is None, count, per_dst, PER_EDGE, avail, np.empty(0, np.int64))
     bounds = np.empty(num + 1, np.int64)
     _cut(indptr, targets, ids is None, count, per_dst, PER_EDGE, avail, bounds)
-    return LayerPlan(chunk_rows, batch_size, fixed, bounds.tolist(), per_dst)
+    return bounds.tolist(), biggest
 
 
 def _size(nbytes: int) -> str:

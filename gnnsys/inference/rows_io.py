@@ -76,6 +76,15 @@ class FileRows:
         size = rows * self.stride + 2 * BLOCKS[-1]
         self._buffers = [aligned(size), aligned(size)]
 
+    def share_buffers(self, other: FileRows):
+        """Read into the buffers `other` reserved, rows of the same stride: for
+        reads that never overlap other's (wait for one's last before the other's first)."""
+        if other.stride != self.stride:
+            raise ValueError(
+                f"{self.path}: rows of {self.stride} bytes cannot share buffers of {other.stride}-byte rows"
+            )
+        self._buffers = other._buffers
+
     def read(self, lo: int, hi: int) -> torch.Tensor:
         """Rows lo:hi as float32 [hi - lo, dim] (valid until the next read but one)."""
         start, end = lo * self.stride, hi * self.stride

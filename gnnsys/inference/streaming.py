@@ -21,18 +21,28 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+_NO_IDS = np.empty(0, np.int64)
+
+
+def bucket_edges(indptr, indices, targets, chunk_rows: int, num_chunks: int, drop_self: bool):
+    """The in-edges of the destinations `targets` (int64 ids, or a `range` of
+    ids, for which no array is made) grouped by the chunk of `chunk_rows`
+    source rows their source lies in: (offsets [num_chunks + 1], src (int32,
+    row within its chunk), dst (int32, position in targets), count (int64
+    [len(targets)], edges kept per destination)). Within a chunk the edges
+    are in destination order. drop_self leaves out edges u -> u."""
+    if isinstance(targets, range):
+        return _bucket(indptr, indices, _NO_IDS, targets.start, len(targets), chunk_rows, num_chunks, drop_self)
+    return _bucket(indptr, indices, targets, 0, targets.shape[0], chunk_rows, num_chunks, drop_self)
+
 
 @numba.njit(nogil=True, cache=True)
-def bucket_edges(indptr, indices, dst_ids, chunk_rows, num_chunks, drop_self):
-    """The in-edges of destinations `dst_ids` grouped by the chunk of
-    `chunk_rows` source rows their source lies in: (offsets [num_chunks + 1],
-    src (int32, row within its chunk), dst (int32, position in dst_ids),
-    count (int64 [len(dst_ids)], edges kept per destination)). Within a chunk
-    the edges are in destination order. drop_self leaves out edges u -> u."""
+def _bucket(indptr, indices, ids, first, n, chunk_rows, num_chunks, drop_self):
+    """bucket_edges of ids (or of first..first + n when ids is empty)."""
     per_chunk = np.zeros(num_chunks + 1, np.int64)
-    count = np.zeros(dst_ids.shape[0], np.int64)
-    for j in range(dst_ids.shape[0]):
-        v = dst_ids[j]
+    count = np.zeros(n, np.int64)
+    for j in range(n):
+        v = ids[j] if ids.shape[0] else first + j
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
             if drop_self and u == v:
@@ -43,8 +53,8 @@ def bucket_edges(indptr, indices, dst_ids, chunk_rows, num_chunks, drop_self):
     fill = offsets[:-1].copy()
     src = np.empty(offsets[-1], np.int32)
     dst = np.empty(offsets[-1], np.int32)
-    for j in range(dst_ids.shape[0]):
-        v = dst_ids[j]
+    for j in range(n):
+        v = ids[j] if ids.shape[0] else first + j
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
             if drop_self and u == v:
@@ -117,17 +127,22 @@ def softmax_merge(x, alpha_src, src, dst, alpha_dst, slope, run_max, run_sum, ac
                         acc[d, base + k] += p * x[u, base + k]
 
 
+def _index(targets):
+    """Block targets (an int64 array or a range) as an index into a tensor."""
+    return slice(targets.start, targets.stop) if isinstance(targets, range) else torch.from_numpy(targets)
+
+
 class LayerStream:
     """The state of one GNNLayer (in eval mode) for a block of destinations,
     fed chunk by chunk.
 
-    `begin(dst_ids, count, x_dst)` starts a block (count: kept in-edges per
+    `begin(targets, count, x_dst)` starts a block (count: kept in-edges per
     destination from `bucket_edges` with `drop_self`; x_dst: the block's own
     input rows, needed up front only when `dst_first`, GAT's attention);
     `add(x, lo, src, dst)` adds the edges of the chunk of source rows starting
-    at row `lo` (x float32 on the CPU); `finish(x_dst, a, b)` gives the
-    layer's output rows a:b of the block, x_dst holding `dst_rows` of the
-    block's input rows (dst_width columns). degree: the whole graph's GCN
+    at row `lo` (x float32 on the CPU); `finish(xd, a, b)` gives the layer's
+    output rows a:b of the block, xd holding `dst_rows` of those
+    destinations' input rows (dst_width columns). degree: the whole graph's GCN
     degrees (`gcn_degree`), for a GCN layer. Dense maps run on `device`."""
 
     def __init__(self, layer, degree: torch.Tensor | None = None, device="cpu"):
@@ -159,9 +174,17 @@ class LayerStream:
         residual needs the input rows themselves."""
         if self.layer.residual is not None:
             return 0
-        out = self.layer.out_dim
-        width = {"sage": 2 * out, "gcn": out}.get(self.kind, self.width + 2 * getattr(self, "heads", 0))
+        width = sum(self.projection_parts())
         return width if width < self.layer.in_dim else 0
+
+    def projection_parts(self) -> tuple:
+        """The columns of `project_rows`'s rows as the parts kept apart: SAGE's
+        neighbours' part (x W_l, what every pass reads) and its destinations'
+        part (lin_r(x), read for a block's own rows only); one part for GCN and GAT."""
+        out = self.layer.out_dim
+        if self.kind == "sage":
+            return (out, out)
+        return (out,) if self.kind == "gcn" else (self.width + 2 * self.heads,)
 
     def project_rows(self, x: torch.Tensor) -> torch.Tensor:
         """Input rows `x` as the layer's projected rows (projection_width
@@ -186,15 +209,17 @@ class LayerStream:
             self.width = self.dst_width = self.layer.out_dim
         self.projected = True
 
-    def dst_bytes(self) -> int:
-        """Host bytes of state per destination (its kept rows, the accumulator, GAT's softmax state)."""
+    def dst_bytes(self, rows_held: bool = True) -> int:
+        """Host bytes of state per destination: the accumulator, GAT's softmax
+        state, and its kept rows unless `rows_held` is False (read again for `finish`)."""
         extra = 3 * self.heads if self.kind == "gat" else 2  # gat: max, sum, alpha_dst; else the weights
-        return 4 * (self.dst_width + self.width + extra)
+        return 4 * (self.dst_width * rows_held + self.width + extra)
 
     def dst_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """What the block keeps of its destinations' input rows `x` until `finish`."""
+        """What `finish` needs of destinations' input rows `x` (the
+        destinations' part of the projected rows, once projected)."""
         if self.projected:
-            return x[:, self.layer.out_dim :] if self.kind == "sage" else x
+            return x
         return x if self.dst_width == self.layer.in_dim else self._dense(self.conv.lin_r, x)
 
     def chunk_row_bytes(self) -> int:
@@ -202,7 +227,7 @@ class LayerStream:
         SAGE's projected rows, the sources' weights)."""
         if self.kind == "gat":
             return 4 * (self.width + self.heads)
-        return 4 * (self.width + 1) if self.project else 4
+        return 4 * (self.width + 1) if self.project and not self.projected else 4
 
     def _neighbour_map(self, x: torch.Tensor) -> torch.Tensor:
         """SAGE: x W_l (lin_l without its bias, which `finish` adds once)."""
@@ -226,9 +251,9 @@ class LayerStream:
         alpha = (xp.view(-1, self.heads, self.channels) * c.att_src.detach().cpu()).sum(-1)
         return xp.contiguous(), alpha.contiguous()
 
-    def begin(self, dst_ids: np.ndarray, count: np.ndarray, x_dst: torch.Tensor | None = None):
-        """Start a block of destinations `dst_ids` (whole-graph ids)."""
-        n = dst_ids.shape[0]
+    def begin(self, targets, count: np.ndarray, x_dst: torch.Tensor | None = None):
+        """Start a block of destinations `targets` (whole-graph ids: an int64 array or a range)."""
+        n = len(targets)
         count = torch.from_numpy(count)
         if self.kind == "gat":
             if self.projected:
@@ -244,7 +269,7 @@ class LayerStream:
         if self.kind == "sage":
             self.dst_scale = 1.0 / count.clamp(min=1).float()
         else:  # gcn_adj_t's weights: scale_v * d_v^-1/2 * d_u^-1/2, scale_v = (d_v - 1) / kept in-edges
-            d = self.degree[torch.from_numpy(dst_ids)]
+            d = self.degree[_index(targets)]
             self.dst_scale = (d - 1) / count.clamp(min=1) * d.rsqrt()
             self.self_weight = 1.0 / d
             self.src_norm = self.degree.rsqrt()
@@ -273,9 +298,7 @@ class LayerStream:
                 self.acc.numpy(),
             )
             return
-        if self.projected:
-            x = x[:, : self.width]  # a strided view: the kernel reads the columns in place
-        elif self.project:
+        if self.project and not self.projected:
             x = self._dense(self._neighbour_map, x)
         else:
             x = x.contiguous()
@@ -285,9 +308,9 @@ class LayerStream:
         )
 
     @torch.no_grad()
-    def finish(self, x_dst: torch.Tensor, a: int, b: int) -> torch.Tensor:
-        """The layer's output (float32, CPU) for block positions a:b."""
-        c, xd = self.conv, x_dst[a:b].to(self.device)
+    def finish(self, xd: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """The layer's output (float32, CPU) for block positions a:b, whose `dst_rows` are `xd`."""
+        c, xd = self.conv, xd.to(self.device)
         acc = self.acc[a:b].to(self.device)
         if self.kind == "sage" and self.project:
             h = acc + c.lin_l.bias + (xd if self.dst_width != self.layer.in_dim else c.lin_r(xd))
