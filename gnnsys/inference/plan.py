@@ -73,8 +73,9 @@ def held_arrays(layer, degree, sink) -> dict:
 
 
 def chunk_row_bytes(source, stream) -> int:
-    """Host bytes per row of a chunk: two raw buffers (one read ahead), the float rows, the stream's extra."""
-    return 2 * source.row_bytes + 4 * source.dim + stream.chunk_row_bytes()
+    """Host bytes per row of a chunk: two raw buffers and two chunks of float
+    rows (one read ahead), the stream's extra."""
+    return 2 * source.row_bytes + 2 * 4 * source.dim + stream.chunk_row_bytes()
 
 
 def plan_layer(stream, source, ids, count: int, indptr, budget: int, chunk_bytes, batch_size: int, held: dict):

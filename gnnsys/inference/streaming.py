@@ -132,6 +132,13 @@ def _index(targets):
     return slice(targets.start, targets.stop) if isinstance(targets, range) else torch.from_numpy(targets)
 
 
+def _inverse_counts(count: np.ndarray) -> torch.Tensor:
+    """1 / max(count, 1) as float32, with no temporary of count's size (blocks hold millions)."""
+    out = np.empty(count.shape[0], np.float32)
+    np.maximum(count, 1, out=out, casting="unsafe")
+    return torch.from_numpy(np.reciprocal(out, out=out))
+
+
 class LayerStream:
     """The state of one GNNLayer (in eval mode) for a block of destinations,
     fed chunk by chunk.
@@ -254,7 +261,6 @@ class LayerStream:
     def begin(self, targets, count: np.ndarray, x_dst: torch.Tensor | None = None):
         """Start a block of destinations `targets` (whole-graph ids: an int64 array or a range)."""
         n = len(targets)
-        count = torch.from_numpy(count)
         if self.kind == "gat":
             if self.projected:
                 xp, alpha_self, self.alpha_dst = self._split(x_dst)
@@ -266,14 +272,14 @@ class LayerStream:
             self.acc = xp
             return
         self.acc = torch.zeros(n, self.width)
-        if self.kind == "sage":
-            self.dst_scale = 1.0 / count.clamp(min=1).float()
-        else:  # gcn_adj_t's weights: scale_v * d_v^-1/2 * d_u^-1/2, scale_v = (d_v - 1) / kept in-edges
-            d = self.degree[_index(targets)]
-            self.dst_scale = (d - 1) / count.clamp(min=1) * d.rsqrt()
+        self.dst_scale = _inverse_counts(count)  # SAGE's mean
+        if (
+            self.kind == "gcn"
+        ):  # gcn_adj_t's weights: scale_v * d_v^-1/2 * d_u^-1/2, scale_v = (d_v - 1) / kept in-edges
+            d = self.degree[_index(targets)].float()
+            self.dst_scale.mul_(d - 1).mul_(d.rsqrt())
             self.self_weight = 1.0 / d
             self.src_norm = self.degree.rsqrt()
-        self.dst_scale = self.dst_scale.float().contiguous()
 
     def end(self):
         """Let go of the block's state (its accumulator, weights and GAT's softmax state) once it is finished."""
