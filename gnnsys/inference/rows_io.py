@@ -63,7 +63,7 @@ class FileRows:
             raise
         self.align_rows = align_rows(stride)
         self.bytes_read = 0
-        self._buffers, self._next = [], 0
+        self._buffers, self._floats, self._next = [], [], 0
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="gnnsys-inference-read")
 
     @property
@@ -72,25 +72,28 @@ class FileRows:
         return self.stride
 
     def reserve(self, rows: int):
-        """Make room to read `rows` rows at a time (two buffers: one read ahead)."""
+        """Make room to read `rows` rows at a time: two buffers (one read
+        ahead), and two of their float32 rows where the file holds another
+        dtype, so that no read allocates."""
         size = rows * self.stride + 2 * BLOCKS[-1]
         self._buffers = [aligned(size), aligned(size)]
+        self._floats = [] if self.dtype == torch.float32 else [torch.empty(rows, self.dim) for _ in range(2)]
 
     def share_buffers(self, other: FileRows):
-        """Read into the buffers `other` reserved, rows of the same stride: for
-        reads that never overlap other's (wait for one's last before the other's first)."""
-        if other.stride != self.stride:
-            raise ValueError(
-                f"{self.path}: rows of {self.stride} bytes cannot share buffers of {other.stride}-byte rows"
-            )
-        self._buffers = other._buffers
+        """Read into the buffers `other` reserved, for rows of the same layout
+        (stride, dim, dtype) and reads that never overlap other's (wait for
+        one's last before the other's first)."""
+        if (other.stride, other.dim, other.dtype) != (self.stride, self.dim, self.dtype):
+            raise ValueError(f"{self.path}: its rows cannot share the buffers of {other.path}'s, laid out otherwise")
+        self._buffers, self._floats = other._buffers, other._floats
 
     def read(self, lo: int, hi: int) -> torch.Tensor:
         """Rows lo:hi as float32 [hi - lo, dim] (valid until the next read but one)."""
         start, end = lo * self.stride, hi * self.stride
         first = start - start % self.file.block
         length = -(-(end - first) // self.file.block) * self.file.block
-        buf = self._buffers[self._next]
+        which = self._next
+        buf = self._buffers[which]
         if length > len(buf):
             raise ValueError(f"rows {lo}:{hi} do not fit the buffers reserved (reserve more rows)")
         self._next ^= 1
@@ -99,7 +102,8 @@ class FileRows:
             raise short_read(self.path, self.file, got, min(length, self.file.size - first), first)
         self.bytes_read += got
         raw = np.frombuffer(buf, np.uint8, count=end - start, offset=start - first).reshape(hi - lo, self.stride)
-        return decode_rows(raw, self.dim, _dtype_name(self.dtype)).float()
+        rows = decode_rows(raw, self.dim, _dtype_name(self.dtype))
+        return rows if not self._floats else self._floats[which][: hi - lo].copy_(rows)
 
     def read_async(self, lo: int, hi: int):
         """A future of `read(lo, hi)`."""
