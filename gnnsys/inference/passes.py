@@ -61,11 +61,12 @@ def passes(stream, source, own, ids, tiles_of, plan, sink, progress, desc, began
     source.reserve(plan.chunk_rows)
     if own is not source:
         own.share_buffers(source)  # read before or after a pass, never during one
-    read_before, chunks_read = source.bytes_read + own.bytes_read * (own is not source), 0
+    files = {source, own}
+    read_before, chunks_read = sum(f.bytes_read for f in files), 0
     bar = progress_bar(max(len(plan.bounds) - 1, 1) * num_chunks, desc, "chunk", progress)
 
     def read():
-        return source.bytes_read + own.bytes_read * (own is not source) - read_before
+        return sum(f.bytes_read for f in files) - read_before
 
     with bar:
         for k, (b0, b1) in enumerate(zip(plan.bounds[:-1], plan.bounds[1:])):

@@ -250,3 +250,28 @@ def test_chunk_reads_are_block_aligned(make_dataset):
         assert rows.bytes_read == os.path.getsize(rows.path)
     finally:
         rows.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_rows_are_read_into_two_reserved_float_buffers(tmp_path, dtype):
+    values = torch.randn(1000, 8)
+    out = rows_io.ScratchRows(tmp_path, "rows.bin", 1000, 8, dtype)
+    out.write(0, values)
+    rows, other = out.rows(), rows_io.ScratchRows(tmp_path, "other.bin", 1000, 4, dtype).rows()
+    try:
+        rows.reserve(512)
+        reads = [rows.read(lo, min(lo + 512, 1000)) for lo in (0, 512)]
+        expect = values.to(getattr(torch, dtype)).float()
+        assert torch.equal(torch.cat(reads), expect)
+        again = rows.read(0, 512)  # the first buffer again: no read allocates
+        assert [r.data_ptr() for r in (*reads, again)] == [
+            reads[0].data_ptr(),
+            reads[1].data_ptr(),
+            reads[0].data_ptr(),
+        ]
+        assert reads[0].data_ptr() != reads[1].data_ptr() and torch.equal(again, expect[:512])
+        with pytest.raises(ValueError, match="cannot share the buffers"):
+            other.share_buffers(rows)
+    finally:
+        rows.close()
+        other.close()
