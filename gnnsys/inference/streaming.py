@@ -273,9 +273,8 @@ class LayerStream:
             return
         self.acc = torch.zeros(n, self.width)
         self.dst_scale = _inverse_counts(count)  # SAGE's mean
-        if (
-            self.kind == "gcn"
-        ):  # gcn_adj_t's weights: scale_v * d_v^-1/2 * d_u^-1/2, scale_v = (d_v - 1) / kept in-edges
+        # GCN: gcn_adj_t's weights, scale_v * d_v^-1/2 * d_u^-1/2 with scale_v = (d_v - 1) / kept in-edges
+        if self.kind == "gcn":
             d = self.degree[_index(targets)].float()
             self.dst_scale.mul_(d - 1).mul_(d.rsqrt())
             self.self_weight = 1.0 / d
