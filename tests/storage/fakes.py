@@ -64,10 +64,12 @@ class RecordingStreams:
     """storage.cuda_stream.CudaStreams' methods over FakeStream/FakeEvent; `log`
     holds every call in order; `current` is the calling thread's stream (a
     thread's default stream is named after the thread, as CUDA's per-thread
-    current stream)."""
+    current stream). Host copies are kept alive so that the ids logged for
+    them are never reused by a later copy."""
 
     def __init__(self):
         self.log: list = []
+        self._hosts: list = []
         self._count = 0
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -122,6 +124,7 @@ class RecordingStreams:
     def to_host(self, tensor):
         """A copy of `tensor` (a new tensor, as CUDA's to pinned memory), logged with the current stream."""
         host = tensor.clone()
+        self._hosts.append(host)
         self.log.append(("to_host", id(host), self.current(None).name, threading.current_thread().name))
         return host
 
