@@ -197,10 +197,10 @@ def scatter_rows(staging, src, inverse, positions, dest, out):
     width = out.shape[1]
     for k in numba.prange(positions.shape[0]):
         p = positions[k]
-        s = src[inverse[p]]
+        row = staging[src[inverse[p]] :]  # a slice, so that the copy's indices are known not to be negative
         d = dest[p]
         for j in range(width):
-            out[d, j] = staging[s + j]
+            out[d, j] = row[j]
 
 
 def read_failed(path, length: int, offset: int, reason: str) -> DatasetError:

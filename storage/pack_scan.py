@@ -273,8 +273,10 @@ def _stage(chunk, base, stride, row_words, lists, pos, stops, r0, r1, at, block,
                 s, f, done = slot[j], fill[j], skip[j]
                 start = base + (ids[k] - r0) * stride + done
                 n = min(row_words - done, cap - f)
+                # slices, so that the copy's indices are known not to be negative and it vectorises
+                src, dst = chunk[start : start + n], arena[s, f : f + n]
                 for b in range(n):
-                    arena[s, f + b] = chunk[start + b]
+                    dst[b] = src[b]
                 fill[j] = f + n
                 skip[j] = done + n
                 if skip[j] == row_words:
