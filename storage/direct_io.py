@@ -13,6 +13,7 @@ staged rows into the caller's order.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import math
@@ -28,6 +29,7 @@ import numpy as np
 from gnnsys.errors import ConfigError, DatasetError
 
 BLOCKS = (512, 1024, 2048, 4096)
+HUGE_PAGE = 2 << 20  # the transparent huge page of x86-64 and most arm64 kernels
 _CHUNK = 64  # the most reads a worker takes at a time from the shared counter
 
 
@@ -108,8 +110,25 @@ def open_rows_file(path, direct: bool | None) -> RowsFile:
 
 def aligned(nbytes: int) -> mmap.mmap:
     """Page-aligned private anonymous memory of `nbytes` (pages are committed on
-    first touch and counted in the process's RssAnon, as its other buffers are)."""
-    return mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    first touch and counted in the process's RssAnon, as its other buffers are),
+    asking for transparent huge pages where it spans one (`_ask_huge_pages`)."""
+    buffer = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if nbytes >= HUGE_PAGE:
+        _ask_huge_pages(buffer)
+    return buffer
+
+
+def _ask_huge_pages(buffer: mmap.mmap) -> None:
+    """madvise(MADV_HUGEPAGE) where the system has it (Linux; the kernel gives huge
+    pages to the regions that ask when transparent_hugepage is `madvise`). A
+    direct read into 2 MiB pages pins a few large pages, not hundreds of small
+    ones, and goes to the disk in fewer, larger requests: 8 MiB O_DIRECT reads
+    ran 2.8x as fast on the development VM, at a tenth of the system time
+    (benchmarks/README.md). Where the kernel refuses, the buffer keeps small pages."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        with contextlib.suppress(OSError):
+            buffer.madvise(advice)
 
 
 def row_blocks(row_bytes: int, stride: int, block: int) -> int:
