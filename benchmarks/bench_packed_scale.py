@@ -117,7 +117,7 @@ def main(argv=None) -> None:
     if args.epochs < 1:
         raise SystemExit(f"--epochs: at least 1, got {args.epochs}")
     seq = fio(Path(args.dataset) / "features.bin", READ_BYTES, 1, "psync", args.fio_seconds, rw="read")
-    print(f"fio: {seq['mb_per_s']:,.0f} MB/s sequential", flush=True)
+    print(f"fio: {seq['mb_per_s']:,.0f} MB/s sequential into {seq['buffers']}", flush=True)
     machine = fio_machine()
     run = measure(train_argv(args), args.epochs, Path(args.scratch_dir or tempfile.gettempdir()))
     moved = run["read_bytes"] + run["write_bytes"]

@@ -76,11 +76,32 @@ def fio_machine() -> dict:
     }
 
 
+def huge_page_dir(nbytes: int, meminfo: str = "/proc/meminfo", mounts: str = "/proc/mounts") -> str | None:
+    """A writable hugetlbfs mount with free huge pages for `nbytes` of buffers
+    (and 4 MiB to spare), or None (`bash benchmarks/setup_fio.sh` reserves
+    some and mounts one, as root)."""
+    try:
+        with open(meminfo) as f:
+            info = {line.split(":")[0]: int(line.split()[1]) for line in f if line.startswith("Huge")}
+        with open(mounts) as f:
+            mounts = [line.split()[1] for line in f if line.split()[2] == "hugetlbfs"]
+    except (OSError, ValueError, IndexError):
+        return None
+    free = info.get("HugePages_Free", 0) * info.get("Hugepagesize", 0) * 1024
+    usable = [m for m in mounts if os.access(m, os.W_OK)]
+    return usable[0] if usable and free >= nbytes + (4 << 20) else None
+
+
 def fio(file, bs: int, depth: int, engine: str, seconds: float, rw: str = "randread") -> dict:
     """One time-based fio job over `file` with O_DIRECT: `depth` reads in flight
     (iodepth for io_uring/libaio, that many jobs of one read for psync);
-    requests/s, MB/s and mean completion latency from its JSON output."""
+    requests/s, MB/s and mean completion latency from its JSON output. Its
+    buffers are huge pages where a hugetlbfs mount has room (`huge_page_dir`),
+    as gnnsys's read buffers are: large direct reads into small pages ran at
+    a third of the rate on the development VM (benchmarks/README.md);
+    "buffers" says which."""
     jobs = depth if engine == "psync" else 1
+    huge = huge_page_dir(bs * depth)
     cmd = [
         "fio",
         "--name=ref",
@@ -99,6 +120,7 @@ def fio(file, bs: int, depth: int, engine: str, seconds: float, rw: str = "randr
         "--randrepeat=0",
         "--output-format=json",
         "--readonly",
+        *([f"--mem=mmaphuge:{huge}/gnnsys-fio-{os.getpid()}"] if huge else []),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if done.returncode:
@@ -111,6 +133,7 @@ def fio(file, bs: int, depth: int, engine: str, seconds: float, rw: str = "randr
         "reads_per_s": read["iops"],
         "mb_per_s": read["bw_bytes"] / 1e6,
         "lat_mean_us": read["clat_ns"]["mean"] / 1e3,
+        "buffers": "huge pages" if huge else "small pages",
     }
 
 
@@ -122,7 +145,7 @@ def measure_device(file: Path, read_size: int, depths: list, seconds: float) -> 
     seq = fio(file, 1 << 20, 8, "io_uring", seconds, rw="read")
     print(
         f"fio: best {best['reads_per_s']:,.0f} random {read_size} B reads/s (depth {best['depth']}), sequential "
-        f"{seq['mb_per_s']:,.0f} MB/s",
+        f"{seq['mb_per_s']:,.0f} MB/s into {seq['buffers']}",
         flush=True,
     )
     return {
