@@ -22,6 +22,8 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
+from .direct_io import aligned
+from .packed_reads import quiet
 from .packer import Packer
 from .packing import Segment, read_segment, scatter_packed
 
@@ -52,6 +54,7 @@ class FixedPack:
         self._packing, self._stop = tier._packing, threading.Event()
         self._job: Future | None = None
         self._ahead: tuple[int, Future, Segment] | None = None
+        self._buffers: list[memoryview | None] = [None, None]  # read into by batch parity, kept between evaluations
 
     def start(self) -> None:
         """Submit the packing (once): the first gather that asks for it does."""
@@ -95,10 +98,13 @@ class FixedPack:
         if pending is not None and pending[0] == batch:
             rows = pending[1].result()
         else:
-            rows = read_segment(directory / segment.file, segment, self.direct)
+            if pending is not None:
+                quiet(pending[1])  # it may be reading into the buffer this batch takes
+            rows = read_segment(directory / segment.file, segment, self.direct, self._into(batch, segment.nbytes))
         if batch + 1 < self.count:
             nxt = manifest.segments[batch + 1]
-            self._ahead = (batch + 1, self.reading.submit(read_segment, directory / nxt.file, nxt, self.direct), nxt)
+            into = self._into(batch + 1, nxt.nbytes)
+            self._ahead = (batch + 1, self.reading.submit(read_segment, directory / nxt.file, nxt, self.direct, into), nxt)
         if segment.rows != segment.unique:
             raise DatasetError(directory / segment.file, "does not hold its batch's rows; refused")
         width = words.shape[1]
@@ -107,9 +113,19 @@ class FixedPack:
         scatter_packed(packed[:0], packed, none, np.arange(segment.unique), inverse, at, words)
         return segment
 
+    def _into(self, batch: int, nbytes: int) -> memoryview:
+        """The buffer batch `batch`'s file is read into: one of two by its
+        parity (the next batch is read into the other while this one is
+        scattered), made anew only when smaller than `nbytes`: a fresh buffer
+        costs its pages' first touch on every read."""
+        buffer = self._buffers[batch % 2]
+        if buffer is None or len(buffer) < nbytes:
+            buffer = self._buffers[batch % 2] = memoryview(aligned(nbytes))
+        return buffer
+
     def host_bytes(self) -> int:
-        """The bytes of the buffer read ahead."""
-        return 0 if self._ahead is None else self._ahead[2].nbytes
+        """The bytes of its two read buffers."""
+        return sum(len(b) for b in self._buffers if b is not None)
 
     def close(self) -> None:
         """Stop the packing and remove the window."""
@@ -120,8 +136,6 @@ class FixedPack:
         except BaseException:  # noqa: BLE001 -- a cancelled or failed packing leaves nothing to keep
             pass
         if self._ahead is not None:
-            try:
-                self._ahead[1].result()
-            except BaseException:  # noqa: BLE001 -- a read of a file being removed
-                pass
+            quiet(self._ahead[1])  # a read of a file being removed
+        self._buffers = [None, None]
         shutil.rmtree(self.packer.scratch, ignore_errors=True)

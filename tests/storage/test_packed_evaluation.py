@@ -3,6 +3,8 @@ kept for the whole run and read from its pack at every evaluation; the
 metrics are those of the same evaluation in memory."""
 
 from gnnsys import train
+from gnnsys.storage import packed_fixed
+from gnnsys.storage.direct_io import aligned
 from gnnsys.trainers.minibatch import MinibatchTrainer
 from gnnsys.training.options import MinibatchOptions
 from tests.storage.test_packing import packed_dataset
@@ -10,7 +12,7 @@ from tests.storage.test_packing import packed_dataset
 FAST = dict(fanouts=[4, 3], hidden=16, batch_size=16, progress=False, prefetch=2, epochs=2, eval_every=1)
 
 
-def test_sampled_evaluation_reads_its_pack_and_scores_as_in_memory(make_dataset, tmp_path):
+def test_sampled_evaluation_reads_its_pack_and_scores_as_in_memory(make_dataset, tmp_path, monkeypatch):
     ds = packed_dataset(make_dataset)
     tmp_path = tmp_path / "scratch"
     tmp_path.mkdir()
@@ -21,18 +23,22 @@ def test_sampled_evaluation_reads_its_pack_and_scores_as_in_memory(make_dataset,
         assert (a["loss"], a["train"], a["valid"], a["test"]) == (b["loss"], b["train"], b["valid"], b["test"])
     assert list(tmp_path.iterdir()) == []  # the evaluation's pack is removed with the windows
 
+    made = []  # the fixed pack's read buffers, made anew only when a batch outgrows the one of its parity
+    monkeypatch.setattr(packed_fixed, "aligned", lambda nbytes: made.append(nbytes) or aligned(nbytes))
     options = MinibatchOptions(**FAST, features="packed", scratch_dir=str(tmp_path)).for_dataset(ds)
     trainer = MinibatchTrainer(ds, options)
     try:
         evaluations = -(-sum(trainer.splits[s].shape[0] for s in trainer.splits) // FAST["batch_size"])
         window = tmp_path / "fixed" / f"window-0000000000-{evaluations}"
-        kept = []
+        kept, buffers = [], []
         for _ in range(2):  # packed once, read at every evaluation and kept
             trainer.store.reset_stats()
             assert trainer.evaluate() == memory_scores(ds, trainer)
             stats = next(iter(trainer.store.stats().values()))["packed"]
             assert stats["fixed"] == evaluations and stats["unplanned"] == 0
             kept.append(sorted((p.name, p.stat().st_mtime_ns) for p in window.iterdir()))
+            buffers.append(len(made))
+        assert 2 <= buffers[0] < evaluations and buffers[1] == buffers[0]  # the second evaluation makes none
         assert kept[0] == kept[1] and len(kept[0]) == evaluations + 3  # its batches, cache.seg, cache.ids, manifest
     finally:
         trainer.store.close()
