@@ -199,7 +199,10 @@ def main(argv=None) -> None:
     seq = fio(file, READ_BYTES, 1, "psync", args.fio_seconds, rw="read")
     rand = fio(file, read_size(data), 32, "io_uring", args.fio_seconds)
     device = {"seq": seq, "random": rand, "seq_bytes_per_s": seq["mb_per_s"] * 1e6, "file_bytes": file.stat().st_size}
-    print(f"fio: {seq['mb_per_s']:,.0f} MB/s sequential into {seq['buffers']}, {rand['reads_per_s']:,.0f} random reads/s", flush=True)
+    print(
+        f"fio: {seq['mb_per_s']:,.0f} MB/s sequential into {seq['buffers']}, {rand['reads_per_s']:,.0f} random reads/s",
+        flush=True,
+    )
     runs = []
     with tempfile.TemporaryDirectory() as work:
         for repeat in range(args.repeats):

@@ -103,8 +103,10 @@ class FixedPack:
             rows = read_segment(directory / segment.file, segment, self.direct, self._into(batch, segment.nbytes))
         if batch + 1 < self.count:
             nxt = manifest.segments[batch + 1]
-            into = self._into(batch + 1, nxt.nbytes)
-            self._ahead = (batch + 1, self.reading.submit(read_segment, directory / nxt.file, nxt, self.direct, into), nxt)
+            reading = self.reading.submit(
+                read_segment, directory / nxt.file, nxt, self.direct, self._into(batch + 1, nxt.nbytes)
+            )
+            self._ahead = (batch + 1, reading, nxt)
         if segment.rows != segment.unique:
             raise DatasetError(directory / segment.file, "does not hold its batch's rows; refused")
         width = words.shape[1]
