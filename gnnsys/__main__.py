@@ -1,5 +1,3 @@
-import sys
+from gnnsys.cli import entry
 
-from gnnsys.cli import main
-
-sys.exit(main())
+entry()

@@ -54,6 +54,22 @@ def main(argv=None) -> int:
         return 141
 
 
+def entry() -> None:
+    """The `gnnsys` command (its console script and `python -m gnnsys`): `main`'s
+    status as the process's exit status. After an interrupt or a SIGTERM, whose
+    cleanup has run and whose line is printed, the process ends at once
+    (os._exit): the interpreter's shutdown, with the libraries' threads (numba's
+    and torch's OpenMP and thread pools) still alive, could otherwise abort it
+    ("terminate called without an active exception", SIGABRT) instead of
+    ending with 130 or 143."""
+    status = main()
+    if status in (130, 128 + signal.SIGTERM):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 def _main(argv) -> int:
     from gnnsys.environment import check_environment
     from gnnsys.errors import GnnsysError

@@ -342,3 +342,23 @@ def test_rows_on_a_terminal_are_whole_lines_beside_the_live_bar(make_dataset, tm
     rows = [line for line in lines if re.fullmatch(r" {4}\d[* ] +\d+\.\d{4}( +\d\.\d{4}){3} +\d+\.\d\d", line)]
     assert lines.count(" epoch     loss   train   valid    test   time_s") == 1
     assert [int(r.split()[0].rstrip("*")) for r in rows] == [1, 2, 3], drawn.decode()
+
+
+@pytest.mark.parametrize("status,ends", [(130, "at once"), (143, "at once"), (0, "exit"), (2, "exit"), (141, "exit")])
+def test_the_command_ends_at_once_after_an_interrupt_and_exits_normally_otherwise(monkeypatch, status, ends):
+    """`gnnsys` (the console script, `python -m gnnsys`) ends with os._exit
+    after an interrupt or SIGTERM, whose cleanup main has run, skipping the
+    interpreter's shutdown; any other status goes through sys.exit."""
+    import gnnsys.cli as cli
+
+    class Ended(Exception):
+        pass
+
+    def ended(code):
+        raise Ended(code)
+
+    monkeypatch.setattr(cli, "main", lambda: status)
+    monkeypatch.setattr(cli.os, "_exit", ended)
+    with pytest.raises(Ended if ends == "at once" else SystemExit) as how:
+        cli.entry()
+    assert how.value.args[0] == status if ends == "at once" else how.value.code == status
