@@ -24,7 +24,8 @@ epoch:
 
 Then, with the loader stopped, the machine's rates at each torch thread count
 used: the GEMM rate at every product's shape at the epoch's mean rows, fp32
-and bf16 (`gnnsys.runtime.cpu_features.gemm_gflops`, the best of at least
+and bf16 (`gnnsys.runtime.cpu_features.gemm_gflops`: torch's matmul or the models'
+`linear`, whichever is faster; the best of at least
 --gemm-repeats products and --gemm-seconds of them), and the memory bandwidth
 (a torch copy of --bandwidth-mib MiB, read + write bytes, median of 5). A
 piece's floor is max(its FLOPs at its GEMM rates, its compulsory aggregation
@@ -328,25 +329,30 @@ def gemm_rates(shape: tuple, args) -> dict:
 def new_shape_rates(product: str, rows: int, layer: dict, repeats: int) -> dict:
     """{"fp32_new_shape", "bf16_new_shape"}: GFLOP/s of `product` at `rows` rows when every
     product has a row count not multiplied before (rows + 1, rows + 2, ...), as sampled
-    blocks have: the median over `repeats` such products. A bf16 product then pays for
-    oneDNN's primitive of the new shape (gnnsys bounds their caches, and sampled row
-    counts seldom repeat); an fp32 one does not go through oneDNN."""
+    blocks have: the median over `repeats` such products, by the faster of torch's matmul
+    and the models' `linear` (as `gemm_gflops`). A product then pays for oneDNN's
+    primitive of the new shape (gnnsys bounds their caches, and sampled row counts
+    seldom repeat), except an fp32 one by matmul, which does not go through oneDNN."""
     import statistics
 
     import torch
 
+    from gnnsys.models.linear import linear
+
     gen = torch.Generator().manual_seed(0)
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        times, flops = [], 0
-        for i in range(1, repeats + 1):
-            m, k, n = gemm_shape(product, rows + i, layer["in"], layer["out"])
-            a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
-            start = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - start)
-            flops = 2 * m * k * n
-        out[f"{name}_new_shape"] = flops / statistics.median(times) / 1e9
+        medians = []
+        for engine in ("matmul", "linear"):
+            times = []
+            for i in range(1, repeats + 1):
+                m, k, n = gemm_shape(product, rows + i, layer["in"], layer["out"])
+                a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(n, k, generator=gen).to(dtype)
+                start = time.perf_counter()
+                _ = a @ b.t() if engine == "matmul" else linear(a, b)
+                times.append(time.perf_counter() - start)
+            medians.append(statistics.median(times) / (2 * m * k * n))
+        out[f"{name}_new_shape"] = 1 / min(medians) / 1e9
     return out
 
 

@@ -37,13 +37,30 @@ def in_place_addmm_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **
     return 2 * a_shape[0] * a_shape[1] * b_shape[1]
 
 
+def onednn_linear_flops(x_shape, weight_shape, *args, out_shape=None, **kwargs) -> int:
+    """oneDNN's fp32 product (`gnnsys.models.linear`): x [m, k] times weight [n, k] transposed."""
+    return 2 * x_shape[0] * x_shape[1] * weight_shape[0]
+
+
+def onednn_weight_grad_flops(grad_shape, x_shape, *args, out_shape=None, **kwargs) -> int:
+    """oneDNN's weight gradient: grad [m, n] transposed times x [m, k]."""
+    return 2 * grad_shape[0] * grad_shape[1] * x_shape[1]
+
+
+FORMULAS = {
+    torch.ops.aten.addmm_: in_place_addmm_flops,
+    torch.ops.mkldnn._linear_pointwise: onednn_linear_flops,
+    torch.ops.aten.mkldnn_linear_backward_weights: onednn_weight_grad_flops,
+}
+
+
 @pytest.mark.parametrize("input_grad", [False, True])
 def test_flops_match_torch_flop_counter_and_a_hand_count(input_grad):
     torch.manual_seed(0)
     block = Block(torch.tensor(INDPTR), torch.tensor(INDICES), 5, 3)
     layer = GNNLayer("sage", D_IN, D_OUT)
     x = torch.randn(5, D_IN, requires_grad=input_grad)
-    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.addmm_: in_place_addmm_flops}) as counter:
+    with FlopCounterMode(display=False, custom_mapping=FORMULAS) as counter:
         layer(x, block).sum().backward()
     counts = sage_layer_counts(3, 5, 6, D_IN, D_OUT, input_grad, 4, 4)
     assert total_flops(counts) == counter.get_total_flops()

@@ -106,10 +106,11 @@ class MinibatchLoader:
         self.device = normalize_device(device)
         self.sampler = _sampler(sampling, dataset, self.device, batches.seed)
         self.features = dataset.features if features is None else features
-        self.prefetch, self.lookahead, self.sampling_threads = (
+        self.prefetch, self.lookahead, self.sampling_threads, self.nice = (
             pipeline.prefetch,
             pipeline.lookahead,
             pipeline.sampling_threads,
+            pipeline.nice,
         )
         self.x_dtype = x_dtype
         self._rows = self._row_buffers()  # {key: FeatureRows}

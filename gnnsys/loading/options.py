@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from gnnsys.samplers.base import Sampler
 from gnnsys.storage.cuda_stream import CudaStreams
 
@@ -68,13 +70,16 @@ class PipelineOptions:
     input ids before each gather (needs a stack with a cache); streams: the
     stream API of a CUDA device (default CudaStreams() on CUDA), a stand-in
     with the same methods makes the loader order its stages through it on
-    any device.
+    any device; nice: the OS niceness (0-19) its threads take on Linux, so
+    that where the consumer computes on the same cores the loader works in
+    the time the consumer leaves (0: the caller's; a thread never lowers it).
     """
 
     prefetch: int = 4
     sampling_threads: int = 1
     lookahead: int = 0
     streams: CudaStreams | None = None
+    nice: int = 0
 
     def __post_init__(self):
         if self.prefetch < 0:
@@ -83,3 +88,16 @@ class PipelineOptions:
             raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
         if self.sampling_threads < 1:
             raise ValueError(f"sampling_threads must be >= 1, got {self.sampling_threads}")
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be in 0..19, got {self.nice}")
+
+
+CPU_COMPUTE_NICE = 19
+
+
+def loader_nice(device) -> int:
+    """The niceness a trainer's loader threads take when its model computes on
+    `device`: CPU_COMPUTE_NICE on the CPU, where the model's kernels use every
+    core and the loader's sampling and gathering would otherwise take cores from
+    them (benchmarks/README.md, "Measurements behind design choices"); else 0."""
+    return CPU_COMPUTE_NICE if torch.device(device).type == "cpu" else 0

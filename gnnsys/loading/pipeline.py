@@ -3,7 +3,9 @@ one gather thread, the consumer; a stage's error re-raised in the consumer."""
 
 from __future__ import annotations
 
+import os
 import queue
+import sys
 import threading
 import time
 
@@ -77,6 +79,7 @@ class Pipeline:
                     raise Stopped from None
 
     def _sample_loop(self, worker: int):
+        lower_priority(self.loader.nice)
         step = self.loader.sampling_threads
         for index in range(worker, len(self.batches), step):
             with self.gate:
@@ -100,6 +103,7 @@ class Pipeline:
             yield self._get(self.sampled[index % step])
 
     def _gather_loop(self):
+        lower_priority(self.loader.nice)
         try:
             for index, (item, window) in enumerate(self.loader._windowed(self._sampled())):
                 if not isinstance(item, Failed):
@@ -112,6 +116,15 @@ class Pipeline:
                     return
         except Stopped:
             return
+
+
+def lower_priority(nice: int) -> None:
+    """Raise the calling thread's OS niceness to `nice` where it is lower (on Linux,
+    where niceness is per thread; elsewhere nothing changes)."""
+    if sys.platform.startswith("linux"):
+        tid = threading.get_native_id()
+        if nice > os.getpriority(os.PRIO_PROCESS, tid):
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def _reraise(failure: Failed):

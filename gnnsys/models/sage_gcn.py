@@ -40,9 +40,9 @@ are not padded.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from gnnsys.models.aggregation import Adjacency, aggregate, aggregate_with_root
+from gnnsys.models.linear import linear
 
 
 def project_first(num_dst: int, num_src: int, num_edges: int, in_dim: int, out_dim: int) -> bool:
@@ -71,12 +71,12 @@ def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, wit
     w_l, w_r, bias = conv.lin_l.weight, conv.lin_r.weight, conv.lin_l.bias if with_bias else None
     num_dst = adj.num_dst
     if project_first(num_dst, adj.num_src, adj.indices.shape[0], w_l.shape[1], w_l.shape[0]):
-        h = aggregate(adj, F.linear(x_src, w_l), dtype)
-        return F.linear(x_src[:num_dst], w_r, bias).add_(h)
+        h = aggregate(adj, linear(x_src, w_l), dtype)
+        return linear(x_src[:num_dst], w_r, bias).add_(h)
     rows = gemm_rows(num_dst, x_src, dtype)
     rows = rows if rows <= adj.num_src else num_dst  # the root rows are source rows
     both = aggregate_with_root(adj, x_src, dtype, rows)  # [aggregated | root] rows side by side
-    return _first(F.linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
+    return _first(linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
 
 
 def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with_bias: bool = True) -> torch.Tensor:
@@ -84,10 +84,10 @@ def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with
     (`gnnsys.models.gnn.gcn_adj_t`), aggregated in `dtype`; without its bias unless `with_bias`."""
     weight, bias = conv.lin.weight, conv.bias if with_bias else None
     if project_first(adj.num_dst, adj.num_src, adj.indices.shape[0], weight.shape[1], weight.shape[0]):
-        h = aggregate(adj, F.linear(x_src, weight), dtype)
+        h = aggregate(adj, linear(x_src, weight), dtype)
         return h if bias is None else h + bias.to(h.dtype)
     h = aggregate(adj, x_src, dtype, gemm_rows(adj.num_dst, x_src, dtype))
-    return _first(F.linear(h, weight, bias), adj.num_dst)
+    return _first(linear(h, weight, bias), adj.num_dst)
 
 
 class _FirstRows(torch.autograd.Function):

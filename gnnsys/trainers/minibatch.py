@@ -228,7 +228,7 @@ class MinibatchTrainer:
     def _loader(self, split="train", shuffle: bool = True, rank: int | None = None, world_size: int | None = None):
         """A loader of `split` with the run's sampling, batch size, seed and
         pipeline options; by default this rank's share of the training seeds."""
-        from gnnsys.loading.options import BatchOptions, PipelineOptions
+        from gnnsys.loading.options import BatchOptions, PipelineOptions, loader_nice
 
         o = self.options
         batches = BatchOptions(
@@ -238,7 +238,8 @@ class MinibatchTrainer:
             rank=self.rank if rank is None else rank,
             world_size=self.world_size if world_size is None else world_size,
         )
-        return self._open_loader(split, batches, PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead))
+        pipeline = PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead, nice=loader_nice(self.device))
+        return self._open_loader(split, batches, pipeline)
 
     def _open_loader(self, split, batches, pipeline):
         """The MinibatchLoader of `split` with the run's sampling over its feature tiers."""

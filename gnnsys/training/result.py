@@ -88,7 +88,7 @@ def make_result(options, history: list, model=None, **run_facts) -> TrainResult:
         epochs=history,
         best_epoch=None if best is None else best["epoch"],
         test=None if best is None else best["test"],
-        machine=machine_info(options.device),
+        machine=machine_info(options.device, getattr(options, "prefetch", None)),  # full-graph runs have no loader
         runs=runs,
         summary=summarize(runs),
         model=model,
@@ -135,14 +135,17 @@ def summarize(runs: list) -> dict:
     return out
 
 
-def machine_info(device) -> dict:
+def machine_info(device, prefetch: int | None = None) -> dict:
     """Where a run happened: device, CPU count, the threads of torch (intra-op
-    and inter-op) and of numba's kernels (the loader adds one sampling and
-    one gather thread when the config's `prefetch` > 0), the CPU and what it
-    executes natively (`cpu`, gnnsys.runtime.cpu_features), versions."""
+    and inter-op) and of numba's kernels, and given the run's `prefetch` the
+    loader's (one sampling and one gather thread when it is > 0, and their
+    niceness, `loader_nice`), the CPU and what it executes natively (`cpu`,
+    gnnsys.runtime.cpu_features), versions."""
     import numba
     import numpy
     import torch_geometric
+
+    from gnnsys.loading.options import loader_nice
 
     info = {
         "device": str(device),
@@ -162,6 +165,8 @@ def machine_info(device) -> dict:
             "numba": numba.__version__,
         },
     }
+    if prefetch is not None:
+        info["threads"]["loader"] = {"threads": 2 if prefetch > 0 else 0, "nice": loader_nice(device)}
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
