@@ -209,10 +209,10 @@ class LayerClock:
 
 
 # -- one configuration: a trainer, its warm-up and timed epochs ---------------------------------
-def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
-    """The timed epochs of a fresh trainer at `precision` and `prefetch`: one per
-    --threads, or with --alternate one whose steps take the thread counts in turn;
-    a run record per thread count."""
+def run_configuration(dataset, args, precision: str, prefetch: int, nice: int | None = None) -> list:
+    """The timed epochs of a fresh trainer at `precision` and `prefetch`, its loader's threads
+    at niceness `nice` (None: the trainer's own): one per --threads, or with --alternate one
+    whose steps take the thread counts in turn; a run record per thread count."""
     import numba
     import torch
 
@@ -239,6 +239,8 @@ def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
     ).for_dataset(dataset)
     retain_memory(options)
     trainer = MinibatchTrainer(dataset, options)
+    if nice is not None:
+        trainer.loader_nice = nice
     clock = LayerClock(trainer.model, trainer.optimizer)
     params = sum(p.numel() for p in trainer.model.parameters())
     default_threads = torch.get_num_threads()
@@ -260,6 +262,7 @@ def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
                         "precision_requested": precision,
                         "precision": options.precision,
                         "prefetch": prefetch,
+                        "loader_nice": trainer.loader_nice,
                         "torch_threads": threads,
                         "alternated": alternated,
                         "numba_threads": numba.get_num_threads(),
@@ -283,7 +286,7 @@ def run_configuration(dataset, args, precision: str, prefetch: int) -> list:
                     }
                 )
                 print(
-                    f"{options.precision} prefetch {prefetch} threads {threads}"
+                    f"{options.precision} prefetch {prefetch} nice {trainer.loader_nice} threads {threads}"
                     f"{' (alternated)' if alternated else ''}: epoch {record['time_s']:.2f} s, "
                     f"compute {runs[-1]['compute_s']:.2f} s over {group['steps']} steps (load {before[0]:.2f})",
                     flush=True,
@@ -434,7 +437,8 @@ def table(run: dict) -> str:
     """The run's roofline as text lines."""
     r = run["roofline"]
     head = (
-        f"{run['precision']}, prefetch {run['prefetch']}, {run['torch_threads']} torch threads"
+        f"{run['precision']}, prefetch {run['prefetch']}, nice {run['loader_nice']}, "
+        f"{run['torch_threads']} torch threads"
         f"{' (alternated)' if run['alternated'] else ''}: {run['steps']} steps, epoch "
         f"{run['time_s']:.2f} s, compute {r['compute_s']:.2f} s, floor {r['floor_s']:.2f} s "
         f"({r['compute_over_floor']:.2f}x)"
@@ -455,15 +459,16 @@ def table(run: dict) -> str:
 
 
 def plot(result: dict, path: Path):
-    """Measured against floor per piece, one panel per precision (first prefetch and thread
-    count), and the epoch's compute time of every run."""
+    """Measured against floor per piece, one panel per precision (first prefetch, niceness and
+    thread count), and the epoch's compute and wall time of every run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     runs = result["runs"]
-    first = [r for r in runs if (r["prefetch"], r["torch_threads"]) == (runs[0]["prefetch"], runs[0]["torch_threads"])]
+    setting = lambda r: (r["prefetch"], r.get("loader_nice"), r["torch_threads"])  # noqa: E731
+    first = [r for r in runs if setting(r) == setting(runs[0])]
     fig, axes = plt.subplots(1, len(first) + 1, figsize=(5.5 * (len(first) + 1), 4.2), squeeze=False)
     for ax, run in zip(axes[0], first):
         pieces = run["roofline"]["pieces"]
@@ -477,12 +482,15 @@ def plot(result: dict, path: Path):
         ax.legend(fontsize=8)
     ax = axes[0][-1]
     labels = [
-        f"{r['precision']}\npf{r['prefetch']} t{r['torch_threads']}{'a' if r['alternated'] else ''}" for r in runs
+        f"{r['precision']}\npf{r['prefetch']} n{r.get('loader_nice')} t{r['torch_threads']}"
+        f"{'a' if r['alternated'] else ''}"
+        for r in runs
     ]
     ax.bar(labels, [r["compute_s"] for r in runs], color="tab:blue", label="compute")
+    ax.scatter(labels, [r["time_s"] for r in runs], color="tab:red", marker="o", label="epoch")
     ax.scatter(labels, [r["roofline"]["floor_s"] for r in runs], color="black", marker="_", s=400, label="floor")
     ax.set_ylabel("seconds over the run's steps")
-    ax.set_title("compute: precision, prefetch (pf), torch threads (t; a: alternated)", fontsize=10)
+    ax.set_title("precision, prefetch (pf), loader niceness (n), torch threads (t; a: alternated)", fontsize=9)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=8)
     fig.suptitle(f"{result['dataset']}: SAGE {result['config']['hidden']} x {len(result['config']['fanouts'])}")
@@ -513,6 +521,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="one timed epoch whose steps take the --threads counts in turn (load falls on each alike)",
     )
     p.add_argument("--prefetch", default="4", help="loader prefetch settings; 0 runs no background loader threads")
+    p.add_argument(
+        "--nice", default=None, help="niceness settings (0-19) of the loader's threads (default: the trainer's own)"
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -529,6 +540,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         if 0 in args.fanouts:
             raise argparse.ArgumentTypeError(f"--fanouts: 0 is not a fanout (-1 takes every neighbour): {args.fanouts}")
         args.prefetch = int_list("--prefetch", args.prefetch, 0)
+        args.nice = int_list("--nice", args.nice, 0) if args.nice is not None else [None]
+        if max(n or 0 for n in args.nice) > 19:
+            raise argparse.ArgumentTypeError(f"--nice: niceness runs from 0 to 19, got {args.nice}")
         args.threads = int_list("--threads", args.threads, 1) if args.threads is not None else None
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
@@ -595,8 +609,9 @@ def main(argv=None) -> int:
 
     for precision in args.precisions:
         for prefetch in args.prefetch:
-            result["runs"] += run_configuration(dataset, args, precision, prefetch)
-            save()
+            for nice in args.nice:
+                result["runs"] += run_configuration(dataset, args, precision, prefetch, nice)
+                save()
     result["rates"] = measure_rates(result["runs"], args)
     try:
         result["threads"]["numba_layer"] = numba.threading_layer()

@@ -122,11 +122,12 @@ def recount(path, fanouts, batch_size, seed, epoch) -> list:
 
 
 def test_a_tiny_run_counts_the_loaders_blocks_and_adds_up(arxiv, tmp_path):
-    argv = [str(arxiv), "--precisions", "32", "--threads", "1", "--prefetch", "4,0", "--warmup", "1"]
+    argv = [str(arxiv), "--precisions", "32", "--threads", "1", "--prefetch", "4,0", "--nice", "0,19", "--warmup", "1"]
     argv += ["--batch-size", "16", "--hidden", "8", "--fanouts", "4,3", "--gemm-repeats", "1", "--bandwidth-mib", "1"]
     assert bench_roofline.main([*argv, "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "roofline_arxiv.json").read_text())
-    assert [(r["prefetch"], r["torch_threads"]) for r in result["runs"]] == [(4, 1), (0, 1)]
+    settings = [(r["prefetch"], r["loader_nice"], r["torch_threads"]) for r in result["runs"]]
+    assert settings == [(4, 0, 1), (4, 19, 1), (0, 0, 1), (0, 19, 1)]
     expected = recount(arxiv, [4, 3], 16, 0, epoch=1)  # the epoch after the warm-up
     classes = result["runs"][0]["layers"][-1]["out"]
     for run in result["runs"]:
@@ -149,7 +150,7 @@ def test_a_tiny_run_counts_the_loaders_blocks_and_adds_up(arxiv, tmp_path):
         assert sum(p["measured_s"] for p in pieces.values()) == pytest.approx(roofline["compute_s"])
         assert roofline["compute_s"] == run["breakdown"]["compute_s"]
         assert pieces["other"]["measured_s"] >= 0
-    assert result["runs"][0]["threads_alive"] != result["runs"][1]["threads_alive"]  # prefetch 0: no loader threads
+    assert result["runs"][0]["threads_alive"] != result["runs"][2]["threads_alive"]  # prefetch 0: no loader threads
     if importlib.util.find_spec("matplotlib") is not None:  # the plot is drawn where matplotlib is installed
         assert (tmp_path / "roofline_arxiv.png").stat().st_size > 0
     for rates in result["rates"]["1"]["gemm"].values():
@@ -179,6 +180,8 @@ def test_alternated_threads_split_one_epochs_steps(arxiv, tmp_path):
         (["--threads", "0"], "--threads: every value must be >= 1"),
         (["--threads", "two"], "--threads: not a comma-separated list of integers"),
         (["--prefetch", "-1"], "--prefetch: every value must be >= 0"),
+        (["--nice", "20"], "--nice: niceness runs from 0 to 19, got [20]"),
+        (["--nice", "-1"], "--nice: every value must be >= 0"),
         (["--fanouts", "5,0"], "--fanouts: 0 is not a fanout"),
         (["--warmup", "-1"], "--warmup: must be >= 0"),
         (["--alternate", "--threads", "2"], "--alternate: needs at least two --threads counts"),

@@ -25,16 +25,17 @@ input-gradient product instead of two each, and no read-modify-write of the
 output by a second product); the root columns' gradient is added into the
 aggregation's input gradient by the transposed kernel's own pass.
 
-Row counts: a bf16 GEMM on the CPU runs on oneDNN, which builds a primitive
-for every new shape (and gnnsys keeps few of them, see `gnnsys/__init__.py`),
-and sampled blocks give nearly every batch new row counts; a product at a new
-row count ran at 0.1-0.4x the rate of a repeated one. So in low precision on
-the CPU the aggregated rows (and SAGE's root rows) of an aggregate-first layer
-are multiplied as `gemm_rows` rows, the count rounded up to one of 16 steps
-per power of two (at most 1/16 more rows; the extra aggregated rows are zero,
-the extra root rows are the next source rows), and the product's first
-`num_dst` rows are the result. fp32 products (MKL) gain nothing from it and
-are not padded.
+Row counts: a product on the CPU in bf16, or in fp32 through
+`gnnsys.models.linear`, runs on oneDNN, which builds a primitive for every new
+shape (and gnnsys keeps few of them, see `gnnsys/__init__.py`), and sampled
+blocks give nearly every batch new row counts; a bf16 product at a new row
+count ran at 0.1-0.4x the rate of a repeated one, and each primitive holds
+memory. So on the CPU the aggregated rows (and SAGE's root rows) of an
+aggregate-first layer are multiplied as `gemm_rows` rows, the count rounded up
+to one of 16 steps per power of two (at most 1/16 more rows; the extra
+aggregated rows are zero, the extra root rows are the next source rows), and
+the product's first `num_dst` rows are the result. Products torch computes
+elsewhere (fp32 without oneDNN) are not padded.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from __future__ import annotations
 import torch
 
 from gnnsys.models.aggregation import Adjacency, aggregate, aggregate_with_root
-from gnnsys.models.linear import linear
+from gnnsys.models.linear import ONEDNN, linear
 
 
 def project_first(num_dst: int, num_src: int, num_edges: int, in_dim: int, out_dim: int) -> bool:
@@ -57,8 +58,9 @@ def project_first(num_dst: int, num_src: int, num_edges: int, in_dim: int, out_d
 def gemm_rows(rows: int, x: torch.Tensor, dtype: torch.dtype) -> int:
     """The rows a layer's products over `rows` destination rows run at for
     input `x` computing in `dtype`: `rows` rounded up to a multiple of
-    2**(bit_length(rows) - 5) in low precision on the CPU, else `rows`."""
-    if dtype == torch.float32 or x.device.type != "cpu":
+    2**(bit_length(rows) - 5) where the product runs on oneDNN on the CPU (low
+    precision, or fp32 through `linear`), else `rows`."""
+    if x.device.type != "cpu" or (dtype == torch.float32 and not ONEDNN):
         return rows
     step = 1 << max(rows.bit_length() - 5, 0)
     return -(-rows // step) * step

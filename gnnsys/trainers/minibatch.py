@@ -23,6 +23,7 @@ from gnnsys.datasets.finite_rows import check_finite_features
 from gnnsys.datasets.hetero_dataset import HeteroDataset
 from gnnsys.errors import ConfigError
 from gnnsys.loading.feature_store import open_feature_store
+from gnnsys.loading.options import loader_nice
 from gnnsys.parallel.data_parallel import (
     rank_options,
     rank_slice,
@@ -146,7 +147,8 @@ def data_parallel_worker(
 class MinibatchTrainer:
     """One minibatch training run: placed features, model, optimizer, loader,
     history. `run()` trains; its steps `train_loader()`, `train_epoch()`,
-    `evaluate()` and `save_checkpoint()` also drive epochs by hand."""
+    `evaluate()` and `save_checkpoint()` also drive epochs by hand.
+    `loader_nice`: the niceness its loaders' threads take (`loader_nice` of its device)."""
 
     def __init__(self, dataset, options: MinibatchOptions, on_epoch_end=None, ranks=None, module=None):
         from gnnsys.parallel.ranks import Ranks
@@ -156,6 +158,7 @@ class MinibatchTrainer:
         check_finite_features(dataset)  # once per dataset: a NaN row would make every loss after it NaN
         o = options
         self.device = torch.device(o.device)
+        self.loader_nice = loader_nice(self.device)
         self.ranks = Ranks.single(self.device) if ranks is None else ranks  # data-parallel: one per rank
         self.rank, self.world_size = self.ranks.rank, self.ranks.world_size
         self.splits = {s: dataset.split(s) for s in ("train", "valid", "test")}
@@ -228,7 +231,7 @@ class MinibatchTrainer:
     def _loader(self, split="train", shuffle: bool = True, rank: int | None = None, world_size: int | None = None):
         """A loader of `split` with the run's sampling, batch size, seed and
         pipeline options; by default this rank's share of the training seeds."""
-        from gnnsys.loading.options import BatchOptions, PipelineOptions, loader_nice
+        from gnnsys.loading.options import BatchOptions, PipelineOptions
 
         o = self.options
         batches = BatchOptions(
@@ -238,7 +241,7 @@ class MinibatchTrainer:
             rank=self.rank if rank is None else rank,
             world_size=self.world_size if world_size is None else world_size,
         )
-        pipeline = PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead, nice=loader_nice(self.device))
+        pipeline = PipelineOptions(prefetch=o.prefetch, lookahead=o.lookahead, nice=self.loader_nice)
         return self._open_loader(split, batches, pipeline)
 
     def _open_loader(self, split, batches, pipeline):

@@ -142,6 +142,21 @@ def test_the_machine_record_has_the_threads_this_process_computes_with():
 
 
 @pytest.mark.parametrize(
+    "device, prefetch, loader",
+    [
+        ("cpu", 4, {"threads": 2, "nice": 19}),
+        ("cpu", 0, {"threads": 0, "nice": 19}),
+        ("cuda:0", 2, {"threads": 2, "nice": 0}),
+    ],
+)
+def test_a_minibatch_runs_machine_record_has_its_loaders_threads_and_their_niceness(device, prefetch, loader):
+    from gnnsys.training.result import machine_info
+
+    assert machine_info(device, prefetch)["threads"]["loader"] == loader
+    assert "loader" not in machine_info(device)["threads"]
+
+
+@pytest.mark.parametrize(
     "content, problem",
     [
         ('{"KEY": {"fp32": "37", "bf16": "1.1"}}', "field 'KEY.fp32' must be GFLOP/s, a positive number"),

@@ -1,6 +1,8 @@
 """MinibatchLoader: contents, determinism vs a synchronous run, prefetch bound,
 error propagation, prompt shutdown."""
 
+import os
+import sys
 import threading
 import time
 import traceback
@@ -170,6 +172,33 @@ def test_stage_error_reraises_with_its_traceback(make_dataset, monkeypatch, stag
     assert wait_until(lambda: not live_stage_threads(), 1.0)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness is per thread on Linux")
+@pytest.mark.parametrize("nice", [0, 7, 19])
+def test_stage_threads_take_the_pipelines_niceness_and_the_consumer_keeps_its_own(make_dataset, monkeypatch, nice):
+    ds, _ = make_dataset(num_nodes=120, num_edges=800)
+    loader = MinibatchLoader(
+        ds, "train", SamplingOptions(fanouts=[3]), BatchOptions(batch_size=8), PipelineOptions(prefetch=2, nice=nice)
+    )
+    seen = {}
+
+    def niceness():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def record(real):
+        def stage(*args):
+            seen[threading.current_thread().name] = niceness()
+            return real(*args)
+
+        return stage
+
+    monkeypatch.setattr(loader, "_sample", record(loader._sample))
+    monkeypatch.setattr(loader, "_gather", record(loader._gather))
+    before = niceness()
+    assert len(list(loader)) == len(loader)
+    assert seen == {"gnnsys-sample-0": max(nice, before), "gnnsys-gather": max(nice, before)}
+    assert niceness() == before
+
+
 @pytest.mark.parametrize("leave", ["break", "close", "del", "interrupt"])
 def test_leaving_early_stops_every_thread(make_dataset, leave):
     ds, _ = make_dataset(num_nodes=300, num_edges=3000)
@@ -225,6 +254,8 @@ def test_an_interrupt_while_the_threads_start_stops_those_started(make_dataset, 
         (lambda: PipelineOptions(prefetch=-1), "prefetch"),
         (lambda: PipelineOptions(sampling_threads=0), "sampling_threads"),
         (lambda: PipelineOptions(lookahead=-1), "lookahead"),
+        (lambda: PipelineOptions(nice=20), "nice must be in 0..19"),
+        (lambda: PipelineOptions(nice=-1), "nice must be in 0..19"),
         (lambda: SamplingOptions(), "needs fanouts"),
         (lambda: SamplingOptions(sampler=object(), fanouts=[2]), "belong to the sampler object"),
     ],

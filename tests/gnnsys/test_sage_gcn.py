@@ -111,18 +111,24 @@ def test_the_cpu_refuses_float64_in_one_line(conv):
         layer(torch.randn(block.num_src, 4, dtype=torch.float64), block)
 
 
-def test_gemm_rows_round_up_low_precision_cpu_rows_only():
+def test_gemm_rows_round_up_the_rows_of_cpu_products_on_onednn_only(monkeypatch):
     x = torch.zeros(1)
-    assert [gemm_rows(n, x, torch.bfloat16) for n in (1, 17, 37, 1024, 9525, 54530)] == [1, 17, 38, 1024, 9728, 55296]
-    assert gemm_rows(54530, x, torch.float32) == 54530
+    rounded = [1, 17, 38, 1024, 9728, 55296]
+    assert [gemm_rows(n, x, torch.bfloat16) for n in (1, 17, 37, 1024, 9525, 54530)] == rounded
+    assert gemm_rows(54530, x, torch.float32) == (55296 if sage_gcn.ONEDNN else 54530)
     for n in range(1, 5000, 7):
         assert n <= gemm_rows(n, x, torch.bfloat16) <= n * 17 / 16
+    monkeypatch.setattr(sage_gcn, "ONEDNN", False)  # fp32 products then run on F.linear
+    assert gemm_rows(54530, x, torch.float32) == 54530 and gemm_rows(54530, x, torch.bfloat16) == 55296
 
 
+@pytest.mark.skipif(not sage_gcn.ONEDNN, reason="fp32 products run on oneDNN only where torch has it")
 @pytest.mark.parametrize("conv", ["sage", "gcn"])
-def test_bf16_products_run_at_the_rounded_up_rows_with_the_same_result(monkeypatch, conv):
-    """Under bf16 an aggregate-first layer multiplies gemm_rows(num_dst) rows and
-    returns num_dst of them; outputs and gradients as without the padding."""
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_products_on_onednn_run_at_the_rounded_up_rows_with_the_same_result(monkeypatch, conv, precision):
+    """An aggregate-first layer whose product runs on oneDNN (bf16; fp32 through `linear`)
+    multiplies gemm_rows(num_dst) rows and returns num_dst of them; outputs and gradients
+    as without the padding."""
     indptr, indices, _ = random_csc(n=200, e=900, seed=4)
     block, _ = sub_block(indptr, indices, list(range(37)))
     torch.manual_seed(0)
@@ -140,12 +146,13 @@ def test_bf16_products_run_at_the_rounded_up_rows_with_the_same_result(monkeypat
 
     for name in ("aggregate", "aggregate_with_root"):
         monkeypatch.setattr(sage_gcn, name, spy(getattr(sage_gcn, name)))
-    with torch.autocast("cpu", torch.bfloat16):
+    with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
         padded = outputs_and_grads(layer, x, block, ours)
         monkeypatch.setattr(sage_gcn, "gemm_rows", lambda rows, *a: rows)
         plain = outputs_and_grads(layer, x, block, ours)
     assert shapes == [38, 37] and padded[0].shape == (37, 8)
-    torch.testing.assert_close(padded, plain, rtol=0.01, atol=0.01)
+    tolerance = 0.01 if precision == "bf16" else 1e-5
+    torch.testing.assert_close(padded, plain, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize("conv", ["sage", "gcn"])

@@ -173,3 +173,20 @@ def test_epochs_driven_by_hand_are_what_run_does(make_dataset, tmp_path):
     assert [[r[k] for k in keys] for r in trainer.history] == [[r[k] for k in keys] for r in whole.epochs[:2]]
     resumed = train(ds, **FAST, epochs=3, checkpoint_dir=tmp_path / "hand", resume=True)
     assert [[r[k] for k in keys] for r in resumed.epochs] == [[r[k] for k in keys] for r in whole.epochs]
+
+
+def test_a_cpu_runs_loader_yields_its_cores_to_the_model(make_dataset):
+    """On the CPU the trainer's loaders run their threads at
+    `loader_nice`'s niceness; the run's machine record says so."""
+    from gnnsys.loading.options import CPU_COMPUTE_NICE
+    from gnnsys.trainers.minibatch import MinibatchTrainer
+    from gnnsys.training.options import MinibatchOptions
+
+    ds, _ = make_dataset(num_nodes=120, num_edges=900)
+    trainer = MinibatchTrainer(ds, MinibatchOptions(**FAST, epochs=1).for_dataset(ds))
+    try:
+        assert trainer.train_loader().nice == CPU_COMPUTE_NICE == 19
+    finally:
+        trainer.store.close()
+    result = train(ds, **FAST, epochs=1)
+    assert result.machine["threads"]["loader"] == {"threads": 2, "nice": CPU_COMPUTE_NICE}
