@@ -141,19 +141,21 @@ def test_the_machine_record_has_the_threads_this_process_computes_with():
     assert threads == {"torch": 1, "torch_interop": torch.get_num_interop_threads(), "numba": 1}
 
 
-@pytest.mark.parametrize(
-    "device, prefetch, loader",
-    [
-        ("cpu", 4, {"threads": 2, "nice": 19}),
-        ("cpu", 0, {"threads": 0, "nice": 19}),
-        ("cuda:0", 2, {"threads": 2, "nice": 0}),
-    ],
-)
-def test_a_minibatch_runs_machine_record_has_its_loaders_threads_and_their_niceness(device, prefetch, loader):
+@pytest.mark.parametrize("prefetch, threads", [(4, 2), (0, 0)])
+def test_a_minibatch_runs_machine_record_has_its_loaders_threads_and_their_niceness(prefetch, threads):
     from gnnsys.training.result import machine_info
 
-    assert machine_info(device, prefetch)["threads"]["loader"] == loader
-    assert "loader" not in machine_info(device)["threads"]
+    assert machine_info("cpu", prefetch)["threads"]["loader"] == {"threads": threads, "nice": 19}
+    assert "loader" not in machine_info("cpu")["threads"]
+
+
+def test_the_loader_yields_to_the_model_on_the_cpu_only():
+    import torch
+
+    from gnnsys.loading.options import loader_nice
+
+    assert loader_nice("cpu") == loader_nice(torch.device("cpu")) == 19
+    assert loader_nice("cuda:0") == loader_nice("cuda") == 0
 
 
 @pytest.mark.parametrize(
