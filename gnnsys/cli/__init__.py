@@ -15,6 +15,8 @@ import warnings
 from gnnsys.numbers import gigabytes, number  # noqa: F401 -- the float types of every command
 
 SUBCOMMANDS = ("prepare", "info", "train", "predict")
+INTERRUPTED = 128 + signal.SIGINT  # the exit statuses after an interrupt (130) and a SIGTERM (143)
+TERMINATED = 128 + signal.SIGTERM
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +65,7 @@ def entry() -> None:
     ("terminate called without an active exception", SIGABRT) instead of
     ending with 130 or 143."""
     status = main()
-    if status in (130, 128 + signal.SIGTERM):
+    if status in (INTERRUPTED, TERMINATED):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
@@ -97,7 +99,7 @@ def _main(argv) -> int:
         print(
             f"gnnsys {args.command}: {said}{args.interrupted(args, argv) if args.interrupted else ''}", file=sys.stderr
         )
-        return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
+        return TERMINATED if isinstance(e, Terminated) else INTERRUPTED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
