@@ -147,14 +147,17 @@ def machine_info(device, prefetch: int | None = None) -> dict:
 
     from gnnsys.loading.options import loader_nice
 
+    threads: dict = {
+        "torch": torch.get_num_threads(),
+        "torch_interop": torch.get_num_interop_threads(),
+        "numba": numba.get_num_threads(),
+    }
+    if prefetch is not None:
+        threads["loader"] = {"threads": 2 if prefetch > 0 else 0, "nice": loader_nice(device)}
     info = {
         "device": str(device),
         "cpu_count": os.cpu_count(),
-        "threads": {
-            "torch": torch.get_num_threads(),
-            "torch_interop": torch.get_num_interop_threads(),
-            "numba": numba.get_num_threads(),
-        },
+        "threads": threads,
         "cpu": cpu_features.detect().to_dict(),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -165,8 +168,6 @@ def machine_info(device, prefetch: int | None = None) -> dict:
             "numba": numba.__version__,
         },
     }
-    if prefetch is not None:
-        info["threads"]["loader"] = {"threads": 2 if prefetch > 0 else 0, "nice": loader_nice(device)}
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
