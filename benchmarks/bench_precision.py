@@ -98,17 +98,20 @@ def child_gemm() -> dict:
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
         b_t = b.t().contiguous()
-        medians = []
-        for product in (lambda: a @ b, lambda: linear(a, b_t)):
-            product()
-            times = []
-            for _ in range(5):
-                t = time.perf_counter()
-                product()
-                times.append(time.perf_counter() - t)
-            medians.append(statistics.median(times))
-        rates[name] = 2 * m * k * n / min(medians) / 1e9
+        fastest = min(median_seconds(lambda: a @ b), median_seconds(lambda: linear(a, b_t)))
+        rates[name] = 2 * m * k * n / fastest / 1e9
     return rates
+
+
+def median_seconds(fn, repeats: int = 5) -> float:
+    """The median wall time of `repeats` calls of `fn` after a warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
@@ -131,13 +134,7 @@ def child_kernels(dataset: str, bf16_dataset: str | None) -> dict:
     x = torch.randn(n_src, dim, generator=gen)
 
     def ms(fn):
-        fn()
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e3
+        return median_seconds(fn) * 1e3
 
     out = {
         "aggregate_fp32": ms(lambda: aggregate(adj, x, torch.float32)),
