@@ -6,12 +6,12 @@ with oneDNN). On the AMD EPYC that the benchmarks ran on, sgemm ran a SAGE
 layer's product and its input gradient at about half the rate of oneDNN's fp32
 inner product (`torch.ops.mkldnn._linear_pointwise`), and its weight gradient
 (a product over the rows) at about 0.65x oneDNN's inner-product backward
-(`aten.mkldnn_linear_backward_weights`, on oneDNN copies of its operands)
-(benchmarks/README.md, "Measurements behind design choices"). So in fp32 on the
-CPU, outside autocast and where torch has oneDNN, `linear` runs the product and
-both gradients on oneDNN; the results equal
-F.linear's to fp32 rounding (the sums run in another order). Anything else (other
-dtypes, autocast, another device, inputs not 2-D) is F.linear itself.
+(`aten.mkldnn_linear_backward_weights`, on oneDNN copies of its operands); the
+figures are in benchmarks/README.md, "Measurements behind design choices". So
+in fp32 on the CPU, outside autocast and where torch has oneDNN, `linear` runs
+the product and both gradients on oneDNN, with results equal to F.linear's to
+fp32 rounding (the sums run in another order). Anything else (other dtypes,
+autocast, another device, inputs not 2-D) is F.linear itself.
 """
 
 from __future__ import annotations
