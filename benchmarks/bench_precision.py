@@ -87,18 +87,18 @@ ACC_PRECISIONS = ("32", "bf16-mixed", "auto")
 # -- children (each run is a fresh process; DGL's runs use the DGL environment) -------------
 def child_gemm() -> dict:
     """GFLOP/s of a GEMM at 2 threads, fp32 and bf16 (median of 5 after a warm-up), by the
-    faster of torch's matmul and gnnsys's `linear` (which runs fp32 products on oneDNN)."""
+    faster of gnnsys's `cpu_features.products` (torch's matmul, and `linear`, which runs fp32
+    products on oneDNN)."""
     import torch
 
-    from gnnsys.models.linear import linear
+    from gnnsys.runtime.cpu_features import products
 
     torch.set_num_threads(2)
     m, k, n = GEMM
     rates = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-        b_t = b.t().contiguous()
-        fastest = min(median_seconds(lambda: a @ b), median_seconds(lambda: linear(a, b_t)))
+        fastest = min(median_seconds(product) for product in products(a, b))
         rates[name] = 2 * m * k * n / fastest / 1e9
     return rates
 

@@ -332,27 +332,28 @@ def gemm_rates(shape: tuple, args) -> dict:
 def new_shape_rates(product: str, rows: int, layer: dict, repeats: int) -> dict:
     """{"fp32_new_shape", "bf16_new_shape"}: GFLOP/s of `product` at `rows` rows when every
     product has a row count not multiplied before (rows + 1, rows + 2, ...), as sampled
-    blocks have: the median over `repeats` such products, by the faster of torch's matmul
-    and the models' `linear` (as `gemm_gflops`). A product then pays for oneDNN's
+    blocks have: the median over `repeats` such products, by the faster of
+    `cpu_features.products` (as `gemm_gflops`). A product then pays for oneDNN's
     primitive of the new shape (gnnsys bounds their caches, and sampled row counts
     seldom repeat), except an fp32 one by matmul, which does not go through oneDNN."""
     import statistics
 
     import torch
 
-    from gnnsys.models.linear import linear
+    from gnnsys.runtime.cpu_features import products
 
     gen = torch.Generator().manual_seed(0)
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         medians = []
-        for engine in ("matmul", "linear"):
+        for engine in range(2):  # the two of `products`
             times = []
             for i in range(1, repeats + 1):
                 m, k, n = gemm_shape(product, rows + i, layer["in"], layer["out"])
-                a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(n, k, generator=gen).to(dtype)
+                a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
+                multiply = products(a, b)[engine]
                 start = time.perf_counter()
-                _ = a @ b.t() if engine == "matmul" else linear(a, b)
+                multiply()
                 times.append(time.perf_counter() - start)
             medians.append(statistics.median(times) / (2 * m * k * n))
         out[f"{name}_new_shape"] = 1 / min(medians) / 1e9

@@ -107,18 +107,24 @@ def read_cpuinfo(text: str | None) -> tuple[str, tuple | None]:
     return model, flags
 
 
+def products(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    """The ways torch can compute a @ b ([m, k] by [k, n]), as callables: its matmul and the
+    models' `linear` (which puts fp32 products on oneDNN, `gnnsys.models.linear`). A GEMM rate
+    is the faster one's."""
+    b_t = b.t().contiguous()
+    return (lambda: a @ b, lambda: linear(a, b_t))
+
+
 def gemm_gflops(shape: tuple = GEMM_SHAPE, repeats: int = 3) -> dict:
     """{"fp32", "bf16"}: GFLOP/s of an [m, k] x [k, n] product in each dtype, the best of
-    `repeats` after a warm-up, by the faster of torch's matmul and the models' `linear`
-    (which puts fp32 products on oneDNN, `gnnsys.models.linear`)."""
+    `repeats` after a warm-up of each of `products`."""
     m, k, n = shape
     gen = torch.Generator().manual_seed(0)
     rates = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
-        b_t = b.t().contiguous()
         best = math.inf
-        for product in (lambda: a @ b, lambda: linear(a, b_t)):
+        for product in products(a, b):
             product()
             for _ in range(repeats):
                 start = time.perf_counter()
