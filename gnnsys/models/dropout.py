@@ -12,7 +12,10 @@ multiplies in the same pass:
   where the output is positive, which needs only the output (kept anyway by
   the layer that reads it), not the key. Given the bias of the product before
   it (which then leaves it out), it adds the bias in the same pass and its
-  backward sums the bias gradient too (`gnnsys.models.gnn.GNNLayer`).
+  backward sums the bias gradient too (`gnnsys.models.gnn.GNNLayer`). Given
+  the leading rows of a padded product (`gnnsys.models.first_rows`), it reads
+  the product itself and writes its gradient for every row of it, zero past
+  the rows it read, so the padding costs no copy of the gradient.
 The key is drawn from torch's default generator, so `torch.manual_seed` and the
 checkpointed RNG state make runs reproducible as with `nn.Dropout`. The
 kernels take float32, float64 and bfloat16 (as its bits, `gnnsys.models.bf16`; the
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnsys.models.bf16 import as_numpy, load, store
+from gnnsys.models.first_rows import padded_source
 from gnnsys.samplers.random_hash import draw_below, mix64
 
 _LEVELS = 1 << 31  # resolution of the keep decision
@@ -105,23 +109,28 @@ class _HashDropout(torch.autograd.Function):
 
 class _ReluDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, bias, key, p):
-        out = _apply_mask(x, key, p, relu=True, bias=bias)
-        ctx.p, ctx.bias_dtype = p, None if bias is None else bias.dtype
+    def forward(ctx, x, bias, key, p, rows):
+        out = _apply_mask(x[:rows], key, p, relu=True, bias=bias)
+        ctx.p, ctx.bias_dtype, ctx.padded = p, None if bias is None else bias.dtype, x.shape[0]
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        grad_in = torch.empty_like(out)
         rows = _rows(grad)
+        padded = out.new_empty(ctx.padded, *out.shape[1:])  # x's gradient: zero past out's rows
+        padded[out.shape[0] :].zero_()
         summing = ctx.needs_input_grad[1]
         sums = torch.zeros(-(-rows.shape[0] // _CHUNK) if summing else 0, rows.shape[1], dtype=torch.float64)
         _scale_where_positive(
-            as_numpy(rows), as_numpy(_rows(out)), as_numpy(_rows(grad_in)), _scale(grad, ctx.p), sums.numpy()
+            as_numpy(rows),
+            as_numpy(_rows(out)),
+            as_numpy(_rows(padded[: out.shape[0]])),
+            _scale(grad, ctx.p),
+            sums.numpy(),
         )
-        return grad_in, sums.sum(0).to(ctx.bias_dtype) if summing else None, None, None
+        return padded, sums.sum(0).to(ctx.bias_dtype) if summing else None, None, None, None
 
 
 def _hashable(x: torch.Tensor, p: float) -> bool:
@@ -163,7 +172,8 @@ def relu_dropout(
         return torch.relu(x)
     if not _hashable(x, p):
         return F.dropout(torch.relu(x), p, True)
-    return _ReluDropout.apply(x, bias, _draw_key() if key is None else key, p)
+    source, rows = padded_source(x)
+    return _ReluDropout.apply(source, bias, _draw_key() if key is None else key, p, rows)
 
 
 class HashDropout(nn.Module):

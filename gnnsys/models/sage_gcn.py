@@ -34,7 +34,8 @@ memory. So on the CPU the aggregated rows (and SAGE's root rows) of an
 aggregate-first layer are multiplied as `gemm_rows` rows, the count rounded up
 to one of 16 steps per power of two (at most 1/16 more rows; the extra
 aggregated rows are zero, the extra root rows are the next source rows), and
-the product's first `num_dst` rows are the result. Products torch computes
+the product's first `num_dst` rows are the result (`gnnsys.models.first_rows`, whose
+reader ReLU + dropout writes its gradient straight into a padded buffer). Products torch computes
 elsewhere (fp32 without oneDNN) are not padded.
 """
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 import torch
 
 from gnnsys.models.aggregation import Adjacency, aggregate, aggregate_with_root
+from gnnsys.models.first_rows import first_rows
 from gnnsys.models.linear import ONEDNN, linear
 
 
@@ -78,7 +80,7 @@ def sage_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, wit
     rows = gemm_rows(num_dst, x_src, dtype)
     rows = rows if rows <= adj.num_src else num_dst  # the root rows are source rows
     both = aggregate_with_root(adj, x_src, dtype, rows)  # [aggregated | root] rows side by side
-    return _first(linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
+    return first_rows(linear(both, torch.cat([w_l, w_r], 1), bias), num_dst)
 
 
 def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with_bias: bool = True) -> torch.Tensor:
@@ -89,26 +91,4 @@ def gcn_rows(conv, x_src: torch.Tensor, adj: Adjacency, dtype: torch.dtype, with
         h = aggregate(adj, linear(x_src, weight), dtype)
         return h if bias is None else h + bias.to(h.dtype)
     h = aggregate(adj, x_src, dtype, gemm_rows(adj.num_dst, x_src, dtype))
-    return _first(linear(h, weight, bias), adj.num_dst)
-
-
-class _FirstRows(torch.autograd.Function):
-    """out[:rows], whose backward zeroes only the rows past `rows` of the padded gradient
-    (autograd's slice backward zero-fills all of it, then copies the gradient in)."""
-
-    @staticmethod
-    def forward(ctx, out, rows):
-        ctx.padded = out.shape[0]
-        return out[:rows]
-
-    @staticmethod
-    def backward(ctx, grad):
-        padded = grad.new_empty(ctx.padded, *grad.shape[1:])
-        padded[: grad.shape[0]] = grad
-        padded[grad.shape[0] :].zero_()
-        return padded, None
-
-
-def _first(out: torch.Tensor, rows: int) -> torch.Tensor:
-    """out's first `rows` rows (out itself when it has no more)."""
-    return out if out.shape[0] == rows else _FirstRows.apply(out, rows)
+    return first_rows(linear(h, weight, bias), adj.num_dst)

@@ -178,12 +178,3 @@ def test_a_hidden_layer_adds_the_bias_in_relu_dropout_like_pyg(conv, kind):
     got = outputs_and_grads(layer, x, block, lambda layer, x, block: layer(x, block))
     assert (got[0] == 0).any() and (got[0] > 0).any()
     torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
-
-
-def test_first_rows_pass_the_gradient_and_zero_the_padding():
-    out = torch.randn(10, 3, requires_grad=True)
-    first = sage_gcn._first(out, 7)
-    assert torch.equal(first, out[:7]) and sage_gcn._first(out, 10) is out
-    grad = torch.randn(7, 3)
-    first.backward(grad)
-    assert torch.equal(out.grad, torch.cat([grad, torch.zeros(3, 3)]))
