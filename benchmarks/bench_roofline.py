@@ -46,6 +46,13 @@ compute times says whether those threads take the GEMMs' cores. Every
 (precision, prefetch) builds a fresh trainer, runs --warmup untimed epochs,
 then the timed ones. gnnsys's defaults are not changed.
 
+--profile: after the timed epochs, each configuration trains one more epoch
+(at the first --threads count) under torch's profiler, and its first run
+records every op's self CPU time (the time in the op itself) summed over the
+epoch, and those sums by kind (OP_GROUPS: the products, the weight
+gradients, the copies oneDNN needs, the aggregation, ReLU + dropout, the
+rest), which says where the time above the floor goes.
+
 Writes roofline_<dataset>.json (the machine, its load average, every thread
 count, every run with its counts, times and floors) and a .png of measured
 against floor per layer, atomically. Only the homogeneous SAGE model.
@@ -75,6 +82,18 @@ HERE = Path(__file__).resolve().parent
 PRECISIONS = ("32", "bf16-mixed")
 MAX_GEMM_REPEATS = 10_000
 ADAM_BYTES_PER_PARAM = 7 * 4  # reads param, grad, exp_avg, exp_avg_sq; writes param, exp_avg, exp_avg_sq (fp32)
+# what --profile sums an op's self time under (any other op: "other")
+OP_GROUPS = {
+    "mkldnn::_linear_pointwise": "products (oneDNN)",
+    "aten::mkldnn_linear_backward_weights": "weight gradients (oneDNN)",
+    "aten::mm": "products (torch)",
+    "aten::addmm": "products (torch)",
+    "aten::to_mkldnn": "copies for oneDNN",
+    "_Aggregate": "aggregation",
+    "_AggregateBackward": "aggregation",
+    "_ReluDropout": "ReLU + dropout",
+    "_ReluDropoutBackward": "ReLU + dropout",
+}
 
 
 class LayerClock:
@@ -228,7 +247,7 @@ def run_configuration(dataset, args, precision: str, prefetch: int, nice: int | 
             fanouts=tuple(args.fanouts),
             batch_size=args.batch_size,
             hidden=args.hidden,
-            epochs=args.warmup + len(schedules),
+            epochs=args.warmup + len(schedules) + args.profile,
             lr=args.lr,
             dropout=0.5,
             seed=args.seed,
@@ -291,11 +310,43 @@ def run_configuration(dataset, args, precision: str, prefetch: int, nice: int | 
                     f"compute {runs[-1]['compute_s']:.2f} s over {group['steps']} steps (load {before[0]:.2f})",
                     flush=True,
                 )
+        if args.profile:
+            clock.close()  # the timed runs' sums stay as they are
+            torch.set_num_threads(args.threads[0])
+            runs[0]["profile"] = profile_epoch(trainer, loader, args.warmup + len(schedules))
     finally:
         torch.set_num_threads(default_threads)
         clock.close()
         trainer.store.close()
     return runs
+
+
+def profile_epoch(trainer, loader, epoch: int) -> dict:
+    """One more epoch of `trainer` under torch's profiler: its time, and every op's self CPU
+    seconds (the time in the op itself, not in the ops it calls) summed over the epoch, by op and
+    by OP_GROUPS; the training thread's ops only (the loader's threads are not profiled)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        record = trainer.train_epoch(loader, epoch)
+    ops = sorted(
+        ({"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "calls": e.count} for e in prof.key_averages()),
+        key=lambda op: -op["self_s"],
+    )
+    groups: dict = {}
+    for op in ops:
+        group = OP_GROUPS.get(op["op"], "other")
+        groups[group] = groups.get(group, 0.0) + op["self_s"]
+    return {"epoch": record["epoch"], "time_s": record["time_s"], "groups": groups, "ops": ops}
+
+
+def profile_table(profile: dict) -> str:
+    """A profiled epoch's self CPU seconds by group, as text lines."""
+    total = sum(profile["groups"].values())
+    lines = [f"profiled epoch {profile['time_s']:.2f} s (under the profiler), ops' self time {total:.2f} s:"]
+    for group, seconds in sorted(profile["groups"].items(), key=lambda g: -g[1]):
+        lines.append(f"  {group:<28}{seconds:>8.3f} s {seconds / total:>6.1%}")
+    return "\n".join(lines)
 
 
 # -- the machine's rates and the floors ---------------------------------------------------------
@@ -526,6 +577,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--nice", default=None, help="niceness settings (0-19) of the loader's threads (default: the trainer's own)"
     )
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="then one more epoch per configuration under torch's profiler: each op's self CPU time",
+    )
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
@@ -622,6 +678,8 @@ def main(argv=None) -> int:
     for run in result["runs"]:
         run["roofline"] = roofline(run, result["rates"], result["gemm_rows"])
         print(table(run), flush=True)
+        if "profile" in run:
+            print(profile_table(run["profile"]), flush=True)
     result["machine"]["loadavg_end"] = os.getloadavg()
     save()
     if can_plot(png_path):

@@ -157,12 +157,19 @@ def test_a_tiny_run_counts_the_loaders_blocks_and_adds_up(arxiv, tmp_path):
         assert set(rates) == {"fp32", "bf16", "fp32_new_shape", "bf16_new_shape"}
 
 
-def test_alternated_threads_split_one_epochs_steps(arxiv, tmp_path):
+def test_alternated_threads_split_one_epochs_steps_and_a_profiled_epoch_follows(arxiv, tmp_path, capsys):
     argv = [str(arxiv), "--precisions", "32", "--threads", "2,1", "--alternate", "--warmup", "0", "--batch-size", "16"]
     argv += ["--hidden", "8", "--fanouts", "4,3", "--gemm-repeats", "1", "--gemm-seconds", "0", "--bandwidth-mib", "1"]
-    assert bench_roofline.main([*argv, "--out", str(tmp_path)]) == 0
+    assert bench_roofline.main([*argv, "--profile", "--out", str(tmp_path)]) == 0
     runs = json.loads((tmp_path / "roofline_arxiv.json").read_text())["runs"]
     assert [(r["torch_threads"], r["alternated"], r["epoch"]) for r in runs] == [(2, True, 0), (1, True, 0)]
+    profile = runs[0]["profile"]
+    assert profile["epoch"] == 1 and "profile" not in runs[1]
+    assert sum(profile["groups"].values()) == pytest.approx(sum(op["self_s"] for op in profile["ops"]))
+    products = "products (oneDNN)" if torch.backends.mkldnn.is_available() else "products (torch)"
+    assert profile["groups"][products] > 0 and profile["groups"]["aggregation"] > 0
+    assert [op["self_s"] for op in profile["ops"]] == sorted((op["self_s"] for op in profile["ops"]), reverse=True)
+    assert "profiled epoch" in capsys.readouterr().out
     expected = recount(arxiv, [4, 3], 16, 0, epoch=0)
     batches = expected[0][0]
     assert [r["steps"] for r in runs] == [(batches + 1) // 2, batches // 2]  # steps 0, 2, ... at 2 threads
