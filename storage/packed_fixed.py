@@ -22,10 +22,9 @@ import numpy as np
 
 from gnnsys.errors import DatasetError
 
-from .direct_io import aligned
-from .packed_reads import quiet
+from .packed_reads import SegmentReads
 from .packer import Packer
-from .packing import Segment, read_segment, scatter_packed
+from .packing import Segment, scatter_packed
 
 
 class FixedPack:
@@ -49,12 +48,13 @@ class FixedPack:
             tier.direct,
             window_bytes=None if tier.scratch_bytes is None else tier.scratch_bytes // 2,
         )
-        self.reading, self.direct = tier._reading, tier.direct
         self.count = int(draws.batches)
         self._packing, self._stop = tier._packing, threading.Event()
         self._job: Future | None = None
-        self._ahead: tuple[int, Future, Segment] | None = None
-        self._buffers: list[memoryview | None] = [None, None]  # read into by batch parity, kept between evaluations
+        # Two buffers, by batch parity (the next batch is read into the other while one is scattered), kept
+        # between evaluations and made anew only when smaller than the file: a fresh one costs its pages' first touch.
+        self._reads = SegmentReads(tier._reading, tier.direct, kind=lambda batch: batch % 2, size=lambda nbytes: nbytes)
+        self._ahead: int | None = None  # the batch read ahead
 
     def start(self) -> None:
         """Submit the packing (once): the first gather that asks for it does."""
@@ -94,40 +94,29 @@ class FixedPack:
         if batch is None:
             return None
         segment = manifest.segments[batch]
-        pending, self._ahead = self._ahead, None
-        if pending is not None and pending[0] == batch:
-            rows = pending[1].result()
-        else:
-            if pending is not None:
-                quiet(pending[1])  # it may be reading into the buffer this batch takes
-            rows = read_segment(directory / segment.file, segment, self.direct, self._into(batch, segment.nbytes))
+        ahead, self._ahead = self._ahead, None
+        done = self._reads.take(batch) if ahead == batch else None
+        if done is None:
+            if ahead is not None:
+                self._reads.drop(ahead)  # it may be reading into the buffer this batch takes
+            done = self._reads.read(batch, directory / segment.file, segment)
+        rows, buffer = done
         if batch + 1 < self.count:
             nxt = manifest.segments[batch + 1]
-            reading = self.reading.submit(
-                read_segment, directory / nxt.file, nxt, self.direct, self._into(batch + 1, nxt.nbytes)
-            )
-            self._ahead = (batch + 1, reading, nxt)
+            self._reads.submit(batch + 1, directory / nxt.file, nxt)
+            self._ahead = batch + 1
         if segment.rows != segment.unique:
             raise DatasetError(directory / segment.file, "does not hold its batch's rows; refused")
         width = words.shape[1]
         packed = np.frombuffer(rows, dtype=words.dtype, count=segment.rows * width).reshape(segment.rows, width)
         none = np.full(segment.unique, -1, np.int32)
         scatter_packed(packed[:0], packed, none, np.arange(segment.unique), inverse, at, words)
+        self._reads.release(batch, buffer)
         return segment
-
-    def _into(self, batch: int, nbytes: int) -> memoryview:
-        """The buffer batch `batch`'s file is read into: one of two by its
-        parity (the next batch is read into the other while this one is
-        scattered), made anew only when smaller than `nbytes`: a fresh buffer
-        costs its pages' first touch on every read."""
-        buffer = self._buffers[batch % 2]
-        if buffer is None or len(buffer) < nbytes:
-            buffer = self._buffers[batch % 2] = memoryview(aligned(nbytes))
-        return buffer
 
     def host_bytes(self) -> int:
         """The bytes of its two read buffers."""
-        return sum(len(b) for b in self._buffers if b is not None)
+        return self._reads.nbytes()
 
     def close(self) -> None:
         """Stop the packing and remove the window."""
@@ -137,7 +126,5 @@ class FixedPack:
                 self._job.result()
         except BaseException:  # noqa: BLE001 -- a cancelled or failed packing leaves nothing to keep
             pass
-        if self._ahead is not None:
-            quiet(self._ahead[1])  # a read of a file being removed
-        self._buffers = [None, None]
+        self._reads.cancel()  # a read of a file being removed
         shutil.rmtree(self.packer.scratch, ignore_errors=True)

@@ -365,9 +365,9 @@ class PackedFeatures(CacheTier):
 
     def host_bytes(self) -> dict:
         """{part: bytes}: the window's cached rows, the row-to-slot map, the read buffers and incoming.seg's."""
-        reads = self._reads.nbytes() + (0 if self.fixed is None else self.fixed.host_bytes())
+        reads = self._reads.nbytes("batch") + (0 if self.fixed is None else self.fixed.host_bytes())
         held = {"cache": self._cache.nbytes(), "slots": self._cache.slot.nbytes, "read_buffers": reads}
-        return {**held, "incoming": self._reads.nbytes(incoming=True)}
+        return {**held, "incoming": self._reads.nbytes("incoming")}
 
     def close(self) -> None:
         """Stop the threads, remove the windows (and the scratch directory the tier made), close the base."""

@@ -3,7 +3,7 @@ kept for the whole run and read from its pack at every evaluation; the
 metrics are those of the same evaluation in memory."""
 
 from gnnsys import train
-from gnnsys.storage import packed_fixed
+from gnnsys.storage import packed_reads
 from gnnsys.storage.direct_io import aligned
 from gnnsys.trainers.minibatch import MinibatchTrainer
 from gnnsys.training.options import MinibatchOptions
@@ -24,7 +24,7 @@ def test_sampled_evaluation_reads_its_pack_and_scores_as_in_memory(make_dataset,
     assert list(tmp_path.iterdir()) == []  # the evaluation's pack is removed with the windows
 
     made = []  # the fixed pack's read buffers, made anew only when a batch outgrows the one of its parity
-    monkeypatch.setattr(packed_fixed, "aligned", lambda nbytes: made.append(nbytes) or aligned(nbytes))
+    monkeypatch.setattr(packed_reads, "aligned", lambda nbytes: made.append(nbytes) or aligned(nbytes))
     options = MinibatchOptions(**FAST, features="packed", scratch_dir=str(tmp_path)).for_dataset(ds)
     trainer = MinibatchTrainer(ds, options)
     try:
