@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numba
 
-from .policy import QueuePolicy, look_up, push_head, unlink
+from .policy import QueuePolicy, admit, free_slot, look_up, push_head, unlink
 
 
 @numba.njit(nogil=True, cache=True)
@@ -20,20 +20,15 @@ def _lru_access(ids, slot_of, id_of, prev, nxt, stamp, ends, state, hit, slot, g
     for i in range(ids.shape[0]):
         if hit[i]:
             continue
-        if state[0] < cap:
-            s = state[0]
-            state[0] += 1
-        else:
+        s = free_slot(state, cap)
+        if s < 0:
             s = ends[1]
             if s < 0 or stamp[s] == batch:
                 continue
             unlink(s, 0, ends, prev, nxt)
             slot_of[id_of[s]] = -1
         gone[i] = id_of[s]
-        id_of[s] = ids[i]
-        slot_of[ids[i]] = s
-        stamp[s] = batch
-        push_head(s, 0, ends, prev, nxt)
+        admit(s, ids[i], 0, slot_of, id_of, stamp, batch, ends, prev, nxt)
         slot[i] = s
 
 

@@ -263,6 +263,25 @@ def unlink(s, q, ends, prev, nxt):
 
 
 @numba.njit(nogil=True, cache=True)
+def free_slot(state, cap) -> int:
+    """The next slot no row has held yet (state[0] counts them, of `cap`), or -1 when every one has."""
+    if state[0] < cap:
+        state[0] += 1
+        return state[0] - 1
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def admit(s, x, q, slot_of, id_of, stamp, batch, ends, prev, nxt):
+    """Put id `x` into slot s (whose previous id, if any, the caller has
+    unmapped) as the newest of list q, stamped with `batch`."""
+    id_of[s] = x
+    slot_of[x] = s
+    stamp[s] = batch
+    push_head(s, q, ends, prev, nxt)
+
+
+@numba.njit(nogil=True, cache=True)
 def look_up(ids, slot_of, stamp, state, hit, slot) -> int:
     """Start a batch: count it in state[1]; per id its slot (-1: not cached)
     and whether it hit; hits get the batch number as their stamp. Returns it."""

@@ -7,20 +7,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import QueuePolicy, look_up, push_head, unlink
+from .policy import QueuePolicy, admit, free_slot, look_up, push_head, unlink
 
 _SMALL, _MAIN = 0, 1
 
 
 @numba.njit(nogil=True, cache=True)
 def _insert(s, x, q, slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size):
-    id_of[s] = x
-    slot_of[x] = s
     which[s] = q
     freq[s] = 0
-    stamp[s] = batch
     size[q] += 1
-    push_head(s, q, ends, prev, nxt)
+    admit(s, x, q, slot_of, id_of, stamp, batch, ends, prev, nxt)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -69,13 +66,10 @@ def _s3fifo_access(ids, slot_of, id_of, prev, nxt, which, freq, stamp, ends, siz
     for i in range(ids.shape[0]):
         if hit[i]:
             continue
-        slot[i] = -1
-        if state[0] < cap:
-            s = state[0]
-            state[0] += 1
-        elif full:
-            continue
-        else:
+        s = free_slot(state, cap)
+        if s < 0:
+            if full:
+                continue
             s = _victim(slot_of, id_of, which, freq, stamp, batch, ends, prev, nxt, size, ghost, state)
             if s < 0:
                 full = True

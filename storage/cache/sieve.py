@@ -7,7 +7,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .policy import QueuePolicy, look_up, push_head, unlink
+from .policy import QueuePolicy, admit, free_slot, look_up, unlink
 
 
 @numba.njit(nogil=True, cache=True)
@@ -24,11 +24,8 @@ def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, h
     for i in range(ids.shape[0]):
         if hit[i]:
             continue
-        slot[i] = -1
-        if state[0] < cap:
-            s = state[0]
-            state[0] += 1
-        else:
+        s = free_slot(state, cap)
+        if s < 0:
             if full or cap == 0:
                 continue
             h = state[2] if state[2] >= 0 else ends[1]
@@ -48,11 +45,8 @@ def _sieve_access(ids, slot_of, id_of, prev, nxt, visited, stamp, ends, state, h
             unlink(s, 0, ends, prev, nxt)
             slot_of[id_of[s]] = -1
         gone[i] = id_of[s]
-        id_of[s] = ids[i]
-        slot_of[ids[i]] = s
         visited[s] = 0
-        stamp[s] = batch
-        push_head(s, 0, ends, prev, nxt)
+        admit(s, ids[i], 0, slot_of, id_of, stamp, batch, ends, prev, nxt)
         slot[i] = s
 
 
