@@ -20,7 +20,6 @@ are appended in order of first appearance (relations in their order), and
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +30,7 @@ from gnnsys.errors import DatasetError
 
 from .block import Block
 from .labor import LaborSampler
-from .neighbor import _ID_DTYPES, NeighborSampler, _as_numpy, _claim_seeds, _relabel, _sort_rows
+from .neighbor import LocalMaps, NeighborSampler, _relabel, _sort_rows, new_map
 from .random_hash import stream_key
 
 METHODS = {"uniform": NeighborSampler, "labor": LaborSampler}
@@ -169,8 +168,7 @@ class HeteroNeighborSampler:
         self.target, self.seed, self.method, self.replace = target, int(seed), method, bool(replace)
         self.fanouts = relation_fanouts(fanouts, self.relations)
         self._kernels = {r: self._kernel(r, *relations[r]) for r in self.relations}
-        self._free_maps: list[dict] = []  # {type: global -> local array (all -1)}, one per concurrent caller
-        self._lock = threading.Lock()
+        self._maps = LocalMaps(lambda: {t: new_map(n) for t, n in self.node_types.items()}, key=target)
 
     @classmethod
     def from_dataset(cls, dataset, fanouts, **options) -> HeteroNeighborSampler:
@@ -200,21 +198,11 @@ class HeteroNeighborSampler:
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> HeteroMiniBatch:
         """The HeteroMiniBatch of `seeds` (distinct target ids) for draw stream (epoch, batch)."""
-        if epoch < 0 or batch < 0:
-            raise ValueError(f"epoch and batch must be non-negative, got epoch={epoch}, batch={batch}")
-        seeds = _as_numpy(seeds, "seeds", _ID_DTYPES).astype(np.int64)
-        maps = self._acquire_maps()
-        bad, why = _claim_seeds(seeds, maps[self.target])
-        if bad >= 0:
-            self._release_maps(maps)
-            if why == 0:
-                n = self.node_types[self.target]
-                raise IndexError(f"seeds: id {seeds[bad]} out of range [0, {n}) at position {bad}")
-            raise ValueError(f"seeds: node {seeds[bad]} appears more than once (position {bad})")
+        seeds, maps = self._maps.claim(seeds, epoch, batch)
         blocks, frontier = self._sample(seeds, epoch, batch, maps)  # on error the maps are dropped
         for t, nodes in frontier.items():
             maps[t][nodes] = -1
-        self._release_maps(maps)
+        self._maps.release(maps)
         inputs = {t: torch.from_numpy(nodes) for t, nodes in frontier.items()}
         return HeteroMiniBatch(torch.from_numpy(seeds), self.target, inputs, blocks)
 
@@ -258,13 +246,3 @@ class HeteroNeighborSampler:
                 f"out of range [0, {local.shape[0]}): a corrupted graph",
             )
         return grown[:size], ids
-
-    def _acquire_maps(self) -> dict:
-        with self._lock:
-            if self._free_maps:
-                return self._free_maps.pop()
-        return {t: np.full(n, -1, np.int32 if n < 2**31 else np.int64) for t, n in self.node_types.items()}
-
-    def _release_maps(self, maps: dict):
-        with self._lock:
-            self._free_maps.append(maps)

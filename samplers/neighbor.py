@@ -6,7 +6,9 @@ One layer, from its destination nodes: `_count` sizes each node's sample,
 their positions, new sources are appended in order of first appearance), and
 `_sort_rows` sorts each row's local ids. The next layer's destination nodes
 are this layer's sources, so one global -> local map serves the whole batch
-and `input_nodes` lists the seeds first.
+and `input_nodes` lists the seeds first. `LocalMaps` keeps a sampler's maps
+(reused, one per concurrent caller; HeteroNeighborSampler's too) and claims
+a batch's seeds in one.
 
 The kernels never read outside their arrays, whatever the graph holds: seeds
 are checked by `_claim_seeds`, each node's edge range by `_count` (inside
@@ -18,6 +20,7 @@ graph itself is never scanned (load_dataset checks it once, on loading).
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numba
@@ -163,6 +166,51 @@ def _as_numpy(t, name: str, dtypes) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def new_map(num_nodes: int) -> np.ndarray:
+    """A global -> local id map of `num_nodes` entries, all -1 (int32 below 2^31 nodes)."""
+    return np.full(num_nodes, -1, np.int32 if num_nodes < 2**31 else np.int64)
+
+
+class LocalMaps:
+    """A sampler's global -> local id maps (new_map), made by `make()` and
+    reused, one per concurrent caller: one map, or a dict of them by node
+    type where `key` names the seeds' type."""
+
+    def __init__(self, make, key=None):
+        self._make, self._key = make, key
+        self._free = []
+        self._lock = threading.Lock()
+
+    def claim(self, seeds, epoch: int, batch: int):
+        """(`seeds` as int64, a map in which seed i maps to i) for draw
+        stream (epoch, batch); give the map back with `release` once every
+        entry it set is -1 again. ValueError for a negative epoch or batch
+        or a repeated seed, IndexError for a seed outside the map."""
+        if epoch < 0 or batch < 0:
+            raise ValueError(f"epoch and batch must be non-negative, got epoch={epoch}, batch={batch}")
+        seeds = _as_numpy(seeds, "seeds", _ID_DTYPES).astype(np.int64)
+        maps = self._acquire()
+        local = maps if self._key is None else maps[self._key]
+        bad, why = _claim_seeds(seeds, local)
+        if bad >= 0:
+            self.release(maps)
+            if why == 0:
+                raise IndexError(f"seeds: id {seeds[bad]} out of range [0, {local.shape[0]}) at position {bad}")
+            raise ValueError(f"seeds: node {seeds[bad]} appears more than once (position {bad})")
+        return seeds, maps
+
+    def release(self, maps) -> None:
+        """`maps` (from claim, all -1 again) may be reused."""
+        with self._lock:
+            self._free.append(maps)
+
+    def _acquire(self):
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return self._make()
+
+
 class NeighborSampler:
     """Samples the multi-layer computation graph of a batch of seed nodes.
 
@@ -190,9 +238,7 @@ class NeighborSampler:
         self.replace = bool(replace)
         self.seed = int(seed)
         self.num_nodes = self.indptr.shape[0] - 1
-        self._map_dtype = np.int32 if self.num_nodes < 2**31 else np.int64
-        self._free_maps = []  # global -> local arrays (all -1), one per concurrent caller
-        self._lock = threading.Lock()
+        self._maps = LocalMaps(functools.partial(new_map, self.num_nodes))
 
     def __repr__(self):
         return (
@@ -202,19 +248,10 @@ class NeighborSampler:
 
     def sample(self, seeds, epoch: int = 0, batch: int = 0) -> MiniBatch:
         """The MiniBatch of `seeds` (distinct node ids) for draw stream (epoch, batch)."""
-        if epoch < 0 or batch < 0:
-            raise ValueError(f"epoch and batch must be non-negative, got epoch={epoch}, batch={batch}")
-        seeds = _as_numpy(seeds, "seeds", _ID_DTYPES).astype(np.int64)
-        local = self._acquire_map()
-        bad, why = _claim_seeds(seeds, local)
-        if bad >= 0:
-            self._release_map(local)
-            if why == 0:
-                raise IndexError(f"seeds: id {seeds[bad]} out of range [0, {self.num_nodes}) at position {bad}")
-            raise ValueError(f"seeds: node {seeds[bad]} appears more than once (position {bad})")
+        seeds, local = self._maps.claim(seeds, epoch, batch)
         blocks, frontier, size = self._sample(seeds, epoch, batch, local)  # on error the map is dropped
         local[frontier[:size]] = -1
-        self._release_map(local)
+        self._maps.release(local)
         return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(frontier[:size]), blocks=blocks)
 
     def _sample(self, seeds, epoch, batch, local):
@@ -262,13 +299,3 @@ class NeighborSampler:
                 f"is not inside the {self.indices.shape[0]} edges: a corrupted graph",
             )
         return counts, starts, degrees
-
-    def _acquire_map(self) -> np.ndarray:
-        with self._lock:
-            if self._free_maps:
-                return self._free_maps.pop()
-        return np.full(self.num_nodes, -1, self._map_dtype)
-
-    def _release_map(self, local: np.ndarray):
-        with self._lock:
-            self._free_maps.append(local)
