@@ -47,13 +47,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
-from helpers import PEERS, median_of
-from plotting import can_plot, save_figure
+from helpers import PEERS
+from plotting import save_figure
 from side_by_side import (
     add_subcommand,
     benchmark_parser,
@@ -62,8 +60,10 @@ from side_by_side import (
     machine_facts,
     parse_benchmark_args,
     peer_command,
+    print_accuracy,
     print_timing,
     result_paths,
+    run_accuracy,
     time_configurations,
 )
 
@@ -132,47 +132,21 @@ def timing(args) -> dict:
 
 # -- accuracy ------------------------------------------------------------------------------------
 def accuracy(args) -> dict:
-    """The recipe trained by gnnsys (--runs runs) in this process; OGB's
-    Logger summary beside the generator's references."""
+    """The recipe trained by gnnsys (--runs runs, every epoch evaluated) in
+    this process; OGB's Logger summary beside the generator's references."""
     import gnnsys
-    from gnnsys.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
     suffix = ("" if args.eval == "layerwise" else f"_{args.eval}") + ("_sparse" if args.sparse_embeddings else "")
-    json_path, png_path = result_paths(args.out, f"mag_accuracy_{Path(args.dataset).resolve().name}{suffix}")
+    paths = result_paths(args.out, f"mag_accuracy_{Path(args.dataset).resolve().name}{suffix}")
     references = generator_references(dataset)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     options = {**RECIPE, "layers": len(fanouts), "fanouts": fanouts, "batch_size": args.batch_size}
     options.update(epochs=args.epochs, runs=args.runs, precision=args.precision, eval=args.eval, seed=0)
     options.update(sparse_embeddings=args.sparse_embeddings)
-    before, start = os.getloadavg(), time.perf_counter()
-    result = gnnsys.train(dataset, **options, progress=False).to_dict()
-    document = {
-        "benchmark": "mag_accuracy",
-        "dataset": _dataset_facts(dataset),
-        "options": options,
-        "machine": {**machine_facts(), "loadavg_end": os.getloadavg()},
-        "loadavg_before": before,
-        "wall_s": time.perf_counter() - start,
-        "precision": result["config"]["precision"],
-        "references": references,
-        "logger": result["summary"],
-        "runs": [
-            {k: run[k] for k in ("run", "seed", "best_epoch", "highest_valid", "final_test")} for run in result["runs"]
-        ],
-        "curves": [
-            {
-                "run": run["run"],
-                "epochs": [{k: e[k] for k in ("epoch", "loss", "train", "valid", "test")} for e in run["epochs"]],
-            }
-            for run in result["runs"]
-        ],
-        "epoch_s": median_of([e["time_s"] for run in result["runs"] for e in run["epochs"]]),
-    }
-    atomic_write_bytes(json_path, (json.dumps(document, indent=1) + "\n").encode())
-    if can_plot(png_path):
-        plot_accuracy(document, png_path)
-    return document
+    train = lambda: gnnsys.train(dataset, **options, progress=False).to_dict()  # noqa: E731
+    head = {"dataset": _dataset_facts(dataset), "options": options}
+    return run_accuracy("mag_accuracy", head, references, train, paths, plot_accuracy)
 
 
 def plot_accuracy(document: dict, path: Path):
@@ -328,8 +302,7 @@ def main(argv=None) -> int:
         print(json.dumps(record))
         return 0 if record["same"] else 1
     else:
-        document = accuracy(args)
-        print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))
+        print_accuracy(accuracy(args))
     return 0
 
 

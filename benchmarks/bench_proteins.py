@@ -49,24 +49,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-from helpers import SYSTEMS, median_of
-from plotting import can_plot, save_figure
+from helpers import SYSTEMS
+from plotting import save_figure
 from side_by_side import (
     add_subcommand,
     benchmark_parser,
     child_command,
     gnnsys_child,
-    machine_facts,
     parse_benchmark_args,
     peer_command,
+    print_accuracy,
     print_timing,
     result_paths,
+    run_accuracy,
     time_configurations,
 )
 
@@ -170,52 +169,26 @@ def accuracy(args) -> dict:
     """The recipe trained by gnnsys in this process; its ROC-AUC curve and
     OGB-Logger summary beside the generator's references."""
     import gnnsys
-    from gnnsys.atomic import atomic_write_bytes
 
     dataset = gnnsys.load_dataset(args.dataset)
-    json_path, png_path = result_paths(
-        args.out, f"proteins_accuracy_{Path(args.dataset).resolve().name}_{args.trainer}"
-    )
+    paths = result_paths(args.out, f"proteins_accuracy_{Path(args.dataset).resolve().name}_{args.trainer}")
     references = generator_references(dataset)
     options = {**RECIPE, "epochs": args.epochs, "eval_every": EVAL_EVERY, "runs": args.runs}
     options.update(precision=args.precision, seed=0, progress=False)
-    before, start = os.getloadavg(), time.perf_counter()
     if args.trainer == "fullgraph":
         options.update(layers=LAYERS)
-        trained = gnnsys.train_fullgraph(dataset, **options)
+        trainer = gnnsys.train_fullgraph
     else:
         sampling = {"fanouts": [int(f) for f in args.fanouts.split(",")], "batch_size": args.batch_size}
         options.update(sampling, layers=len(sampling["fanouts"]), eval="layerwise")
-        trained = gnnsys.train(dataset, **options)
-    result = trained.to_dict()
-    document = {
-        "benchmark": "proteins_accuracy",
+        trainer = gnnsys.train
+    train = lambda: trainer(dataset, **options).to_dict()  # noqa: E731
+    head = {
         "trainer": args.trainer,
         "dataset": _dataset_facts(dataset),
         "options": {k: v for k, v in options.items() if k != "progress"},
-        "machine": {**machine_facts(), "loadavg_end": os.getloadavg()},
-        "loadavg_before": before,
-        "wall_s": time.perf_counter() - start,
-        "precision": result["config"]["precision"],
-        "references": references,
-        "logger": result["summary"],
-        "runs": [
-            {k: run[k] for k in ("run", "seed", "best_epoch", "highest_valid", "final_test")} for run in result["runs"]
-        ],
-        "curves": [
-            {"run": run["run"], "epochs": [_scores(e) for e in run["epochs"] if e["valid"] is not None]}
-            for run in result["runs"]
-        ],
-        "epoch_s": median_of([e["time_s"] for run in result["runs"] for e in run["epochs"]]),
     }
-    atomic_write_bytes(json_path, (json.dumps(document, indent=1) + "\n").encode())
-    if can_plot(png_path):
-        plot_accuracy(document, png_path)
-    return document
-
-
-def _scores(epoch: dict) -> dict:
-    return {k: epoch[k] for k in ("epoch", "loss", "train", "valid", "test")}
+    return run_accuracy("proteins_accuracy", head, references, train, paths, plot_accuracy)
 
 
 def plot_accuracy(document: dict, path: Path):
@@ -283,8 +256,7 @@ def main(argv=None) -> int:
     if args.command == "timing":
         print_timing(timing(args))
     else:
-        document = accuracy(args)
-        print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))
+        print_accuracy(accuracy(args))
     return 0
 
 

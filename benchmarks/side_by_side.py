@@ -2,7 +2,8 @@
 fresh child process, interleaved (rep 1 of each configuration, rep 2 of
 each, ...) so that load falls on all alike, with its peak memory and the
 load average; medians, the ratios gnnsys / peer and a plot, written after
-every run. bench_proteins.py and bench_mag.py stand on it.
+every run. bench_proteins.py and bench_mag.py stand on it, and on its
+`run_accuracy` (a recipe trained by gnnsys in this process, its document written).
 
 A child prints its record as its last line starting with "{": {"epochs":
 [{"time_s", "breakdown": {"sample_s", "compute_s", ...}, ...}], "valid",
@@ -313,6 +314,56 @@ def parse_benchmark_args(p: argparse.ArgumentParser, argv, configs: tuple, peer_
 def print_timing(result: dict):
     """The timing's summaries and ratios as one JSON line."""
     print(json.dumps({"summary": result["summary"], "ratios_gnnsys_over_dgl": result["ratios_gnnsys_over_dgl"]}))
+
+
+def run_accuracy(
+    benchmark: str, head: dict, references, train: Callable[[], dict], paths: tuple[Path, Path], plot
+) -> dict:
+    """Run `train()` (a TrainResult's to_dict()) and write its document to
+    paths (JSON, and `plot(document, png)` where a plot can be made); the
+    document: {"benchmark", **head, "machine" (with the load average after),
+    "loadavg_before", "wall_s", "precision", "references", "logger" (OGB's
+    Logger summary), "runs", "curves" (each run's evaluated epochs), "epoch_s"
+    (the median epoch)}."""
+    from gnnsys.atomic import atomic_write_bytes
+
+    before, start = os.getloadavg(), time.perf_counter()
+    result = train()
+    document = {
+        "benchmark": benchmark,
+        **head,
+        "machine": {**machine_facts(), "loadavg_end": os.getloadavg()},
+        "loadavg_before": before,
+        "wall_s": time.perf_counter() - start,
+        "precision": result["config"]["precision"],
+        "references": references,
+        "logger": result["summary"],
+        "runs": [
+            {k: run[k] for k in ("run", "seed", "best_epoch", "highest_valid", "final_test")} for run in result["runs"]
+        ],
+        "curves": [
+            {
+                "run": run["run"],
+                "epochs": [
+                    {k: e[k] for k in ("epoch", "loss", "train", "valid", "test")}
+                    for e in run["epochs"]
+                    if e["valid"] is not None
+                ],
+            }
+            for run in result["runs"]
+        ],
+        "epoch_s": median_of([e["time_s"] for run in result["runs"] for e in run["epochs"]]),
+    }
+    json_path, png_path = paths
+    atomic_write_bytes(json_path, (json.dumps(document, indent=1) + "\n").encode())
+    if can_plot(png_path):
+        plot(document, png_path)
+    return document
+
+
+def print_accuracy(document: dict):
+    """The accuracy document's precision, Logger summary, runs, references and median epoch as one JSON line."""
+    print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))
 
 
 def add_timing_arguments(p: argparse.ArgumentParser, configs: tuple, sampling: dict):
