@@ -51,12 +51,12 @@ import sys
 from pathlib import Path
 
 from gather_common import (
-    ASSUMED_GB_PER_S,
-    COMPILE_S,
     LAYOUTS,
     apply_preset,
     check_table,
     cuda_or_exit,
+    describe_estimate,
+    estimate,
     host_per_call,
     layout_list,
     machine,
@@ -111,8 +111,7 @@ def plan(args) -> dict:
     launches = 3 * (1 + args.repeats) * args.calls + args.calls + 1
     moved = sum(c["gathered_bytes"] for c in cases) * launches
     compiles = 2 * len(cases)  # a kernel a case for pinned and for GPU tables, at most
-    estimate = moved / (ASSUMED_GB_PER_S * 1e9) + compiles * COMPILE_S + 5
-    return {"cases": cases, "pcie_bytes": moved, "compiles": compiles, "estimate_s": round(estimate, 1)}
+    return {"cases": cases, **estimate(moved, compiles)}
 
 
 def print_plan(p: dict, args) -> None:
@@ -123,8 +122,7 @@ def print_plan(p: dict, args) -> None:
         )
     print(
         f"plan: {len(p['cases'])} cases, tables of {args.table_mib} MiB, batches of {args.batch}, "
-        f"{args.calls} calls x (1 + {args.repeats}) runs; about {p['estimate_s']:.0f} s on a GPU "
-        f"({p['pcie_bytes'] / 1e9:.0f} GB over PCIe at {ASSUMED_GB_PER_S:.0f} GB/s, {p['compiles']} compiles)"
+        + describe_estimate(p, args)
     )
 
 

@@ -1,6 +1,7 @@
 """What bench_gather_gpu.py and sweep_gather_gpu.py share: the table layouts,
-their flags and presets, one pinned table carved into a table per case,
-kernel timing by CUDA events around back-to-back launches, the machine facts.
+their flags and presets, the dry run's estimate, one pinned table carved into
+a table per case, kernel timing by CUDA events around back-to-back launches,
+the machine facts.
 
 Imports torch only inside the functions that run on a GPU, so both scripts
 plan (--dry-run, --help, argument errors) on any machine.
@@ -88,6 +89,22 @@ def apply_preset(args: argparse.Namespace, presets: dict) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args
+
+
+def estimate(moved: int, compiles: int) -> dict:
+    """The dry run's estimate of a run that moves `moved` bytes over PCIe and
+    compiles `compiles` kernels: {"pcie_bytes", "compiles", "estimate_s"}."""
+    seconds = moved / (ASSUMED_GB_PER_S * 1e9) + compiles * COMPILE_S + 5
+    return {"pcie_bytes": moved, "compiles": compiles, "estimate_s": round(seconds, 1)}
+
+
+def describe_estimate(plan: dict, args) -> str:
+    """The end of the dry run's plan line: the timed launches (args.calls,
+    args.repeats) and `plan`'s estimate (from `estimate`)."""
+    return (
+        f"{args.calls} calls x (1 + {args.repeats}) runs; about {plan['estimate_s']:.0f} s on a GPU "
+        f"({plan['pcie_bytes'] / 1e9:.0f} GB over PCIe at {ASSUMED_GB_PER_S:.0f} GB/s, {plan['compiles']} compiles)"
+    )
 
 
 def check_table(parser: argparse.ArgumentParser, args) -> None:

@@ -51,11 +51,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gather_common import (
-    ASSUMED_GB_PER_S,
-    COMPILE_S,
     apply_preset,
     check_table,
     cuda_or_exit,
+    describe_estimate,
+    estimate,
     int_list,
     machine,
     per_call,
@@ -151,8 +151,7 @@ def plan(args) -> dict:
     runs = (1 + args.repeats) * args.calls + 1
     moved = sum(args.batch * r * (len(cs) + 1) * runs for r, cs in configs.items())
     compiles = sum(len({(c.rows, c.warps) for c in cs}) + 1 for cs in configs.values())
-    estimate = moved / (ASSUMED_GB_PER_S * 1e9) + compiles * COMPILE_S + 5
-    return {"configs": configs, "pcie_bytes": moved, "compiles": compiles, "estimate_s": round(estimate, 1)}
+    return {"configs": configs, **estimate(moved, compiles)}
 
 
 def print_plan(p: dict, args) -> None:
@@ -162,9 +161,7 @@ def print_plan(p: dict, args) -> None:
     total = sum(len(cs) for cs in p["configs"].values())
     print(
         f"plan: {total} configs and the fastest of each row size with ids sorted, "
-        f"a table of {args.table_mib} MiB, batches of {args.batch}, "
-        f"{args.calls} calls x (1 + {args.repeats}) runs; about {p['estimate_s']:.0f} s on a GPU "
-        f"({p['pcie_bytes'] / 1e9:.0f} GB over PCIe at {ASSUMED_GB_PER_S:.0f} GB/s, {p['compiles']} compiles)"
+        f"a table of {args.table_mib} MiB, batches of {args.batch}, " + describe_estimate(p, args)
     )
 
 
