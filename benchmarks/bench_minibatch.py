@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import SYSTEMS, median_of
+from helpers import SYSTEMS, epoch_flags, median_of
 from tqdm.auto import tqdm
 
 HERE = Path(__file__).resolve().parent
@@ -68,23 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_once(system: str, dataset: str, args, seed: int, evaluate: bool) -> dict:
     """One run of one system in a fresh process: its JSON record, or an error record."""
     python, script = SYSTEMS[system]
-    cmd = [
-        str(python),
-        str(script),
-        str(Path(dataset).resolve()),
-        "--fanouts",
-        args.fanouts,
-        "--batch-size",
-        str(args.batch_size),
-        "--hidden",
-        str(args.hidden),
-        "--lr",
-        str(args.lr),
-        "--epochs",
-        str(args.epochs),
-        "--seed",
-        str(seed),
-    ]
+    cmd = [str(python), str(script), str(Path(dataset).resolve()), *epoch_flags(args), "--seed", str(seed)]
     if evaluate:
         cmd.append("--eval")
     load_before = os.getloadavg()

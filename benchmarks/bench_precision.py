@@ -63,7 +63,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import SYSTEMS, median_of, sage_layer_counts, warm
+from helpers import SYSTEMS, epoch_flags, median_of, sage_layer_counts, warm
 from plotting import can_plot, save_figure
 
 HERE = Path(__file__).resolve().parent
@@ -309,18 +309,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def configurations(args) -> dict:
     """{name: command line} of every configuration this machine can run."""
     me = [sys.executable, str(Path(__file__).resolve()), "child"]
-    model = [
-        "--fanouts",
-        args.fanouts,
-        "--batch-size",
-        str(args.batch_size),
-        "--hidden",
-        str(args.hidden),
-        "--lr",
-        str(args.lr),
-        "--epochs",
-        str(args.epochs),
-    ]
+    model = epoch_flags(args)
     configs = {
         "gnnsys-fp32": me + ["gnnsys", args.dataset, "--precision", "32", *model],
         "gnnsys-bf16": me + ["gnnsys", args.dataset, "--precision", "bf16-mixed", *model],

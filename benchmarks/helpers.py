@@ -1,7 +1,8 @@
 """What several benchmark scripts share, so that no script imports another:
 
 - the systems compared (`PEERS`, where setup_peers.sh builds the peers'
-  environments; `SYSTEMS`, each system's Python and epoch script);
+  environments; `SYSTEMS`, each system's Python and epoch script;
+  `epoch_flags`, the training options an epoch script takes);
 - summaries of runs (`median_of`, `warm`);
 - the device under the SSD benchmarks (`fio`, `fio_version`, `fio_machine`,
   `measure_device`, `read_size`, `read_bytes`);
@@ -38,6 +39,23 @@ SYSTEMS = {  # {system: (its Python, its epoch script)}
     "dgl": (PEERS / "dgl" / "bin" / "python", HERE / "peers" / "dgl_epoch.py"),
     "pyg": (PEERS / "pyg" / "bin" / "python", HERE / "peers" / "pyg_epoch.py"),
 }
+
+
+def epoch_flags(args) -> list[str]:
+    """The training options of an epoch script (SYSTEMS) from a benchmark's
+    `args`: --fanouts, --batch-size, --hidden, --lr and --epochs."""
+    return [
+        "--fanouts",
+        args.fanouts,
+        "--batch-size",
+        str(args.batch_size),
+        "--hidden",
+        str(args.hidden),
+        "--lr",
+        str(args.lr),
+        "--epochs",
+        str(args.epochs),
+    ]
 
 
 def median_of(values):
