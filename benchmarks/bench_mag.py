@@ -53,6 +53,7 @@ from pathlib import Path
 from helpers import PEERS
 from plotting import save_figure
 from side_by_side import (
+    accuracy_axes,
     add_subcommand,
     benchmark_parser,
     child_command,
@@ -151,19 +152,7 @@ def accuracy(args) -> dict:
 
 def plot_accuracy(document: dict, path: Path):
     """Each run's valid and test accuracy per epoch, with the generator's references, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for curve in document["curves"]:
-        epochs = [e["epoch"] + 1 for e in curve["epochs"]]
-        for split, color in (("valid", "tab:orange"), ("test", "tab:blue")):
-            label = split if curve["run"] == 0 else None
-            ax.plot(
-                epochs, [e[split] for e in curve["epochs"]], "o-", color=color, markersize=3, alpha=0.6, label=label
-            )
+    fig, ax = accuracy_axes(document, 4.5, alpha=0.6)
     refs = document["references"]
     styles = {"features_only": ":", "features_and_in_neighbours": "-.", "features_and_all_neighbours": "--"}
     for name, style in styles.items():

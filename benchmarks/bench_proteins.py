@@ -56,6 +56,7 @@ import numpy as np
 from helpers import SYSTEMS
 from plotting import save_figure
 from side_by_side import (
+    accuracy_axes,
     add_subcommand,
     benchmark_parser,
     child_command,
@@ -193,18 +194,7 @@ def accuracy(args) -> dict:
 
 def plot_accuracy(document: dict, path: Path):
     """Valid and test ROC-AUC against the epoch, with the generator's references, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for curve in document["curves"]:
-        epochs = [e["epoch"] + 1 for e in curve["epochs"]]
-        for split, color in (("valid", "tab:orange"), ("test", "tab:blue")):
-            label = f"{split}" if curve["run"] == 0 else None
-            scores = [e[split] for e in curve["epochs"]]
-            ax.plot(epochs, scores, "o-", color=color, markersize=3, alpha=0.8, label=label)
+    fig, ax = accuracy_axes(document, 4, alpha=0.8)
     for name, style in (("oracle", "--"), ("features_plug_in", ":")):
         ax.axhline(document["references"]["test"][name], color="black", linestyle=style, label=f"test {name}")
     ax.set_xlabel("epoch")

@@ -361,6 +361,24 @@ def run_accuracy(
     return document
 
 
+def accuracy_axes(document: dict, height: float, alpha: float):
+    """(figure, axes), 7 x `height` inches, with each run's valid and test
+    score per epoch of an accuracy document (run_accuracy), lines of `alpha`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, height))
+    for curve in document["curves"]:
+        epochs = [e["epoch"] + 1 for e in curve["epochs"]]
+        for split, color in (("valid", "tab:orange"), ("test", "tab:blue")):
+            label = split if curve["run"] == 0 else None
+            scores = [e[split] for e in curve["epochs"]]
+            ax.plot(epochs, scores, "o-", color=color, markersize=3, alpha=alpha, label=label)
+    return fig, ax
+
+
 def print_accuracy(document: dict):
     """The accuracy document's precision, Logger summary, runs, references and median epoch as one JSON line."""
     print(json.dumps({k: document[k] for k in ("precision", "logger", "runs", "references", "epoch_s")}))
