@@ -88,11 +88,14 @@ ACC_PRECISIONS = ("32", "bf16-mixed", "auto")
 def child_gemm() -> dict:
     """GFLOP/s of a GEMM at 2 threads, fp32 and bf16 (median of 5 after a warm-up), by the
     faster of gnnsys's `cpu_features.products` (torch's matmul, and `linear`, which runs fp32
-    products on oneDNN)."""
+    products on oneDNN), with freed memory kept in the process as training keeps it (else
+    each product's output is new pages, and their first touch halved the fp32 rate here)."""
     import torch
 
+    from gnnsys.runtime.allocator import retain_freed_memory
     from gnnsys.runtime.cpu_features import products
 
+    retain_freed_memory()
     torch.set_num_threads(2)
     m, k, n = GEMM
     rates = {}
