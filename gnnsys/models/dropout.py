@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnnsys.models.bf16 import as_numpy, load, store
-from gnnsys.models.first_rows import padded_source
+from gnnsys.models.first_rows import padded_rows, padded_source
 from gnnsys.samplers.random_hash import draw_below, mix64
 
 _LEVELS = 1 << 31  # resolution of the keep decision
@@ -119,8 +119,7 @@ class _ReluDropout(torch.autograd.Function):
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
         rows = _rows(grad)
-        padded = out.new_empty(ctx.padded, *out.shape[1:])  # x's gradient: zero past out's rows
-        padded[out.shape[0] :].zero_()
+        padded = padded_rows(out, ctx.padded)  # x's gradient
         summing = ctx.needs_input_grad[1]
         sums = torch.zeros(-(-rows.shape[0] // _CHUNK) if summing else 0, rows.shape[1], dtype=torch.float64)
         _scale_where_positive(

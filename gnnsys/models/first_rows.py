@@ -29,10 +29,17 @@ class _FirstRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        padded = grad.new_empty(ctx.padded, *grad.shape[1:])
+        padded = padded_rows(grad, ctx.padded)
         padded[: grad.shape[0]] = grad
-        padded[grad.shape[0] :].zero_()
         return padded, None
+
+
+def padded_rows(like: torch.Tensor, padded: int) -> torch.Tensor:
+    """A new [padded, *like.shape[1:]] tensor of like's dtype and device whose rows past
+    like.shape[0] are zero (the rows before are for the caller to write)."""
+    buffer = like.new_empty(padded, *like.shape[1:])
+    buffer[like.shape[0] :].zero_()
+    return buffer
 
 
 def first_rows(out: torch.Tensor, rows: int) -> torch.Tensor:
